@@ -1,0 +1,3 @@
+from cgstat.cli import main
+
+main()

@@ -1,0 +1,201 @@
+"""The agent: one tick = discover cgroups, read them, derive rates, build records.
+
+Data flows one way: host files -> Sample (cgroups.py) -> Rates (model.py) -> record
+(record.py) -> sink (sinks.py). The agent keeps only what rates need between ticks: the
+previous Counters of each cgroup still present.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from typing import Dict, List, Optional, Pattern, Tuple
+
+import orjson
+
+from cgstat import containers
+from cgstat.blockdev import DeviceNames
+from cgstat.cgroups import read_cgroup
+from cgstat.discover import Discoverer
+from cgstat.hierarchy import NoCgroupFS, detect
+from cgstat.host import HostClock, read_host
+from cgstat.hostfs import HostFS
+from cgstat.identity import PathInfo
+from cgstat.log import Warner
+from cgstat.model import Counters, counters, derive
+from cgstat.record import build
+from cgstat.sample import Sample
+from cgstat.select import select
+from cgstat.sinks import ReaderGone, Sink, SinkError
+from cgstat import state as statefile
+
+_QUIET_ERRORS = {"missing", "unavailable", "gone"}
+
+
+class CgstatError(Exception):
+    """An expected failure that ends the run: one line for stderr, exit status 1."""
+
+
+class Agent:
+    def __init__(self, host_root: str = "/", all_cgroups: bool = False,
+                 match: Optional[Pattern[str]] = None, warner: Optional[Warner] = None):
+        self.fs = HostFS(host_root)
+        if not os.path.isdir(self.fs.root):
+            raise CgstatError(f"host root {self.fs.root} is not a folder")
+        try:
+            self.layout = detect(self.fs)
+        except NoCgroupFS as exc:
+            raise CgstatError(str(exc)) from None
+        self.host = read_host(self.fs)
+        self.clock = HostClock(self.fs, self.host.live)
+        self.discoverer = Discoverer(self.fs, self.layout)
+        self.names = DeviceNames(self.fs)
+        self.identities = containers.Identities(self.fs)
+        self.all_cgroups = all_cgroups
+        self.match = match
+        self.warner = warner or Warner()
+        self.previous: Dict[str, Counters] = {}
+
+    def collect(self) -> List[Tuple[Sample, PathInfo]]:
+        """Read every selected cgroup once."""
+        selected, what = select(self.discoverer.join(), self.all_cgroups, self.match)
+        self.warner.once("selection", f"{self.layout.kind} cgroup layout; showing {what}")
+        out = []
+        for cg, info in selected:
+            now = self.clock.monotonic()
+            sample = read_cgroup(cg, self.layout, now, self.clock.wall(now))
+            if sample.gone and not all(os.path.isdir(f.local) for f in cg.folders):
+                continue  # removed while we read it: its record stops here
+            for p in sample.errors:
+                if p.error not in _QUIET_ERRORS:
+                    self.warner.warn(f"{p.source}:{p.error}", f"{cg.path}: {p.source}: {p.error}: {p.detail}")
+            out.append((sample, info))
+        return out
+
+    def render(self, samples: List[Tuple[Sample, PathInfo]],
+               previous: Dict[str, Counters]) -> Tuple[List[bytes], Dict[str, Counters]]:
+        """Records as JSON lines, and the counters to compare the next tick with."""
+        lines = []
+        current: Dict[str, Counters] = {}
+        self.identities.refresh_if_new(s.path for s, _ in samples)
+        for sample, info in samples:
+            c = counters(sample)
+            current[sample.path] = c
+            rates = derive(previous.get(sample.path), c, self.host.cpus_online)
+            container = self.identities.container(info)
+            kind = "pod" if info.kind == "pod" else "cgroup"
+            record = build(sample, rates, self.host, self.names, container, info.unit, kind)
+            lines.append(orjson.dumps(record) + b"\n")
+        return lines, current
+
+    def tick(self) -> List[bytes]:
+        lines, self.previous = self.render(self.collect(), self.previous)
+        return lines
+
+
+class _Stopper:
+    """SIGTERM/SIGINT end the stream after the line being written; SIGHUP reopens."""
+
+    def __init__(self):
+        self.stop = False
+        self.reopen = False
+        self.sleeping = False
+
+    def install(self) -> None:
+        signal.signal(signal.SIGTERM, self._on_stop)
+        signal.signal(signal.SIGINT, self._on_stop)
+        signal.signal(signal.SIGHUP, self._on_hup)
+
+    def _on_stop(self, signum, frame) -> None:
+        self.stop = True
+        if self.sleeping:
+            raise _Wake()
+
+    def _on_hup(self, signum, frame) -> None:
+        self.reopen = True
+
+    def sleep_until(self, deadline: float) -> None:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0 or self.stop:
+            return
+        self.sleeping = True
+        try:
+            time.sleep(remaining)
+        except _Wake:
+            pass
+        finally:
+            self.sleeping = False
+
+
+class _Wake(Exception):
+    pass
+
+
+def run_stream(agent: Agent, sink: Sink, interval_s: float, count: Optional[int]) -> int:
+    """Batches every interval on a drift-free schedule (start + k * interval)."""
+    stopper = _Stopper()
+    stopper.install()
+    warner = agent.warner
+    start = time.monotonic()
+    agent.tick()  # prime: the first batch, one interval later, has rates
+    slot = 1
+    batches = 0
+    try:
+        while not stopper.stop:
+            stopper.sleep_until(start + slot * interval_s)
+            if stopper.stop:
+                break
+            if stopper.reopen:
+                stopper.reopen = False
+                sink.reopen()
+            began = time.monotonic()
+            lines = agent.tick()
+            try:
+                sink.write(lines)
+            except SinkError as exc:
+                warner.warn("sink", str(exc))
+            batches += 1
+            if count is not None and batches >= count:
+                break
+            now = time.monotonic()
+            took = now - began
+            if took > interval_s:
+                warner.warn("slow", f"a tick took {took:.3f} s, longer than the {interval_s:g} s interval; "
+                                    "skipping the missed slots")
+            slot = max(slot + 1, int((now - start) / interval_s) + 1)
+    except ReaderGone:
+        return 0
+    finally:
+        sink.close()
+    if sink.dropped_lines:
+        warner.warn("dropped", f"{sink.dropped_lines} lines dropped while the output failed")
+    return 0
+
+
+def run_once(agent: Agent, sink: Sink, state_path: Optional[str], window_s: float) -> int:
+    """One batch: rates against the saved state, or over a window of two samples."""
+    try:
+        if state_path:
+            with statefile.StateLock(state_path):
+                now = agent.clock.monotonic()
+                previous, why = statefile.load(state_path, agent.host.boot_id, now)
+                if why:
+                    agent.warner.warn("state", why)
+                lines, current = agent.render(agent.collect(), previous)
+                sink.write(lines)
+                statefile.save(state_path, agent.host.boot_id, agent.fs.root, agent.clock.monotonic(), current)
+        else:
+            previous = {}
+            if window_s > 0:
+                _, previous = agent.render(agent.collect(), {})
+                time.sleep(window_s)
+            lines, _ = agent.render(agent.collect(), previous)
+            sink.write(lines)
+    except ReaderGone:
+        return 0
+    except (SinkError, statefile.StateError) as exc:
+        raise CgstatError(str(exc)) from None
+    finally:
+        sink.close()
+    return 0

@@ -1,0 +1,124 @@
+"""What a cgroup path says about its workload: container, pod, runtime monitor, systemd unit.
+
+Pure functions over the path alone (no I/O). Patterns, by runtime and cgroup driver:
+- Docker:      /system.slice/docker-<64hex>.scope (systemd), /docker/<64hex> (cgroupfs)
+- containerd:  .../cri-containerd-<64hex>.scope (Kubernetes, systemd driver),
+               /system.slice/nerdctl-<64hex>.scope, /nerdctl/<64hex>
+- CRI-O:       crio-<64hex>.scope or crio-<64hex>; crio-conmon-<64hex>.scope is its monitor
+- Podman:      libpod-<64hex>.scope (systemd), /libpod_parent/libpod-<64hex> (cgroupfs);
+               libpod-conmon-<64hex>.scope is the monitor; rootless Podman on v2 puts the
+               processes in a nested "container" child of the scope, part of the container
+- LXC:         lxc.payload.<name> (lxc.monitor.<name> is the monitor), older /lxc/<name>
+- Kubernetes:  pods kubepods-<qos>-pod<uid with _>.slice / kubepods-pod<uid>.slice
+               (systemd), /kubepods/<qos>/pod<uid> and /kubepods/pod<uid> (cgroupfs);
+               a container directly under a pod folder as a bare <64hex> (cgroupfs driver:
+               the runtime is not in the path)
+- systemd:     *.service, *.scope, *.slice, *.socket, *.mount, *.swap with \\xNN escapes
+               (systemd.unit(5), "String Escaping for Inclusion in Unit Names")
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Optional
+
+_HEX64 = r"[0-9a-f]{64}"
+_CONTAINER_PATTERNS = (
+    (re.compile(rf"^docker-({_HEX64})\.scope$"), "docker"),
+    (re.compile(rf"^cri-containerd-({_HEX64})\.scope$"), "containerd"),
+    (re.compile(rf"^nerdctl-({_HEX64})\.scope$"), "containerd"),
+    (re.compile(rf"^crio-({_HEX64})(?:\.scope)?$"), "cri-o"),
+    (re.compile(rf"^libpod-({_HEX64})(?:\.scope)?$"), "podman"),
+)
+_MONITOR_PATTERNS = (
+    re.compile(rf"^crio-conmon-{_HEX64}(?:\.scope)?$"),
+    re.compile(rf"^libpod-conmon-{_HEX64}(?:\.scope)?$"),
+    re.compile(r"^lxc\.monitor\..+$"),
+)
+_PARENT_RUNTIME = {"docker": "docker", "nerdctl": "containerd", "libpod_parent": "podman"}
+_BARE_ID = re.compile(rf"^({_HEX64})$")
+_LXC = re.compile(r"^lxc\.payload\.(.+)$")
+_POD_SYSTEMD = re.compile(r"^kubepods(?:-(burstable|besteffort))?-pod([0-9a-f_]{32,36})\.slice$")
+_POD_CGROUPFS = re.compile(r"^pod([0-9a-f-]{32,36})$")
+_QOS = {"burstable": "burstable", "besteffort": "besteffort"}
+_UNIT = re.compile(r"^.+\.(service|scope|slice|socket|mount|swap|target|device|automount|path|timer)$")
+_ESCAPE = re.compile(r"\\x([0-9a-fA-F]{2})")
+
+
+@dataclass(frozen=True)
+class PathInfo:
+    kind: Optional[str] = None  # "container", "pod", "monitor" or None
+    runtime: Optional[str] = None
+    id: Optional[str] = None  # 64-hex container ID, or the LXC container name
+    pod_uid: Optional[str] = None  # dashed form
+    qos: Optional[str] = None  # guaranteed | burstable | besteffort
+    unit: Optional[str] = None  # decoded systemd unit name of the last component
+    inside_container: bool = False  # a cgroup below a container (its own sub-cgroups)
+
+
+def unescape_unit(name: str) -> str:
+    r"""systemd unit name escapes: '\x2d' is '-', '\x40' '@' and so on."""
+    if "\\x" not in name:
+        return name
+    return _ESCAPE.sub(lambda m: chr(int(m.group(1), 16)), name)
+
+
+def _pod(component: str, parent: str):
+    m = _POD_SYSTEMD.match(component)
+    if m:
+        return m.group(2).replace("_", "-"), _QOS.get(m.group(1) or "", "guaranteed")
+    m = _POD_CGROUPFS.match(component)
+    if m and parent in ("kubepods", "burstable", "besteffort"):
+        qos = _QOS.get(parent, "guaranteed")
+        return m.group(1), qos
+    return None
+
+
+def _container(component: str, parent: str, under_pod: bool):
+    for pattern, runtime in _CONTAINER_PATTERNS:
+        m = pattern.match(component)
+        if m:
+            return runtime, m.group(1)
+    m = _BARE_ID.match(component)
+    if m and (parent in _PARENT_RUNTIME or under_pod):
+        return _PARENT_RUNTIME.get(parent), m.group(1)
+    m = _LXC.match(component)
+    if m:
+        return "lxc", m.group(1)
+    if parent == "lxc" and component:
+        return "lxc", component
+    return None
+
+
+def classify(path: str) -> PathInfo:
+    parts = [p for p in path.split("/") if p]
+    pod_uid = qos = None
+    for i, comp in enumerate(parts):
+        parent = parts[i - 1] if i else ""
+        last = i == len(parts) - 1
+        if any(p.match(comp) for p in _MONITOR_PATTERNS):
+            if last:
+                return PathInfo("monitor", unit=_unit(comp), pod_uid=pod_uid, qos=qos)
+            return PathInfo(None, unit=_unit(parts[-1]), inside_container=True)
+        pod = _pod(comp, parent)
+        if pod:
+            pod_uid, qos = pod
+            if last:
+                return PathInfo("pod", pod_uid=pod_uid, qos=qos, unit=_unit(comp))
+            continue
+        ctr = _container(comp, parent, pod_uid is not None)
+        if ctr:
+            runtime, cid = ctr
+            if last:
+                return PathInfo("container", runtime, cid, pod_uid, qos, _unit(comp))
+            # Below a container: its nested cgroups (rootless Podman's "container" leaf,
+            # systemd inside a container...). Part of that container, not one of its own.
+            return PathInfo(None, runtime, cid, pod_uid, qos, _unit(parts[-1]), inside_container=True)
+    return PathInfo(None, unit=_unit(parts[-1]) if parts else None)
+
+
+def _unit(component: str) -> Optional[str]:
+    if _UNIT.match(component):
+        return unescape_unit(component)
+    return None

@@ -1,0 +1,151 @@
+"""Rates from two samples of the same cgroup. Pure functions, no I/O.
+
+The rules (below's model, cAdvisor and netdata agree):
+- Rates come only from two samples of the same cgroup: the same folder inodes. A cgroup
+  removed and recreated under the same name is a new cgroup: no rate across it.
+- A counter that went backwards (reset, recreated, or a bad read) gives no rate, never a
+  negative one or a spike. So does a rate no counter could reach: CPU beyond every online
+  CPU busy, with a 5 % allowance for timestamp jitter.
+- The first sample of a cgroup has no rates.
+
+`Counters` is the part of a sample rates need; it is what `once --state` saves between
+cron runs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Dict, Optional, Tuple
+
+from cgstat.sample import Sample
+
+IoRow = Tuple[Optional[int], Optional[int], Optional[int], Optional[int]]  # rb, wb, rops, wops
+
+
+@dataclass(frozen=True)
+class Counters:
+    identity: Tuple[Tuple[str, int], ...]
+    time_s: float
+    cpu_usage_seconds: Optional[float]
+    cpu_periods: Optional[int]
+    cpu_throttled_periods: Optional[int]
+    io: Optional[Dict[str, IoRow]]  # device -> counters; None when IO is unknown
+
+    def to_json(self) -> dict:
+        return {
+            "identity": [list(i) for i in self.identity],
+            "time_s": self.time_s,
+            "cpu_usage_seconds": self.cpu_usage_seconds,
+            "cpu_periods": self.cpu_periods,
+            "cpu_throttled_periods": self.cpu_throttled_periods,
+            "io": None if self.io is None else {k: list(v) for k, v in self.io.items()},
+        }
+
+    @staticmethod
+    def from_json(obj: dict) -> "Counters":
+        """Inverse of to_json; raises ValueError/TypeError/KeyError on a foreign shape."""
+        identity = tuple((str(name), int(ino)) for name, ino in obj["identity"])
+        io = obj["io"]
+        rows = None
+        if io is not None:
+            rows = {}
+            for dev, row in io.items():
+                if len(row) != 4:
+                    raise ValueError("io row of wrong length")
+                rows[str(dev)] = tuple(_opt_int(v) for v in row)
+        return Counters(identity, float(obj["time_s"]), _opt_float(obj["cpu_usage_seconds"]),
+                        _opt_int(obj["cpu_periods"]), _opt_int(obj["cpu_throttled_periods"]), rows)
+
+
+def _opt_int(v) -> Optional[int]:
+    if v is None:
+        return None
+    if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+        raise ValueError(f"not a counter: {v!r}")
+    return v
+
+
+def _opt_float(v) -> Optional[float]:
+    if v is None:
+        return None
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0:
+        raise ValueError(f"not a counter: {v!r}")
+    return float(v)
+
+
+def counters(sample: Sample) -> Counters:
+    io = None
+    if sample.io.devices is not None:
+        io = {d.device: (d.read_bytes_total, d.write_bytes_total, d.read_ops_total, d.write_ops_total)
+              for d in sample.io.devices}
+    return Counters(sample.identity, sample.time_s, sample.cpu.usage_seconds_total,
+                    sample.cpu.periods_total, sample.cpu.throttled_periods_total, io)
+
+
+@dataclass(frozen=True)
+class Rates:
+    interval_s: Optional[float] = None
+    cpu_percent: Optional[float] = None
+    cpu_throttled_percent: Optional[float] = None
+    read_bytes_per_second: Optional[float] = None
+    write_bytes_per_second: Optional[float] = None
+    read_ops_per_second: Optional[float] = None
+    write_ops_per_second: Optional[float] = None
+    devices: Optional[Dict[str, Tuple[Optional[float], ...]]] = None  # dev -> rates of IoRow
+
+
+NO_RATES = Rates()
+
+
+def _delta(prev, cur):
+    if prev is None or cur is None or cur < prev:
+        return None
+    return cur - prev
+
+
+def _per_second(prev, cur, dt: float) -> Optional[float]:
+    d = _delta(prev, cur)
+    return None if d is None else d / dt
+
+
+def _sum(rows, i):
+    values = [row[i] for row in rows]
+    return None if any(v is None for v in values) else sum(values)
+
+
+def derive(prev: Optional[Counters], cur: Counters, cpus: Optional[int]) -> Rates:
+    """Rates between two samples of one cgroup, or NO_RATES when they can't be compared."""
+    if prev is None or prev.identity != cur.identity:
+        return NO_RATES
+    dt = cur.time_s - prev.time_s
+    if not dt > 0:
+        return NO_RATES
+    cpu_percent = None
+    d = _delta(prev.cpu_usage_seconds, cur.cpu_usage_seconds)
+    if d is not None:
+        cpu_percent = d / dt * 100.0
+        if cpus and cpu_percent > cpus * 100.0 * 1.05:
+            cpu_percent = None  # impossible: a counter jumped (bad read), not real work
+    throttled = None
+    dp = _delta(prev.cpu_periods, cur.cpu_periods)
+    dtp = _delta(prev.cpu_throttled_periods, cur.cpu_throttled_periods)
+    if dp and dtp is not None and dtp <= dp:
+        throttled = dtp / dp * 100.0
+    elif dp == 0 and dtp == 0:
+        throttled = 0.0
+    rates = {"read_bytes_per_second": None, "write_bytes_per_second": None,
+             "read_ops_per_second": None, "write_ops_per_second": None}
+    devices = None
+    if prev.io is not None and cur.io is not None:
+        devices = {}
+        for dev, row in cur.io.items():
+            old = prev.io.get(dev)
+            if old is None:
+                devices[dev] = (None, None, None, None)  # no earlier reading of this device
+                continue
+            devices[dev] = tuple(_per_second(old[i], row[i], dt) for i in range(4))
+        if set(prev.io) <= set(cur.io):
+            names = list(rates)
+            for i, name in enumerate(names):
+                rates[name] = _per_second(_sum(prev.io.values(), i), _sum(cur.io.values(), i), dt)
+    return Rates(dt, cpu_percent, throttled, devices=devices, **rates)

@@ -1,0 +1,303 @@
+"""Pure parsers for the text of cgroup and proc files. No I/O here.
+
+Each parser takes the file's text and returns plain values, or raises ValueError with a
+short reason. Kernel formats follow Documentation/admin-guide/cgroup-v2.rst and
+cgroup-v1/*.rst. Parsers are strict about what they use and lenient about what they
+don't: unknown keys are ignored (new kernels add keys), a malformed line that carries a
+value we need fails the parse.
+"""
+
+from __future__ import annotations
+
+from typing import Dict, List, Optional, Tuple
+
+U64_MAX = 2**64 - 1
+# v1 memory.limit_in_bytes reads back PAGE_COUNTER_MAX * PAGE_SIZE when unlimited
+# (9223372036854771712 with 4 KiB pages, less with 64 KiB pages); memory.memsw and
+# kmem likewise. Anything at or past 2^62 bytes (4 EiB) is "no limit" in practice.
+UNLIMITED_BYTES = 2**62
+
+
+def parse_uint(text: str) -> int:
+    """A single unsigned decimal integer (u64), surrounded by optional whitespace."""
+    s = text.strip()
+    if not s:
+        raise ValueError("empty")
+    if not s.isdigit() or not s.isascii():
+        raise ValueError(f"not an unsigned integer: {s[:40]!r}")
+    value = int(s)
+    if value > U64_MAX:
+        raise ValueError(f"larger than 2^64-1: {s[:40]!r}")
+    return value
+
+
+def parse_int(text: str) -> int:
+    """A single signed decimal integer (s64), e.g. cpu.cfs_quota_us which may be -1."""
+    s = text.strip()
+    body = s[1:] if s.startswith("-") else s
+    if not body or not body.isdigit() or not body.isascii():
+        raise ValueError(f"not an integer: {s[:40]!r}" if s else "empty")
+    value = int(s)
+    if not -(2**63) <= value < 2**63:
+        raise ValueError(f"out of s64 range: {s[:40]!r}")
+    return value
+
+
+def parse_max_or_uint(text: str) -> Optional[int]:
+    """v2 limit files (memory.max, pids.max...): "max" is no limit (None)."""
+    s = text.strip()
+    if s == "max":
+        return None
+    return parse_uint(s)
+
+
+def limit_bytes(value: int) -> Optional[int]:
+    """A byte limit, or None when the value is the kernel's 'unlimited' sentinel."""
+    return None if value >= UNLIMITED_BYTES else value
+
+
+def parse_flat_keyed(text: str) -> Dict[str, int]:
+    """'key value' lines (cpu.stat, memory.stat, memory.events, cpuacct.stat...).
+
+    Lines whose value is not an unsigned integer are skipped unless the key is needed:
+    callers check for the keys they need. A duplicated key is an error: the kernel never
+    prints one, so the file is not what we think it is.
+    """
+    out: Dict[str, int] = {}
+    for line in text.splitlines():
+        parts = line.split()
+        if not parts:
+            continue
+        if len(parts) != 2:
+            raise ValueError(f"bad line: {line[:60]!r}")
+        key, raw = parts
+        if key in out:
+            raise ValueError(f"duplicate key {key!r}")
+        out[key] = parse_uint(raw)
+    return out
+
+
+def need(table: Dict[str, int], key: str) -> int:
+    """A key that must be present in a flat keyed file."""
+    try:
+        return table[key]
+    except KeyError:
+        raise ValueError(f"missing key {key!r}") from None
+
+
+def parse_cpu_max(text: str) -> Tuple[Optional[int], int]:
+    """v2 cpu.max: '$MAX $PERIOD' in microseconds; MAX may be 'max'."""
+    parts = text.split()
+    if len(parts) == 1:
+        # "If only one number is written, $MAX is updated" - the file always shows both,
+        # but be lenient: default period 100000 us.
+        parts.append("100000")
+    if len(parts) != 2:
+        raise ValueError(f"expected '$MAX $PERIOD': {text.strip()[:40]!r}")
+    quota = parse_max_or_uint(parts[0])
+    period = parse_uint(parts[1])
+    if period == 0:
+        raise ValueError("period is 0")
+    return quota, period
+
+
+def parse_nested_keyed(text: str) -> Dict[str, Dict[str, float]]:
+    """'name key=value key=value' lines (io.stat, *.pressure). Values parsed as numbers.
+
+    io.stat: "8:0 rbytes=90430464 wbytes=299008000 rios=8950 wios=1252 dbytes=50331648 dios=3021"
+    A device line with no keys at all is legal (seen after a device's stats were reset).
+    """
+    out: Dict[str, Dict[str, float]] = {}
+    for line in text.splitlines():
+        parts = line.split()
+        if not parts:
+            continue
+        name = parts[0]
+        if "=" in name:
+            raise ValueError(f"line without a name: {line[:60]!r}")
+        if name in out:
+            raise ValueError(f"duplicate line {name!r}")
+        fields: Dict[str, float] = {}
+        for item in parts[1:]:
+            key, sep, raw = item.partition("=")
+            if not sep or not key:
+                raise ValueError(f"not key=value: {item[:40]!r}")
+            if key in fields:
+                raise ValueError(f"duplicate key {key!r} in {name!r}")
+            fields[key] = _number(raw)
+        out[name] = fields
+    return out
+
+
+def _number(raw: str) -> float:
+    if "." in raw:
+        whole, _, frac = raw.partition(".")
+        if not (whole.isdigit() and frac.isdigit() and raw.isascii()):
+            raise ValueError(f"not a number: {raw[:40]!r}")
+        return float(raw)
+    return parse_uint(raw)
+
+
+def parse_pressure(text: str) -> Dict[str, Dict[str, float]]:
+    """PSI file: 'some avg10=0.00 avg60=0.00 avg300=0.00 total=0' and a 'full' line.
+
+    total is cumulative stall time in microseconds. The 'full' line is absent for cpu on
+    kernels before 5.13.
+    """
+    table = parse_nested_keyed(text)
+    for name, fields in table.items():
+        if name not in ("some", "full"):
+            raise ValueError(f"unknown pressure line {name!r}")
+        for key in ("avg10", "avg60", "avg300", "total"):
+            if key not in fields:
+                raise ValueError(f"{name}: missing {key}")
+    if "some" not in table:
+        raise ValueError("no 'some' line")
+    return table
+
+
+def parse_blkio_v1(text: str) -> Dict[str, Dict[str, int]]:
+    """v1 blkio.*io_service_bytes* / *io_serviced* rows: 'MAJ:MIN Op N' and 'Total N'.
+
+    Returns {"MAJ:MIN": {"Read": n, "Write": n, "Discard": n, ...}}; the trailing
+    'Total' line (and per-device 'Total' rows) are dropped: totals are summed by us.
+    """
+    out: Dict[str, Dict[str, int]] = {}
+    for line in text.splitlines():
+        parts = line.split()
+        if not parts:
+            continue
+        if parts[0] == "Total" and len(parts) == 2:
+            parse_uint(parts[1])
+            continue
+        if len(parts) != 3:
+            raise ValueError(f"bad line: {line[:60]!r}")
+        device, op, raw = parts
+        if not _is_device(device):
+            raise ValueError(f"bad device {device[:20]!r}")
+        value = parse_uint(raw)
+        if op == "Total":
+            continue
+        row = out.setdefault(device, {})
+        if op in row:
+            raise ValueError(f"duplicate {op} for {device}")
+        row[op] = value
+    return out
+
+
+def _is_device(text: str) -> bool:
+    major, sep, minor = text.partition(":")
+    return bool(sep) and major.isdigit() and minor.isdigit() and text.isascii()
+
+
+def parse_io_stat(text: str) -> Dict[str, Dict[str, int]]:
+    """v2 io.stat parsed as key=value (never by position: keys come and go by kernel)."""
+    table = parse_nested_keyed(text)
+    out: Dict[str, Dict[str, int]] = {}
+    for device, fields in table.items():
+        if not _is_device(device):
+            raise ValueError(f"bad device {device[:20]!r}")
+        row = {}
+        for key, value in fields.items():
+            if isinstance(value, float):
+                raise ValueError(f"{device} {key}: not an integer")
+            row[key] = value
+        out[device] = row
+    return out
+
+
+def parse_pid_list(text: str) -> List[int]:
+    """cgroup.procs: one PID per line."""
+    return [parse_uint(line) for line in text.split()]
+
+
+def parse_proc_cgroup(text: str) -> List[Tuple[str, str]]:
+    """/proc/<pid>/cgroup: 'ID:controllers:path' lines -> [(controllers, path)].
+
+    v2 is '0::/path'; v1 lines name their controllers ('4:memory:/x', '2:cpu,cpuacct:/y',
+    '1:name=systemd:/z'). A path may contain ':' so split at most twice.
+    """
+    out = []
+    for line in text.splitlines():
+        if not line:
+            continue
+        parts = line.split(":", 2)
+        if len(parts) != 3 or not parts[0].isdigit():
+            raise ValueError(f"bad line: {line[:60]!r}")
+        _, controllers, path = parts
+        if not path.startswith("/"):
+            raise ValueError(f"path not absolute: {path[:60]!r}")
+        out.append((controllers, path))
+    return out
+
+
+def parse_meminfo(text: str) -> Dict[str, int]:
+    """/proc/meminfo: 'MemTotal:       24576000 kB' -> bytes."""
+    out = {}
+    for line in text.splitlines():
+        key, sep, rest = line.partition(":")
+        if not sep:
+            continue
+        parts = rest.split()
+        if not parts or not parts[0].isdigit():
+            continue
+        value = int(parts[0])
+        if len(parts) > 1 and parts[1] == "kB":
+            value *= 1024
+        out[key.strip()] = value
+    return out
+
+
+def parse_cpu_list(text: str) -> int:
+    """/sys/devices/system/cpu/online: '0-3,8-11' -> 8."""
+    count = 0
+    s = text.strip()
+    if not s:
+        raise ValueError("empty")
+    for part in s.split(","):
+        lo, sep, hi = part.partition("-")
+        first = parse_uint(lo)
+        last = parse_uint(hi) if sep else first
+        if last < first:
+            raise ValueError(f"bad range {part!r}")
+        count += last - first + 1
+    return count
+
+
+def unescape_mount_field(text: str) -> str:
+    r"""mountinfo escapes space, tab, newline and backslash as \040 \011 \012 \134."""
+    if "\\" not in text:
+        return text
+    out = []
+    i = 0
+    while i < len(text):
+        if text[i] == "\\" and i + 3 < len(text) + 0 and text[i + 1 : i + 4].isdigit():
+            out.append(chr(int(text[i + 1 : i + 4], 8)))
+            i += 4
+        else:
+            out.append(text[i])
+            i += 1
+    return "".join(out)
+
+
+def parse_mountinfo(text: str) -> List[Tuple[str, str, str, str, str]]:
+    """/proc/<pid>/mountinfo -> [(dev 'MAJ:MIN', root, mount point, fstype, super options)].
+
+    Format (proc(5)): 'id parent maj:min root mountpoint opts [optional...] - fstype source superopts'.
+    """
+    out = []
+    for line in text.splitlines():
+        if not line.strip():
+            continue
+        left, sep, right = line.partition(" - ")
+        if not sep:
+            raise ValueError(f"no separator: {line[:60]!r}")
+        lf = left.split()
+        rf = right.split()
+        if len(lf) < 6 or len(rf) < 2:
+            raise ValueError(f"short line: {line[:60]!r}")
+        superopts = rf[2] if len(rf) > 2 else ""
+        out.append(
+            (lf[2], unescape_mount_field(lf[3]), unescape_mount_field(lf[4]), rf[0], superopts)
+        )
+    return out

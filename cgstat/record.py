@@ -1,0 +1,118 @@
+"""The JSON record: one object per cgroup per tick (the contract, docs/schema.md).
+
+Assembles a Sample, its Rates and the host facts into the documented shape. Nothing here
+reads files; units are in the names, unknown is None (JSON null), never a fake 0.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Dict, Optional
+
+from cgstat.blockdev import DeviceNames
+from cgstat.host import HostInfo
+from cgstat.model import Rates
+from cgstat.sample import PRESSURE_RESOURCES, Sample
+
+SCHEMA_VERSION = 1
+
+
+def rfc3339(wall_s: float) -> str:
+    whole = int(wall_s)
+    ms = int((wall_s - whole) * 1000)
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(whole)) + f".{ms:03d}Z"
+
+
+def build(sample: Sample, rates: Rates, host: HostInfo, names: DeviceNames,
+          container: Optional[Dict[str, Any]] = None, unit: Optional[str] = None,
+          kind: str = "cgroup") -> Dict[str, Any]:
+    cpu, mem, io, pids = sample.cpu, sample.memory, sample.io, sample.pids
+    limit = mem.limit_bytes
+    # docker stats: MEM % = usage / limit, with the host's MemTotal standing in for an
+    # absent limit (and for a limit larger than the host's memory).
+    denominator = limit
+    if denominator is None or (host.mem_total_bytes and denominator > host.mem_total_bytes):
+        denominator = host.mem_total_bytes
+    mem_percent = None
+    if mem.working_set_bytes is not None and denominator:
+        mem_percent = mem.working_set_bytes / denominator * 100.0
+
+    devices = None
+    if io.devices is not None:
+        devices = []
+        for d in io.devices:
+            dev_rates = (rates.devices or {}).get(d.device, (None, None, None, None))
+            devices.append({
+                "device": d.device,
+                "name": names.name(d.device),
+                "read_bytes_total": d.read_bytes_total,
+                "write_bytes_total": d.write_bytes_total,
+                "read_ops_total": d.read_ops_total,
+                "write_ops_total": d.write_ops_total,
+                "discard_bytes_total": d.discard_bytes_total,
+                "discard_ops_total": d.discard_ops_total,
+                "read_bytes_per_second": dev_rates[0],
+                "write_bytes_per_second": dev_rates[1],
+                "read_ops_per_second": dev_rates[2],
+                "write_ops_per_second": dev_rates[3],
+            })
+
+    pressure = {}
+    for resource in PRESSURE_RESOURCES:
+        p = sample.pressure.get(resource)
+        pressure[resource] = None if p is None else {
+            "some_avg10": p.some_avg10, "some_avg60": p.some_avg60, "some_avg300": p.some_avg300,
+            "some_seconds_total": p.some_seconds_total,
+            "full_avg10": p.full_avg10, "full_avg60": p.full_avg60, "full_avg300": p.full_avg300,
+            "full_seconds_total": p.full_seconds_total,
+        }
+
+    return {
+        "schema": SCHEMA_VERSION,
+        "type": kind,
+        "ts": rfc3339(sample.wall_s),
+        "host": host.hostname,
+        "cgroup": sample.path,
+        "paths": sample.paths,
+        "interval_s": rates.interval_s,
+        "unit": unit,
+        "container": container,
+        "cpu": {
+            "usage_seconds_total": cpu.usage_seconds_total,
+            "user_seconds_total": cpu.user_seconds_total,
+            "system_seconds_total": cpu.system_seconds_total,
+            "percent": rates.cpu_percent,
+            "limit_cores": cpu.limit_cores,
+            "periods_total": cpu.periods_total,
+            "throttled_periods_total": cpu.throttled_periods_total,
+            "throttled_seconds_total": cpu.throttled_seconds_total,
+            "throttled_percent": rates.cpu_throttled_percent,
+        },
+        "memory": {
+            "usage_bytes": mem.usage_bytes,
+            "working_set_bytes": mem.working_set_bytes,
+            "limit_bytes": limit,
+            "percent": mem_percent,
+            "anon_bytes": mem.anon_bytes,
+            "file_bytes": mem.file_bytes,
+            "inactive_file_bytes": mem.inactive_file_bytes,
+            "shmem_bytes": mem.shmem_bytes,
+            "swap_bytes": mem.swap_bytes,
+            "oom_kills_total": mem.oom_kills_total,
+            "oom_events_total": mem.oom_events_total,
+        },
+        "io": {
+            "read_bytes_total": io.total("read_bytes_total"),
+            "write_bytes_total": io.total("write_bytes_total"),
+            "read_ops_total": io.total("read_ops_total"),
+            "write_ops_total": io.total("write_ops_total"),
+            "read_bytes_per_second": rates.read_bytes_per_second,
+            "write_bytes_per_second": rates.write_bytes_per_second,
+            "read_ops_per_second": rates.read_ops_per_second,
+            "write_ops_per_second": rates.write_ops_per_second,
+            "devices": devices,
+        },
+        "pids": {"current": pids.current, "limit": pids.limit},
+        "pressure": pressure,
+        "errors": [{"source": p.source, "error": p.error, "detail": p.detail} for p in sample.errors],
+    }

@@ -1,0 +1,103 @@
+"""Raw samples: what one cgroup's files said at one moment, converted to seconds and bytes.
+
+Immutable, no rates: rates are derived from two samples (model.py). `None` means unknown
+or unsupported, and `errors` says why.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Dict, Optional, Tuple
+
+
+@dataclass(frozen=True)
+class Problem:
+    source: str  # the file (e.g. "memory.stat") or the controller ("io") concerned
+    error: str  # gone | unsupported | permission_denied | malformed | read_failed | missing | unavailable
+    detail: str
+
+
+@dataclass(frozen=True)
+class CpuSample:
+    usage_seconds_total: Optional[float] = None
+    user_seconds_total: Optional[float] = None
+    system_seconds_total: Optional[float] = None
+    limit_cores: Optional[float] = None
+    periods_total: Optional[int] = None
+    throttled_periods_total: Optional[int] = None
+    throttled_seconds_total: Optional[float] = None
+
+
+@dataclass(frozen=True)
+class MemorySample:
+    usage_bytes: Optional[int] = None
+    working_set_bytes: Optional[int] = None
+    limit_bytes: Optional[int] = None
+    anon_bytes: Optional[int] = None
+    file_bytes: Optional[int] = None
+    inactive_file_bytes: Optional[int] = None
+    shmem_bytes: Optional[int] = None
+    swap_bytes: Optional[int] = None
+    oom_kills_total: Optional[int] = None
+    oom_events_total: Optional[int] = None
+
+
+@dataclass(frozen=True)
+class DeviceIo:
+    device: str  # "MAJ:MIN"
+    read_bytes_total: Optional[int] = None
+    write_bytes_total: Optional[int] = None
+    read_ops_total: Optional[int] = None
+    write_ops_total: Optional[int] = None
+    discard_bytes_total: Optional[int] = None
+    discard_ops_total: Optional[int] = None
+
+
+@dataclass(frozen=True)
+class IoSample:
+    devices: Optional[Tuple[DeviceIo, ...]] = None  # None: no IO accounting here
+
+    def total(self, field: str) -> Optional[int]:
+        if self.devices is None:
+            return None
+        values = [getattr(d, field) for d in self.devices]
+        if any(v is None for v in values):
+            return None
+        return sum(values)
+
+
+@dataclass(frozen=True)
+class PidsSample:
+    current: Optional[int] = None
+    limit: Optional[int] = None
+
+
+@dataclass(frozen=True)
+class PressureSample:
+    some_avg10: Optional[float] = None
+    some_avg60: Optional[float] = None
+    some_avg300: Optional[float] = None
+    some_seconds_total: Optional[float] = None
+    full_avg10: Optional[float] = None
+    full_avg60: Optional[float] = None
+    full_avg300: Optional[float] = None
+    full_seconds_total: Optional[float] = None
+
+
+PRESSURE_RESOURCES = ("cpu", "memory", "io")
+
+
+@dataclass(frozen=True)
+class Sample:
+    path: str
+    paths: Dict[str, str]  # hierarchy name -> path read there
+    identity: Tuple[Tuple[str, int], ...]  # (hierarchy, folder inode) pairs
+    time_s: float  # host monotonic seconds (CLOCK_BOOTTIME)
+    wall_s: float  # Unix time, for `ts` only
+    cpu: CpuSample
+    memory: MemorySample
+    io: IoSample
+    pids: PidsSample
+    pressure: Dict[str, Optional[PressureSample]]
+    errors: Tuple[Problem, ...]
+    gone: bool = False  # a file vanished while reading: the cgroup may have been removed

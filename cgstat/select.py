@@ -1,0 +1,58 @@
+"""Which cgroups to report.
+
+Default: the cgroups people think of as workloads: containers and Kubernetes pods, and
+systemd services and scopes that are not part of a container. Runtime monitors (conmon,
+lxc.monitor) and a container's own sub-cgroups are plumbing, not workloads. On a host with
+none of these (a plain machine, a CI runner), the root and its direct children, so that
+the stream is never empty. `--all`: every cgroup. `--match REGEX`: every cgroup whose path
+matches (re.search), whatever its kind.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import List, Optional, Pattern, Tuple
+
+from cgstat.discover import Cgroup
+from cgstat.identity import PathInfo, classify
+
+Selected = List[Tuple[Cgroup, PathInfo]]
+
+
+def _is_workload(info: PathInfo) -> bool:
+    if info.inside_container or info.kind == "monitor":
+        return False
+    if info.kind in ("container", "pod"):
+        return True
+    return info.unit is not None and info.unit.endswith((".service", ".scope"))
+
+
+def select(cgroups: List[Cgroup], all_cgroups: bool = False,
+           match: Optional[Pattern[str]] = None) -> Tuple[Selected, str]:
+    """The cgroups to report this tick, and a sentence saying what they are."""
+    classified = [(cg, classify(cg.path)) for cg in cgroups]
+    if match is not None:
+        chosen = [(cg, i) for cg, i in classified if match.search(cg.path)]
+        return chosen, f"cgroups whose path matches {match.pattern!r}"
+    if all_cgroups:
+        return classified, "every cgroup"
+    chosen = [(cg, i) for cg, i in classified if _is_workload(i)]
+    if chosen:
+        containers = sum(1 for _, i in chosen if i.kind == "container")
+        pods = sum(1 for _, i in chosen if i.kind == "pod")
+        units = len(chosen) - containers - pods
+        return chosen, (f"{containers} containers, {pods} pods and {units} systemd services/scopes "
+                        "(--all for every cgroup)")
+    top = [(cg, i) for cg, i in classified if cg.path.count("/") <= 1]
+    return top, ("the root cgroup and its direct children, since no containers or systemd "
+                 "units were found (--all for every cgroup)")
+
+
+def compile_match(pattern: Optional[str]) -> Optional[Pattern[str]]:
+    """Compile --match; raises ValueError with a readable reason."""
+    if pattern is None:
+        return None
+    try:
+        return re.compile(pattern)
+    except re.error as exc:
+        raise ValueError(f"--match {pattern!r}: {exc}") from None
