@@ -16,8 +16,9 @@ Rules, per cgroup P of the anchor hierarchy and other hierarchy H:
    when it is P itself or ends in the same folder name (the same workload under another
    base); a member sitting in an unrelated or shared H cgroup (H not delegated) is not a
    join, since that cgroup's figures are not this workload's.
-2. P has no members (a slice, a pod parent): if a joined descendant of P sits under a
-   base B in H (its Q is B + its P), use B + P when it exists; else P itself when it exists.
+2. P has no members (a slice, a pod parent): the H folder holding most of P's joined
+   children, when it is P itself or has P's folder name (the same subtree under another
+   base); else P itself when it exists. Deepest cgroups are joined first, so this climbs.
 3. Otherwise P has no folder in H, and that controller's figures are null.
 H folders joined to nothing are reported as cgroups of their own, keyed by their H path.
 Joins found through processes are cached by (folder inode) so membership is read once per
@@ -177,17 +178,18 @@ class Discoverer:
         order = sorted(anchor_tree, key=lambda p: (-p.count("/"), p))
         for h in others:
             tree = trees[h.name]
-            bases: Dict[str, str] = {}  # anchor path -> base in H learnt from it or below
+            # anchor path -> H parents of its children's targets (for rule 2)
+            child_parents: Dict[str, List[str]] = {}
             for path in order:
                 folder = anchor_tree[path]
-                target = self._target(folder, h, tree, bases, live_keys)
+                target = self._target(folder, h, tree, child_parents.get(path), live_keys)
                 if target is None:
                     continue
                 joined[path][h.name] = target
                 claimed[h.name].add(target.path)
-                if path != "/" and target.path != path and target.path.endswith(path):
-                    base = target.path[: -len(path)]
-                    _note_base(bases, path, base)
+                if path != "/":
+                    parent = path.rsplit("/", 1)[0] or "/"
+                    child_parents.setdefault(parent, []).append(target.path.rsplit("/", 1)[0] or "/")
         # Drop cached joins of cgroups that are gone.
         self._joins = {k: v for k, v in self._joins.items() if k in live_keys}
 
@@ -207,7 +209,7 @@ class Discoverer:
         return result
 
     def _target(self, folder: Folder, h: Hierarchy, tree: Dict[str, Folder],
-                bases: Dict[str, str], live_keys: set) -> Optional[Folder]:
+                child_parents: Optional[List[str]], live_keys: set) -> Optional[Folder]:
         path = folder.path
         if path == "/":
             return tree.get("/")
@@ -227,21 +229,14 @@ class Discoverer:
                 return target
             if target is not None:
                 return None  # members sit in another H cgroup: its figures aren't ours
-        base = bases.get(path)
-        if base is not None and (base + path) in tree:
-            return tree[base + path]
+        if child_parents:
+            # Rule 2: where most joined children sit in H, if that is this cgroup there.
+            best = max(sorted(set(child_parents)), key=child_parents.count)
+            if best in tree and (best == path or _leaf(best) == _leaf(path)):
+                return tree[best]
         return tree.get(path)
 
 
 def _leaf(path: str) -> str:
     return path.rsplit("/", 1)[-1]
 
-
-def _note_base(bases: Dict[str, str], path: str, base: str) -> None:
-    """Record base B for every ancestor of `path` (rule 2), first finding wins."""
-    parent = path
-    while True:
-        parent = parent.rsplit("/", 1)[0]
-        if not parent:
-            break
-        bases.setdefault(parent, base)
