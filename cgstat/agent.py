@@ -21,9 +21,10 @@ from cgstat.discover import Discoverer
 from cgstat.hierarchy import NoCgroupFS, detect
 from cgstat.host import HostClock, read_host
 from cgstat.hostfs import HostFS
-from cgstat.identity import PathInfo
+from cgstat.identity import PathInfo, classify
 from cgstat.log import Warner
 from cgstat.model import Counters, counters, derive
+from cgstat.pids import PidMapper, pid_namespace_note
 from cgstat.record import build
 from cgstat.sample import Sample
 from cgstat.select import select
@@ -56,13 +57,21 @@ class Agent:
         self.match = match
         self.warner = warner or Warner()
         self.previous: Dict[str, Counters] = {}
+        note = pid_namespace_note(self.fs)
+        if note:
+            self.warner.once("pidns", note)
 
-    def collect(self) -> List[Tuple[Sample, PathInfo]]:
+    def collect(self) -> List[Tuple[Sample, PathInfo, bool]]:
         """Read every selected cgroup once."""
-        selected, what = select(self.discoverer.join(), self.all_cgroups, self.match)
+        ids = self.identities
+        cgroups = self.discoverer.join()
+        ids.refresh_if_new(classify(cg.path) for cg in cgroups)
+        selected, what = select(cgroups, self.all_cgroups, self.match,
+                                lambda cg, info: ids.is_sandbox(info, cg.folders[0].local))
         self.warner.once("selection", f"{self.layout.kind} cgroup layout; showing {what}")
         out = []
         for cg, info in selected:
+            sandbox = ids.is_sandbox(info, cg.folders[0].local)
             now = self.clock.monotonic()
             sample = read_cgroup(cg, self.layout, now, self.clock.wall(now))
             if sample.gone and not all(os.path.isdir(f.local) for f in cg.folders):
@@ -70,20 +79,21 @@ class Agent:
             for p in sample.errors:
                 if p.error not in _QUIET_ERRORS:
                     self.warner.warn(f"{p.source}:{p.error}", f"{cg.path}: {p.source}: {p.error}: {p.detail}")
-            out.append((sample, info))
+            out.append((sample, info, sandbox))
         return out
 
-    def render(self, samples: List[Tuple[Sample, PathInfo]],
+    def render(self, samples: List[Tuple[Sample, PathInfo, bool]],
                previous: Dict[str, Counters]) -> Tuple[List[bytes], Dict[str, Counters]]:
         """Records as JSON lines, and the counters to compare the next tick with."""
         lines = []
         current: Dict[str, Counters] = {}
-        self.identities.refresh_if_new(s.path for s, _ in samples)
-        for sample, info in samples:
+        for sample, info, sandbox in samples:
             c = counters(sample)
             current[sample.path] = c
             rates = derive(previous.get(sample.path), c, self.host.cpus_online)
             container = self.identities.container(info)
+            if container is not None and sandbox:
+                container["sandbox"] = True
             kind = "pod" if info.kind == "pod" else "cgroup"
             record = build(sample, rates, self.host, self.names, container, info.unit, kind)
             lines.append(orjson.dumps(record) + b"\n")
@@ -198,4 +208,17 @@ def run_once(agent: Agent, sink: Sink, state_path: Optional[str], window_s: floa
         raise CgstatError(str(exc)) from None
     finally:
         sink.close()
+    return 0
+
+
+def run_pid(agent: Agent, pids: List[int]) -> int:
+    """One JSON object per PID on stdout."""
+    mapper = PidMapper(agent.fs, agent.layout, agent.identities)
+    sink = Sink(None)
+    try:
+        sink.write([orjson.dumps(mapper.describe(pid)) + b"\n" for pid in pids])
+    except ReaderGone:
+        return 0
+    except SinkError as exc:
+        raise CgstatError(str(exc)) from None
     return 0

@@ -8,7 +8,7 @@ from typing import List, Optional
 import typer
 
 from cgstat import __version__
-from cgstat.agent import Agent, CgstatError, run_once, run_stream
+from cgstat.agent import Agent, CgstatError, run_once, run_pid, run_stream
 from cgstat.log import Warner, say
 from cgstat.select import compile_match
 from cgstat.sinks import Sink
@@ -106,6 +106,22 @@ def once(
     """Print one batch of records and exit (for cron and scripts)."""
     try:
         code = run_once(_agent(host_root, all_, match), Sink(output), state, window)
+    except CgstatError as exc:
+        say(str(exc))
+        raise typer.Exit(1)
+    raise typer.Exit(code)
+
+
+@app.command()
+def pid(
+    pids: List[int] = typer.Argument(..., metavar="PID...", help="Process IDs as the host sees them."),
+    host_root: str = HOST_ROOT,
+) -> None:
+    """Print, for each PID, one JSON object: its cgroup path(s) and container.
+
+    A PID with no process prints {"pid": N, "error": "no such process", ...}; exit 0."""
+    try:
+        code = run_pid(_agent(host_root, False, None), pids)
     except CgstatError as exc:
         say(str(exc))
         raise typer.Exit(1)

@@ -1,40 +1,323 @@
-"""Container identity for records: runtime and IDs from the path, names from runtime state.
+"""Container names, images and labels from the runtimes' state on disk; PID -> container.
 
-(Names from state files are filled in by `Identities`; see its docstring.)
+Reads (all under the host root, none needs a daemon):
+- Docker:     /var/lib/docker/containers/<id>/config.v2.json (Name, Config.Image,
+              Config.Labels, incl. io.kubernetes.* under dockershim); the data root is
+              taken from /etc/docker/daemon.json "data-root" when set.
+- Podman:     /var/lib/containers/storage/overlay-containers/containers.json (rootful) and
+              ~/.local/share/containers/storage/overlay-containers/containers.json of
+              every home in /etc/passwd and under /home (rootless).
+- containerd: /run/containerd/io.containerd.runtime.v2.task/<namespace>/<id>/config.json
+              (the OCI spec; CRI annotations name the container, pod and sandbox).
+- CRI-O:      /var/lib/containers/storage/overlay-containers/<id>/userdata/config.json
+              (annotations io.kubernetes.*).
+- kubelet:    /var/log/pods/<namespace>_<pod>_<uid>/ (pod names by UID) and
+              /var/log/containers/<pod>_<namespace>_<container>-<id>.log (container names).
+- Docker API: GET /containers/<id>/json over /var/run/docker.sock, only for a Docker
+              container whose state file can't be read (moved data root, no permission).
+- /proc/<pid>/cgroup and /proc/<pid>/stat (start time) for PID lookups.
+
+Names are cached by container ID; the caches are refreshed when a container ID appears
+that they don't know (at most every few seconds), so a steady host costs no reads.
 """
 
 from __future__ import annotations
 
-from typing import Any, Dict, Iterable, Optional
+import glob
+import http.client
+import os
+import re
+import socket
+import time
+from typing import Any, Dict, Iterable, List, Optional, Tuple
 
-from cgstat.hostfs import HostFS
+import orjson
+
+from cgstat import parse
+from cgstat.hostfs import HostFS, ReadError, read_text
 from cgstat.identity import PathInfo
+
+_REFRESH_MIN_S = 5.0
+_K8S_LOG = re.compile(r"^(?P<pod>[^_]+)_(?P<ns>[^_]+)_(?P<container>.+)-(?P<id>[0-9a-f]{64})\.log$")
+_POD_DIR = re.compile(r"^(?P<ns>[^_]+)_(?P<pod>[^_]+)_(?P<uid>[0-9a-f-]{36})$")
+
+
+class _Names:
+    """What one refresh of the state files found."""
+
+    def __init__(self) -> None:
+        self.containers: Dict[str, Dict[str, Any]] = {}  # id -> name/image/labels/runtime/sandbox/pod
+        self.pods: Dict[str, Tuple[str, str]] = {}  # uid -> (namespace, name)
+
+
+def _load_json(fs: HostFS, path: str) -> Any:
+    try:
+        return orjson.loads(fs.read_text(path))
+    except (ReadError, orjson.JSONDecodeError):
+        return None
+
+
+def _str_dict(value: Any) -> Optional[Dict[str, str]]:
+    if not isinstance(value, dict):
+        return None
+    return {str(k): str(v) for k, v in value.items() if isinstance(v, (str, int, float))}
+
+
+def _docker_root(fs: HostFS) -> str:
+    conf = _load_json(fs, "/etc/docker/daemon.json")
+    if isinstance(conf, dict) and isinstance(conf.get("data-root"), str):
+        return conf["data-root"].rstrip("/")
+    return "/var/lib/docker"
+
+
+def _from_docker_config(obj: Any) -> Optional[Dict[str, Any]]:
+    if not isinstance(obj, dict):
+        return None
+    config = obj.get("Config") if isinstance(obj.get("Config"), dict) else {}
+    labels = _str_dict(config.get("Labels")) or {}
+    name = obj.get("Name")
+    entry = {
+        "runtime": "docker",
+        "name": name.lstrip("/") if isinstance(name, str) and name.strip("/") else None,
+        "image": config.get("Image") if isinstance(config.get("Image"), str) else None,
+        "labels": labels,
+        "sandbox": labels.get("io.kubernetes.docker.type") == "podsandbox",
+    }
+    if "io.kubernetes.pod.name" in labels:
+        entry["k8s_container"] = labels.get("io.kubernetes.container.name")
+        entry["k8s_pod"] = (labels.get("io.kubernetes.pod.namespace"), labels.get("io.kubernetes.pod.name"))
+    return entry
+
+
+def _read_docker(fs: HostFS, names: _Names) -> None:
+    root = _docker_root(fs)
+    for path in glob.glob(fs.path(root + "/containers/*/config.v2.json")):
+        cid = os.path.basename(os.path.dirname(path))
+        try:
+            entry = _from_docker_config(orjson.loads(read_text(path)))
+        except (ReadError, orjson.JSONDecodeError):
+            continue
+        if entry:
+            names.containers[cid] = entry
+
+
+def _podman_files(fs: HostFS) -> List[str]:
+    rel = "/.local/share/containers/storage/overlay-containers/containers.json"
+    found = [fs.path("/var/lib/containers/storage/overlay-containers/containers.json")]
+    homes = set(glob.glob(fs.path("/home/*"))) | {fs.path("/root")}
+    for line in (fs.read_optional("/etc/passwd") or "").splitlines():
+        parts = line.split(":")
+        if len(parts) >= 6 and parts[5].startswith("/") and parts[5] != "/":
+            homes.add(fs.path(parts[5]))
+    found.extend(sorted(h + rel for h in homes))
+    return [f for f in found if os.path.isfile(f)]
+
+
+def _read_podman(fs: HostFS, names: _Names) -> None:
+    for path in _podman_files(fs):
+        try:
+            items = orjson.loads(read_text(path))
+        except (ReadError, orjson.JSONDecodeError):
+            continue
+        if not isinstance(items, list):
+            continue
+        for item in items:
+            if not isinstance(item, dict) or not isinstance(item.get("id"), str):
+                continue
+            meta: Dict[str, Any] = {}
+            if isinstance(item.get("metadata"), str):
+                try:
+                    parsed = orjson.loads(item["metadata"])
+                    meta = parsed if isinstance(parsed, dict) else {}
+                except orjson.JSONDecodeError:
+                    meta = {}
+            nm = item.get("names")
+            name = nm[0] if isinstance(nm, list) and nm and isinstance(nm[0], str) else meta.get("name")
+            image = meta.get("image-name") if isinstance(meta.get("image-name"), str) else None
+            # CRI-O keeps its containers in the same store: its metadata names the pod.
+            runtime = "cri-o" if "pod-name" in meta else "podman"
+            names.containers.setdefault(item["id"], {
+                "runtime": runtime, "name": name if isinstance(name, str) else None,
+                "image": image, "labels": None, "sandbox": False,
+            })
+
+
+def _from_oci_annotations(obj: Any, runtime: str) -> Optional[Dict[str, Any]]:
+    if not isinstance(obj, dict):
+        return None
+    ann = _str_dict(obj.get("annotations")) or {}
+    if runtime == "containerd":
+        kind = ann.get("io.kubernetes.cri.container-type")
+        return {
+            "runtime": runtime, "name": ann.get("io.kubernetes.cri.container-name"),
+            "image": ann.get("io.kubernetes.cri.image-name"), "labels": None,
+            "sandbox": kind == "sandbox",
+            "k8s_container": ann.get("io.kubernetes.cri.container-name"),
+            "k8s_pod": (ann.get("io.kubernetes.cri.sandbox-namespace"), ann.get("io.kubernetes.cri.sandbox-name")),
+        }
+    kind = ann.get("io.kubernetes.cri-o.ContainerType")
+    return {
+        "runtime": runtime, "name": ann.get("io.kubernetes.container.name"),
+        "image": ann.get("io.kubernetes.cri-o.ImageName"), "labels": None,
+        "sandbox": kind == "sandbox",
+        "k8s_container": ann.get("io.kubernetes.container.name"),
+        "k8s_pod": (ann.get("io.kubernetes.pod.namespace"), ann.get("io.kubernetes.pod.name")),
+    }
+
+
+def _read_oci(fs: HostFS, names: _Names) -> None:
+    sources = (
+        ("/run/containerd/io.containerd.runtime.v2.task/*/*/config.json", "containerd"),
+        ("/var/lib/containers/storage/overlay-containers/*/userdata/config.json", "cri-o"),
+    )
+    for pattern, runtime in sources:
+        for path in glob.glob(fs.path(pattern)):
+            cid = path.split("/")[-2] if runtime == "containerd" else path.split("/")[-3]
+            try:
+                entry = _from_oci_annotations(orjson.loads(read_text(path)), runtime)
+            except (ReadError, orjson.JSONDecodeError):
+                continue
+            if entry:
+                names.containers[cid] = entry
+
+
+def _read_kubelet(fs: HostFS, names: _Names) -> None:
+    for path in glob.glob(fs.path("/var/log/pods/*")):
+        m = _POD_DIR.match(os.path.basename(path))
+        if m:
+            names.pods[m.group("uid")] = (m.group("ns"), m.group("pod"))
+    for path in glob.glob(fs.path("/var/log/containers/*.log")):
+        m = _K8S_LOG.match(os.path.basename(path))
+        if m:
+            entry = names.containers.setdefault(m.group("id"), {"runtime": None, "name": None, "image": None,
+                                                                "labels": None, "sandbox": False})
+            entry.setdefault("k8s_container", m.group("container"))
+            if not entry.get("k8s_container"):
+                entry["k8s_container"] = m.group("container")
+            if not entry.get("name"):
+                entry["name"] = m.group("container")
+
+
+def docker_api(fs: HostFS, cid: str, timeout_s: float = 0.5) -> Optional[Dict[str, Any]]:
+    """GET /containers/<id>/json over the Docker socket (plain HTTP on a unix socket)."""
+    sock_path = fs.path("/var/run/docker.sock")
+    if not os.path.exists(sock_path):
+        return None
+
+    class _Conn(http.client.HTTPConnection):
+        def connect(self) -> None:
+            self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            self.sock.settimeout(timeout_s)
+            self.sock.connect(sock_path)
+
+    try:
+        conn = _Conn("localhost", timeout=timeout_s)
+        conn.request("GET", f"/containers/{cid}/json")
+        resp = conn.getresponse()
+        body = resp.read(4 * 1024 * 1024)
+        conn.close()
+        if resp.status != 200:
+            return None
+        return _from_docker_config(orjson.loads(body))
+    except (OSError, http.client.HTTPException, orjson.JSONDecodeError):
+        return None
 
 
 class Identities:
+    """Fills the `container` object of records; caches state files between ticks."""
+
     def __init__(self, fs: HostFS):
         self.fs = fs
-        self._seen: set = set()
+        self._names = _Names()
+        self._loaded_at: Optional[float] = None
+        self._asked_api: set = set()
+        self._pause: Dict[str, bool] = {}
 
-    def refresh_if_new(self, paths: Iterable[str]) -> None:
-        self._seen.update(paths)
+    def refresh(self) -> None:
+        names = _Names()
+        _read_docker(self.fs, names)
+        _read_oci(self.fs, names)
+        _read_podman(self.fs, names)
+        _read_kubelet(self.fs, names)
+        self._names = names
+        self._loaded_at = time.monotonic()
+        if len(self._pause) > 100000:
+            self._pause.clear()
+
+    def refresh_if_new(self, infos: Iterable[PathInfo]) -> None:
+        """Re-read the state files when a container or pod we can't name shows up."""
+        now = time.monotonic()
+        if self._loaded_at is not None and now - self._loaded_at < _REFRESH_MIN_S:
+            return
+        for info in infos:
+            unknown_ctr = info.kind == "container" and info.id not in self._names.containers
+            unknown_pod = info.pod_uid is not None and info.pod_uid not in self._names.pods
+            if self._loaded_at is None or unknown_ctr or unknown_pod:
+                self.refresh()
+                return
+
+    def is_sandbox(self, info: PathInfo, folder_local: Optional[str] = None) -> bool:
+        """A pod's sandbox ("pause") container: plumbing, not an application container.
+
+        The runtime's state says so (CRI annotations, dockershim labels); without state,
+        a container of a pod whose every process is named "pause" is one.
+        """
+        if info.kind != "container" or not info.id:
+            return False
+        entry = self._names.containers.get(info.id)
+        if entry is not None and (entry.get("sandbox") or entry.get("k8s_container")):
+            return bool(entry.get("sandbox"))
+        if info.pod_uid is None or folder_local is None:
+            return False
+        if info.id not in self._pause:
+            self._pause[info.id] = self._all_pause(folder_local)
+        return self._pause[info.id]
+
+    def _all_pause(self, folder_local: str) -> bool:
+        try:
+            pids = parse.parse_pid_list(read_text(os.path.join(folder_local, "cgroup.procs")))
+        except (ReadError, ValueError):
+            return False
+        comms = []
+        for pid in pids[:8]:
+            text = self.fs.read_optional(f"/proc/{pid}/comm")
+            if text is not None:
+                comms.append(text.strip())
+        return bool(comms) and all(c == "pause" for c in comms)
+
+    def pod(self, info: PathInfo) -> Optional[Dict[str, Any]]:
+        if not info.pod_uid:
+            return None
+        ns_name = self._names.pods.get(info.pod_uid)
+        return {"uid": info.pod_uid, "name": ns_name[1] if ns_name else None,
+                "namespace": ns_name[0] if ns_name else None, "qos": info.qos}
 
     def container(self, info: PathInfo) -> Optional[Dict[str, Any]]:
-        if info.kind == "pod":
-            return None
         if info.kind != "container":
             return None
-        pod = None
-        if info.pod_uid:
-            pod = {"uid": info.pod_uid, "name": None, "namespace": None, "qos": info.qos}
-        cid = info.id
-        is_hex = cid is not None and len(cid) == 64
-        return {
-            "runtime": info.runtime,
+        cid = info.id or ""
+        entry = self._names.containers.get(cid)
+        if entry is None and info.runtime == "docker" and cid not in self._asked_api:
+            self._asked_api.add(cid)  # ask once per container, never every tick
+            entry = docker_api(self.fs, cid)
+            if entry:
+                self._names.containers[cid] = entry
+        entry = entry or {}
+        is_hex = len(cid) == 64
+        pod = self.pod(info)
+        if pod is not None and entry.get("k8s_pod") and pod["name"] is None:
+            ns, name = entry["k8s_pod"]
+            pod["namespace"], pod["name"] = ns, name
+        name = entry.get("k8s_container") if pod is not None else None
+        name = name or entry.get("name") or (None if is_hex else cid)
+        out = {
+            "runtime": info.runtime or entry.get("runtime"),
             "id": cid,
             "short_id": cid[:12] if is_hex else None,
-            "name": None if is_hex else cid,
-            "image": None,
-            "labels": None,
+            "name": name,
+            "image": entry.get("image"),
+            "labels": entry.get("labels"),
             "pod": pod,
+            "sandbox": False,
         }
+        return out

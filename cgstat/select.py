@@ -11,7 +11,7 @@ matches (re.search), whatever its kind.
 from __future__ import annotations
 
 import re
-from typing import List, Optional, Pattern, Tuple
+from typing import Callable, List, Optional, Pattern, Tuple
 
 from cgstat.discover import Cgroup
 from cgstat.identity import PathInfo, classify
@@ -28,15 +28,21 @@ def _is_workload(info: PathInfo) -> bool:
 
 
 def select(cgroups: List[Cgroup], all_cgroups: bool = False,
-           match: Optional[Pattern[str]] = None) -> Tuple[Selected, str]:
-    """The cgroups to report this tick, and a sentence saying what they are."""
+           match: Optional[Pattern[str]] = None,
+           is_sandbox: Optional[Callable[[Cgroup, PathInfo], bool]] = None) -> Tuple[Selected, str]:
+    """The cgroups to report this tick, and a sentence saying what they are.
+
+    `is_sandbox` tells a pod's pause container (which needs runtime state to spot); those
+    are left out of the default selection.
+    """
     classified = [(cg, classify(cg.path)) for cg in cgroups]
     if match is not None:
         chosen = [(cg, i) for cg, i in classified if match.search(cg.path)]
         return chosen, f"cgroups whose path matches {match.pattern!r}"
     if all_cgroups:
         return classified, "every cgroup"
-    chosen = [(cg, i) for cg, i in classified if _is_workload(i)]
+    chosen = [(cg, i) for cg, i in classified
+              if _is_workload(i) and not (is_sandbox and is_sandbox(cg, i))]
     if chosen:
         containers = sum(1 for _, i in chosen if i.kind == "container")
         pods = sum(1 for _, i in chosen if i.kind == "pod")

@@ -1,0 +1,127 @@
+"""PID -> cgroup -> container, for `cgstat pid` and for joining NVML's process list.
+
+Reads /proc/<pid>/cgroup (v1 lines and the v2 '0::' line), /proc/<pid>/stat (the start
+time, field 22, which tells a reused PID from the process we saw before) and
+/proc/self/status (NSpid) for the PID namespace check.
+
+NVML reports host PIDs (the driver ignores PID namespaces, nvidia-docker#1483), so this
+must read the host's /proc: an agent in a container without the host PID namespace sees
+none of them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Dict, Optional, Tuple
+
+from cgstat import parse
+from cgstat.containers import Identities
+from cgstat.hierarchy import Layout
+from cgstat.hostfs import Gone, HostFS, ReadError
+from cgstat.identity import classify
+
+
+@dataclass(frozen=True)
+class PidCgroups:
+    pid: int
+    start_ticks: int  # /proc/<pid>/stat field 22: clock ticks after boot
+    cgroup: Optional[str]  # path in the anchor hierarchy (as records name cgroups)
+    paths: Dict[str, str]  # hierarchy -> path
+
+
+def start_ticks(fs: HostFS, pid: int) -> int:
+    """Field 22 of /proc/<pid>/stat; comm (field 2) may hold spaces and ')'."""
+    text = fs.read_text(f"/proc/{pid}/stat")
+    rest = text[text.rindex(")") + 2:].split()
+    return parse.parse_uint(rest[19])
+
+
+def read_pid(fs: HostFS, layout: Layout, pid: int) -> PidCgroups:
+    """Where `pid` sits in each hierarchy; raises Gone when there is no such process."""
+    before = start_ticks(fs, pid)
+    lines = parse.parse_proc_cgroup(fs.read_text(f"/proc/{pid}/cgroup"))
+    if start_ticks(fs, pid) != before:
+        raise Gone(f"/proc/{pid}", "process exited and the PID was reused while reading")
+    paths: Dict[str, str] = {}
+    for controllers, path in lines:
+        for h in layout.hierarchies:
+            if (h.version == 2 and controllers == "") or (
+                    h.version == 1 and h.controllers & set(controllers.split(","))):
+                paths[h.name] = path
+    return PidCgroups(pid, before, paths.get(layout.anchor.name), paths)
+
+
+class PidMapper:
+    """Cached PID -> container, never trusting a cache entry whose start time changed."""
+
+    def __init__(self, fs: HostFS, layout: Layout, identities: Identities):
+        self.fs = fs
+        self.layout = layout
+        self.identities = identities
+        self._cache: Dict[int, Tuple[int, PidCgroups]] = {}
+
+    def lookup(self, pid: int) -> PidCgroups:
+        cached = self._cache.get(pid)
+        if cached is not None:
+            try:
+                if start_ticks(self.fs, pid) == cached[0]:
+                    return cached[1]
+            except (ReadError, ValueError, IndexError):
+                self._cache.pop(pid, None)
+                raise Gone(f"/proc/{pid}", "no such process") from None
+        try:
+            found = read_pid(self.fs, self.layout, pid)
+        except (ValueError, IndexError) as exc:
+            raise ReadError(f"/proc/{pid}", f"unreadable: {exc}") from None
+        if len(self._cache) > 65536:
+            self._cache.clear()
+        self._cache[pid] = (found.start_ticks, found)
+        return found
+
+    def describe(self, pid: int) -> Dict[str, Any]:
+        """The JSON object `cgstat pid` prints for one PID."""
+        try:
+            found = self.lookup(pid)
+        except Gone:
+            return {"pid": pid, "error": "no such process", "cgroup": None, "paths": None,
+                    "unit": None, "container": None}
+        except ReadError as exc:
+            return {"pid": pid, "error": exc.detail, "cgroup": None, "paths": None,
+                    "unit": None, "container": None}
+        info = classify(found.cgroup or "/")
+        if info.inside_container and info.id:
+            # A process in a container's sub-cgroup (rootless Podman's "container" leaf):
+            # it belongs to that container.
+            info = classify(_container_root(found.cgroup or "/", info.id))
+        self.identities.refresh_if_new([info])
+        return {"pid": pid, "error": None, "cgroup": found.cgroup, "paths": found.paths,
+                "unit": info.unit, "container": self.identities.container(info)}
+
+
+def _container_root(path: str, cid: str) -> str:
+    parts = path.split("/")
+    for i, part in enumerate(parts):
+        if cid in part:
+            return "/".join(parts[: i + 1])
+    return path
+
+
+def pid_namespace_note(fs: HostFS) -> Optional[str]:
+    """A warning when cgstat can't see the host's processes (runs in its own PID namespace).
+
+    /proc/self/status NSpid lists our PID in each nested namespace: more than one number
+    means we are inside a PID namespace that is not the host's.
+    """
+    if not fs.is_slash:
+        # Reading a mounted host /proc: its PIDs are the host's, whatever our namespace.
+        return None
+    text = fs.read_optional("/proc/self/status") or ""
+    for line in text.splitlines():
+        if line.startswith("NSpid:"):
+            if len(line.split()) > 2:
+                return ("cgstat runs in its own PID namespace, so it sees only its container's "
+                        "processes: GPU processes (NVML reports host PIDs) and PID lookups will not "
+                        "be joined to containers. Run with --pid=host (docker/podman), hostPID: true "
+                        "(Kubernetes), or mount the host's / and pass --host-root.")
+            return None
+    return None
