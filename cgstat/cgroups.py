@@ -79,12 +79,16 @@ class _Reader:
             return None
 
 
-def _key(table: Optional[Dict[str, int]], key: str, reader: _Reader, source: str) -> Optional[int]:
+def _key(table: Optional[Dict[str, Optional[int]]], key: str, reader: _Reader, source: str) -> Optional[int]:
+    """A key the record needs; absent or unparsable is reported as malformed."""
     if table is None:
         return None
-    value = table.get(key)
-    if value is None:
+    if key not in table:
         reader.problems.append(Problem(source, "malformed", f"missing key {key!r}"))
+        return None
+    value = table[key]
+    if value is None:
+        reader.problems.append(Problem(source, "malformed", f"bad value for key {key!r}"))
     return value
 
 
@@ -98,19 +102,23 @@ def _scaled(value: Optional[int], unit: float) -> Optional[float]:
 def _cpu_v2(folder: Folder, r: _Reader) -> CpuSample:
     stat = r.get(folder, "cpu.stat", parse.parse_flat_keyed)
     limit = None
+    # cpu.max exists only where the cpu controller is enabled; so do the throttling keys
+    # of cpu.stat (usage_usec, user_usec and system_usec are always there). The root has
+    # no cpu.max but may show the keys.
+    controller = "cpu.max" in folder.files or (stat is not None and "nr_periods" in stat)
     if "cpu.max" in folder.files:
         quota_period = r.get(folder, "cpu.max", parse.parse_cpu_max)
         if quota_period is not None and quota_period[0] is not None:
             limit = quota_period[0] / quota_period[1]
-    throttling = stat is not None and "nr_periods" in stat  # only with the cpu controller
+    throttled_us = _key(stat, "throttled_usec", r, "cpu.stat") if controller else None
     return CpuSample(
         usage_seconds_total=_scaled(_key(stat, "usage_usec", r, "cpu.stat"), US),
         user_seconds_total=_scaled(_key(stat, "user_usec", r, "cpu.stat"), US),
         system_seconds_total=_scaled(_key(stat, "system_usec", r, "cpu.stat"), US),
         limit_cores=limit,
-        periods_total=stat.get("nr_periods") if throttling else None,
-        throttled_periods_total=stat.get("nr_throttled") if throttling else None,
-        throttled_seconds_total=_scaled(stat.get("throttled_usec"), US) if throttling else None,
+        periods_total=_key(stat, "nr_periods", r, "cpu.stat") if controller else None,
+        throttled_periods_total=_key(stat, "nr_throttled", r, "cpu.stat") if controller else None,
+        throttled_seconds_total=_scaled(throttled_us, US),
     )
 
 
@@ -179,12 +187,7 @@ def _memory_v1(folder: Folder, r: _Reader) -> MemorySample:
 
     def hier(key: str) -> Optional[int]:
         # usage_in_bytes is hierarchical, so use the hierarchical total_* twins.
-        if stat is None:
-            return None
-        value = stat.get("total_" + key, stat.get(key))
-        if value is None:
-            r.problems.append(Problem("memory.stat", "malformed", f"missing key 'total_{key}'"))
-        return value
+        return _key(stat, "total_" + key, r, "memory.stat")
 
     inactive = hier("inactive_file")
     # memory.oom_control gained oom_kill in kernel 4.13; older kernels have no kill count.

@@ -56,33 +56,31 @@ def limit_bytes(value: int) -> Optional[int]:
     return None if value >= UNLIMITED_BYTES else value
 
 
-def parse_flat_keyed(text: str) -> Dict[str, int]:
+def parse_flat_keyed(text: str) -> Dict[str, Optional[int]]:
     """'key value' lines (cpu.stat, memory.stat, memory.events, cpuacct.stat...).
 
-    Lines whose value is not an unsigned integer are skipped unless the key is needed:
-    callers check for the keys they need. A duplicated key is an error: the kernel never
-    prints one, so the file is not what we think it is.
+    A line whose value is not an unsigned integer (junk, cut mid-line) maps its key to
+    None rather than failing the file: new kernels add keys, and one bad line must not
+    hide the good ones. Callers treat None for a key they need as malformed. A duplicated
+    key fails the whole file: the kernel never prints one, so the file is not what we
+    think it is.
     """
-    out: Dict[str, int] = {}
+    out: Dict[str, Optional[int]] = {}
     for line in text.splitlines():
         parts = line.split()
         if not parts:
             continue
-        if len(parts) != 2:
-            raise ValueError(f"bad line: {line[:60]!r}")
-        key, raw = parts
+        key = parts[0]
         if key in out:
             raise ValueError(f"duplicate key {key!r}")
-        out[key] = parse_uint(raw)
+        value: Optional[int] = None
+        if len(parts) == 2:
+            try:
+                value = parse_uint(parts[1])
+            except ValueError:
+                value = None
+        out[key] = value
     return out
-
-
-def need(table: Dict[str, int], key: str) -> int:
-    """A key that must be present in a flat keyed file."""
-    try:
-        return table[key]
-    except KeyError:
-        raise ValueError(f"missing key {key!r}") from None
 
 
 def parse_cpu_max(text: str) -> Tuple[Optional[int], int]:
