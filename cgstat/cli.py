@@ -6,6 +6,7 @@ import sys
 from typing import List, Optional
 
 import typer
+import typer.core
 
 from cgstat import __version__
 from cgstat.agent import Agent, CgstatError, run_once, run_pid, run_stream
@@ -19,6 +20,11 @@ cgroup files (v1, v2 and hybrid), as JSON lines: one object per cgroup per tick.
 By default cgstat reports containers, Kubernetes pods and systemd services/scopes (on a
 host with none, the root cgroup and its children); --all reports every cgroup.
 """
+
+# Plain-text help and errors: they end up in journals, cron mail and pipes, and importing
+# rich would double the start-up time of a cron one-shot.
+if hasattr(typer.core, "HAS_RICH"):
+    typer.core.HAS_RICH = False
 
 try:
     app = typer.Typer(add_completion=False, no_args_is_help=True, help=_HELP,

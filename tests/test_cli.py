@@ -1,0 +1,164 @@
+"""The command line end to end: modes, exit codes, pipes, signals, output and state faults."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from contract import ROOT, run_cgstat, validate
+
+FIX = os.path.join(ROOT, "tests", "fixtures")
+V2 = os.path.join(FIX, "v2-systemd", "t1")
+
+
+def _popen(*args, **kw):
+    env = dict(os.environ)
+    env.pop("CGSTAT_HOST_ROOT", None)
+    env.update(kw.pop("env", {}))
+    return subprocess.Popen([sys.executable, "-m", "cgstat", *args], cwd=ROOT, env=env,
+                            stdout=kw.pop("stdout", subprocess.PIPE), stderr=subprocess.PIPE, **kw)
+
+
+def _lines_whole(path):
+    data = open(path, "rb").read()
+    assert data == b"" or data.endswith(b"\n"), "a partial line was left behind"
+    return [json.loads(line) for line in data.splitlines()]
+
+
+def test_stream_live_host_three_batches():
+    records, err, _ = run_cgstat("stream", "--interval", "0.3", "--count", "3")
+    assert "Traceback" not in err
+    for r in records:
+        validate(r)
+    # the root cgroup is in every batch on a host without containers (never an empty stream);
+    # other tests may create and remove cgroups meanwhile, so count the root's records
+    roots = [r for r in records if r["cgroup"] == "/"]
+    assert len(roots) == 3
+    # the first batch already has rates (it comes one interval after a priming sample)
+    assert all(r["interval_s"] is not None and 0.2 < r["interval_s"] < 2 for r in records)
+    assert len({r["ts"] for r in roots}) == 3
+
+
+def test_once_live_host_has_rates_over_window():
+    records, err, _ = run_cgstat("once", "--window", "0.3")
+    assert records and all(r["interval_s"] and 0.25 < r["interval_s"] < 2 for r in records)
+    assert "showing" in err  # says once what it shows
+
+
+def test_env_host_root_and_match():
+    records, _, _ = run_cgstat("once", "--window", "0", "--match", "docker-5113", env={"CGSTAT_HOST_ROOT": V2})
+    assert len(records) == 1 and records[0]["container"]["name"] == "tf-training"
+
+
+@pytest.mark.parametrize("args,code,needle", [
+    (["stream", "--interval", "0"], 2, "greater than 0"),
+    (["stream", "--interval", "abc"], 2, "interval"),
+    (["once", "--window", "-1"], 2, "0 or more"),
+    (["once", "--match", "("], 2, "--match"),
+    (["frobnicate"], 2, "No such command"),
+    (["once", "--host-root", "/nonexistent-cgstat-root"], 1, "is not a folder"),
+    (["once", "--host-root", "/tmp"], 1, "no cgroup filesystem"),
+])
+def test_exit_codes_and_one_line_reasons(args, code, needle):
+    _, err, rc = run_cgstat(*args, check=False)
+    assert rc == code, err
+    assert needle in err and "Traceback" not in err
+
+
+def test_pipe_closed_by_reader_exits_zero():
+    proc = subprocess.run(f"set -o pipefail; {sys.executable} -m cgstat stream --interval 0.1 "
+                          f"--host-root {V2} --all | head -n 1", shell=True, cwd=ROOT,
+                          capture_output=True, executable="/bin/bash", timeout=30)
+    assert proc.returncode == 0, proc.stderr
+    assert len(proc.stdout.splitlines()) == 1
+    assert b"Traceback" not in proc.stderr and b"BrokenPipe" not in proc.stderr
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_sigterm_and_sigint_exit_zero_with_whole_lines(tmp_path, sig):
+    out = str(tmp_path / "out.jsonl")
+    proc = _popen("stream", "--interval", "0.05", "--output", out, "--host-root", V2, "--all")
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline and (not os.path.exists(out) or os.path.getsize(out) == 0):
+        time.sleep(0.05)
+    proc.send_signal(sig)
+    _, err = proc.communicate(timeout=20)
+    assert proc.returncode == 0, err
+    assert b"Traceback" not in err
+    records = _lines_whole(out)
+    assert records and len(records) % 34 == 0  # whole batches of the 34 cgroups
+
+
+def test_sighup_reopens_rotated_file(tmp_path):
+    out = tmp_path / "out.jsonl"
+    proc = _popen("stream", "--interval", "0.05", "--output", str(out), "--host-root", V2)
+    try:
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline and (not out.exists() or out.stat().st_size == 0):
+            time.sleep(0.05)
+        os.rename(out, tmp_path / "out.jsonl.1")  # logrotate's move
+        proc.send_signal(signal.SIGHUP)
+        while time.monotonic() < deadline and not out.exists():
+            time.sleep(0.05)
+        while time.monotonic() < deadline and out.stat().st_size == 0:
+            time.sleep(0.05)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.communicate(timeout=20)
+    assert proc.returncode == 0
+    assert _lines_whole(tmp_path / "out.jsonl.1") and _lines_whole(out)
+
+
+def test_once_state_rates_and_corrupt_state(tmp_path):
+    state = str(tmp_path / "state")
+    t0, t1 = os.path.join(FIX, "v2-systemd", "t0"), V2
+    with open(state, "w") as f:
+        f.write('{"version": 1, "boot_id": ')  # truncated
+    first, err, _ = run_cgstat("once", "--host-root", t0, "--state", state, "--all")
+    assert "corrupt" in err and all(r["interval_s"] is None for r in first)
+    second, err, _ = run_cgstat("once", "--host-root", t1, "--state", state, "--all")
+    assert "corrupt" not in err
+    assert any(r["interval_s"] for r in second)
+    assert not any(f.startswith(".cgstat-state-") for f in os.listdir(tmp_path))  # no temp left
+
+
+@pytest.mark.parametrize("edit,needle", [
+    (lambda s: {**s, "version": 99}, "format version"),
+    (lambda s: {**s, "boot_id": "another-boot"}, "another boot"),
+    (lambda s: {**s, "time_s": s["time_s"] + 10**6}, "future"),
+    (lambda s: {**s, "cgroups": {"/x": {"identity": "junk"}}}, "corrupt"),
+    (lambda s: [1, 2, 3], "corrupt"),
+])
+def test_untrusted_state_is_reported_and_replaced(tmp_path, edit, needle):
+    state = str(tmp_path / "state")
+    t0 = os.path.join(FIX, "v2-systemd", "t0")
+    run_cgstat("once", "--host-root", t0, "--state", state, "--all")
+    saved = json.load(open(state))
+    with open(state, "w") as f:
+        json.dump(edit(saved), f)
+    records, err, _ = run_cgstat("once", "--host-root", V2, "--state", state, "--all")
+    assert needle in err
+    assert all(r["interval_s"] is None for r in records)  # nothing trusted
+    assert json.load(open(state))["version"] == 1  # replaced by a good one
+
+
+def test_overlapping_cron_runs_share_the_state_safely(tmp_path):
+    state = str(tmp_path / "state")
+    procs = [_popen("once", "--state", state, "--host-root", V2, "--all", stdout=subprocess.PIPE)
+             for _ in range(4)]
+    outs = [p.communicate(timeout=60) for p in procs]
+    assert all(p.returncode == 0 for p in procs), [o[1] for o in outs]
+    for out, _ in outs:
+        for line in out.splitlines():
+            validate(json.loads(line))
+    assert json.load(open(state))["version"] == 1
+
+
+def test_host_without_gpu_or_runtimes_has_no_names_and_no_errors_about_them():
+    records, err, _ = run_cgstat("once", "--window", "0", "--all")
+    assert "Traceback" not in err
+    assert all(r["container"] is None for r in records if "cgstat" not in r["cgroup"])
