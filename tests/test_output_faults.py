@@ -1,0 +1,64 @@
+"""A full disk under --output: a clear error, no partial line, retried on the next tick."""
+
+import os
+import signal
+import subprocess
+import time
+
+import pytest
+
+from test_cli import V2, _lines_whole, _popen
+
+pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="mounting a small tmpfs needs root")
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    mnt = tmp_path / "disk"
+    mnt.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256k", "cgstat-test-tmpfs", str(mnt)], check=True)
+    try:
+        yield mnt
+    finally:
+        subprocess.run(["umount", str(mnt)], check=False)
+
+
+def _wait(pred, timeout=20):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if pred():
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def test_full_disk_never_leaves_a_partial_line_and_recovers(small_disk):
+    out = small_disk / "out.jsonl"
+    filler = small_disk / "filler"
+    proc = _popen("stream", "--interval", "0.05", "--output", str(out), "--host-root", V2, "--all")
+    try:
+        assert _wait(lambda: out.exists() and out.stat().st_size > 0)
+        # fill the disk: the next batches can't fit
+        fd = os.open(filler, os.O_WRONLY | os.O_CREAT)
+        try:
+            while True:
+                os.write(fd, b"\0" * 4096)
+        except OSError:
+            pass
+        finally:
+            os.close(fd)
+        size_full = out.stat().st_size
+        time.sleep(0.5)  # several ticks fail meanwhile
+        assert out.stat().st_size == size_full or _lines_whole(out)
+        _lines_whole(out)  # whole lines only, even now
+        filler.unlink()  # space again: the kept batches go out
+        assert _wait(lambda: out.stat().st_size > size_full)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=20)
+    assert proc.returncode == 0
+    assert b"No space left on device" in err and b"will retry" in err
+    assert err.count(b"cannot write") == 1  # rate-limited, not a warning per tick
+    assert b"Traceback" not in err
+    records = _lines_whole(out)
+    assert len(records) % 34 == 0  # whole batches only
