@@ -28,6 +28,7 @@ new cgroup, not every tick.
 from __future__ import annotations
 
 import os
+import time
 from dataclasses import dataclass
 from typing import Dict, FrozenSet, List, Optional, Tuple
 
@@ -36,6 +37,7 @@ from cgstat.hierarchy import Hierarchy, Layout
 from cgstat.hostfs import HostFS, ReadError, read_text
 
 _MEMBERS_TRIED = 3
+_EMPTY_RECHECK_S = 10.0
 
 
 @dataclass(frozen=True)
@@ -98,6 +100,8 @@ class Discoverer:
         self._cgroup_top = fs.path("/sys/fs/cgroup")
         # (anchor inode, hierarchy name) -> (target path, target inode)
         self._joins: Dict[Tuple[int, str], Tuple[str, int]] = {}
+        self._memberless: Dict[int, float] = {}  # anchor inode -> when found empty
+        self._tick_members: Dict[int, Optional[Dict[str, str]]] = {}
 
     # -- walking ---------------------------------------------------------------------
 
@@ -137,34 +141,45 @@ class Discoverer:
 
     # -- joining ---------------------------------------------------------------------
 
-    def _member_path(self, folder: Folder, h: Hierarchy) -> Optional[str]:
-        """H's path of a member process of `folder`, from /proc/<pid>/cgroup."""
+    def _member_paths(self, folder: Folder) -> Optional[Dict[str, str]]:
+        """Every hierarchy's path of one member process of `folder` (/proc/<pid>/cgroup).
+
+        Read once per cgroup per tick, however many hierarchies need it. A cgroup found
+        empty is not asked again for a few seconds (runtimes populate a new cgroup within
+        milliseconds; a slice stays empty for ever).
+        """
+        if folder.inode in self._tick_members:
+            return self._tick_members[folder.inode]
+        checked = self._memberless.get(folder.inode)
+        if checked is not None and time.monotonic() - checked < _EMPTY_RECHECK_S:
+            return None
+        found: Optional[Dict[str, str]] = None
         try:
             pids = parse.parse_pid_list(read_text(os.path.join(folder.local, "cgroup.procs")))
         except (ReadError, ValueError):
-            return None
+            pids = []
         for pid in pids[:_MEMBERS_TRIED]:
             try:
                 lines = parse.parse_proc_cgroup(self.fs.read_text(f"/proc/{pid}/cgroup"))
             except (ReadError, ValueError):
                 continue  # exited meanwhile: try the next member
+            found = {}
             for controllers, path in lines:
-                if h.version == 2 and controllers == "":
-                    return path
-                if h.version == 1 and h.controllers & set(controllers.split(",")):
-                    return path
-        return None
-
-    def _has_members(self, folder: Folder) -> bool:
-        try:
-            return bool(read_text(os.path.join(folder.local, "cgroup.procs")).strip())
-        except ReadError:
-            return False
+                names = set(controllers.split(","))
+                for h in self.layout.hierarchies:
+                    if (h.version == 2 and controllers == "") or (h.version == 1 and h.controllers & names):
+                        found[h.name] = path
+            break
+        if found is None:
+            self._memberless[folder.inode] = time.monotonic()
+        self._tick_members[folder.inode] = found
+        return found
 
     def join(self) -> List[Cgroup]:
         """All cgroups of this tick, anchor paths first, then folders joined to none."""
         layout = self.layout
         anchor = layout.anchor
+        self._tick_members = {}
         trees = {h.name: self.walk(h) for h in layout.hierarchies}
         anchor_tree = trees[anchor.name]
         others = [h for h in layout.hierarchies if h is not anchor]
@@ -190,8 +205,11 @@ class Discoverer:
                 if path != "/":
                     parent = path.rsplit("/", 1)[0] or "/"
                     child_parents.setdefault(parent, []).append(target.path.rsplit("/", 1)[0] or "/")
-        # Drop cached joins of cgroups that are gone.
+        # Drop what we cached about cgroups that are gone.
         self._joins = {k: v for k, v in self._joins.items() if k in live_keys}
+        live_inodes = {f.inode for f in anchor_tree.values()}
+        self._memberless = {k: v for k, v in self._memberless.items() if k in live_inodes}
+        self._tick_members = {}
 
         result = []
         for path in sorted(joined):
@@ -220,7 +238,8 @@ class Discoverer:
             if target is not None and target.inode == cached[1]:
                 live_keys.add(key)
                 return target
-        member = self._member_path(folder, h)
+        members = self._member_paths(folder)
+        member = members.get(h.name) if members else None
         if member is not None:
             target = tree.get(member)
             if target is not None and (member == path or _leaf(member) == _leaf(path)):

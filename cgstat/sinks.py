@@ -58,24 +58,28 @@ class Sink:
             self.fd = None
 
     def write(self, lines: List[bytes]) -> None:
-        """Write the batch (and whatever earlier batches failed to go out)."""
-        for line in lines:
-            self._pending.append(line)
-            self._pending_bytes += len(line)
-        while self._pending_bytes > _PENDING_MAX_BYTES and self._pending:
-            # The output has been failing for a long time: keep the newest records.
+        """Write this batch, after whatever earlier batches failed to go out.
+
+        Batches go out oldest first, each whole or not at all; the first failure keeps it
+        and the newer ones for the next tick. The backlog is bounded: past 16 MiB the
+        oldest batches are dropped (and counted), so a disk full for hours costs memory
+        once, not for ever.
+        """
+        if lines:
+            batch = b"".join(lines)
+            self._pending.append(batch)
+            self._pending_bytes += len(batch)
+        while self._pending_bytes > _PENDING_MAX_BYTES and len(self._pending) > 1:
+            dropped = self._pending.pop(0)
+            self._pending_bytes -= len(dropped)
+            self.dropped_lines += dropped.count(b"\n")
+        while self._pending:
+            fd = self._open()
+            if self.path:
+                self._write_file(fd, self._pending[0])
+            else:
+                self._write_stream(fd, self._pending[0])
             self._pending_bytes -= len(self._pending.pop(0))
-            self.dropped_lines += 1
-        if not self._pending:
-            return
-        data = b"".join(self._pending)
-        fd = self._open()
-        if self.path:
-            self._write_file(fd, data)
-        else:
-            self._write_stream(fd, data)
-        self._pending.clear()
-        self._pending_bytes = 0
 
     def _write_file(self, fd: int, data: bytes) -> None:
         try:
