@@ -64,6 +64,7 @@ class Agent:
     def collect(self) -> List[Tuple[Sample, PathInfo, bool]]:
         """Read every selected cgroup once."""
         ids = self.identities
+        self.clock.start_tick()
         cgroups = self.discoverer.join()
         ids.refresh_if_new(classify(cg.path) for cg in cgroups)
         selected, what = select(cgroups, self.all_cgroups, self.match,

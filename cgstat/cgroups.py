@@ -66,7 +66,7 @@ class _Reader:
                 self.problems.append(Problem(name, "missing", f"no {name} in {folder.hierarchy.name}:{folder.path}"))
             return None
         try:
-            text = read_text(os.path.join(folder.local, name))
+            text = read_text(folder.local + "/" + name)
         except ReadError as exc:
             if isinstance(exc, Gone):
                 self.gone = True

@@ -87,11 +87,19 @@ class HostClock:
         self.fs = fs
         self.live = live
         self._btime = None if live else _btime(fs)
+        self._recorded: Optional[float] = None
+
+    def start_tick(self) -> None:
+        """A recording has one time per snapshot: read it once per tick, not per cgroup."""
+        if not self.live:
+            self._recorded = self._recorded_uptime()
 
     def monotonic(self) -> float:
         if self.live:
             return time.clock_gettime(_CLOCK_BOOTTIME)
-        return self._recorded_uptime()
+        if self._recorded is None:
+            self.start_tick()
+        return self._recorded
 
     def wall(self, monotonic_s: float) -> float:
         if self.live or self._btime is None:

@@ -87,6 +87,11 @@ def read_bytes(path: str) -> bytes:
         total = 0
         while True:
             chunk = os.read(fd, _CHUNK)
+            if len(chunk) < _CHUNK and not chunks:
+                # The common case: one short read is the whole file. cgroupfs and procfs
+                # (seq_file) fill the buffer up to EOF, so a short read means EOF; this
+                # saves the second read() that would only return b"".
+                return chunk
             if not chunk:
                 break
             chunks.append(chunk)

@@ -9,6 +9,7 @@ value we need fails the parse.
 
 from __future__ import annotations
 
+import re
 from typing import Dict, List, Optional, Tuple
 
 U64_MAX = 2**64 - 1
@@ -75,10 +76,11 @@ def parse_flat_keyed(text: str) -> Dict[str, Optional[int]]:
             raise ValueError(f"duplicate key {key!r}")
         value: Optional[int] = None
         if len(parts) == 2:
-            try:
-                value = parse_uint(parts[1])
-            except ValueError:
-                value = None
+            raw = parts[1]
+            if raw.isdigit() and raw.isascii():
+                value = int(raw)
+                if value > U64_MAX:
+                    value = None
         out[key] = value
     return out
 
@@ -136,19 +138,33 @@ def _number(raw: str) -> float:
     return parse_uint(raw)
 
 
+_PSI_LINE = re.compile(
+    r"(some|full) avg10=(\d+\.\d+) avg60=(\d+\.\d+) avg300=(\d+\.\d+) total=(\d+)(?: \S+)*"
+)
+
+
 def parse_pressure(text: str) -> Dict[str, Dict[str, float]]:
     """PSI file: 'some avg10=0.00 avg60=0.00 avg300=0.00 total=0' and a 'full' line.
 
     total is cumulative stall time in microseconds. The 'full' line is absent for cpu on
-    kernels before 5.13.
+    kernels before 5.13. (Format: Documentation/accounting/psi.rst; keys beyond these four
+    are tolerated.)
     """
-    table = parse_nested_keyed(text)
-    for name, fields in table.items():
-        if name not in ("some", "full"):
-            raise ValueError(f"unknown pressure line {name!r}")
-        for key in ("avg10", "avg60", "avg300", "total"):
-            if key not in fields:
-                raise ValueError(f"{name}: missing {key}")
+    table: Dict[str, Dict[str, float]] = {}
+    for line in text.splitlines():
+        if not line.strip():
+            continue
+        m = _PSI_LINE.fullmatch(line.strip())
+        if m is None:
+            raise ValueError(f"bad pressure line: {line[:60]!r}")
+        name = m.group(1)
+        if name in table:
+            raise ValueError(f"duplicate line {name!r}")
+        total = int(m.group(5))
+        if total > U64_MAX:
+            raise ValueError("total larger than 2^64-1")
+        table[name] = {"avg10": float(m.group(2)), "avg60": float(m.group(3)),
+                       "avg300": float(m.group(4)), "total": total}
     if "some" not in table:
         raise ValueError("no 'some' line")
     return table
