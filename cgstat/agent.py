@@ -42,8 +42,10 @@ class Agent:
     def __init__(self, host_root: str = "/", all_cgroups: bool = False,
                  match: Optional[Pattern[str]] = None, warner: Optional[Warner] = None):
         self.fs = HostFS(host_root)
-        if not os.path.isdir(self.fs.root):
-            raise CgstatError(f"host root {self.fs.root} is not a folder")
+        try:
+            os.listdir(self.fs.root)
+        except OSError as exc:
+            raise CgstatError(f"cannot read host root {self.fs.root}: {exc.strerror}") from None
         try:
             self.layout = detect(self.fs)
         except NoCgroupFS as exc:
@@ -52,10 +54,10 @@ class Agent:
         self.clock = HostClock(self.fs, self.host.live)
         self.discoverer = Discoverer(self.fs, self.layout)
         self.names = DeviceNames(self.fs)
-        self.identities = containers.Identities(self.fs)
         self.all_cgroups = all_cgroups
         self.match = match
         self.warner = warner or Warner()
+        self.identities = containers.Identities(self.fs, self.warner.once)
         self.previous: Dict[str, Counters] = {}
         note = pid_namespace_note(self.fs)
         if note:

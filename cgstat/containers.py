@@ -29,7 +29,7 @@ import os
 import re
 import socket
 import time
-from typing import Any, Dict, Iterable, List, Optional, Tuple
+from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple
 
 import orjson
 
@@ -48,6 +48,7 @@ class _Names:
     def __init__(self) -> None:
         self.containers: Dict[str, Dict[str, Any]] = {}  # id -> name/image/labels/runtime/sandbox/pod
         self.pods: Dict[str, Tuple[str, str]] = {}  # uid -> (namespace, name)
+        self.denied: List[Tuple[str, str]] = []  # (folder, runtime) we were not allowed to read
 
 
 def _load_json(fs: HostFS, path: str) -> Any:
@@ -89,19 +90,37 @@ def _from_docker_config(obj: Any) -> Optional[Dict[str, Any]]:
     return entry
 
 
+def _listable(local: str, names: "_Names", what: str) -> bool:
+    """A state folder we may list; one we may not is noted for a one-time warning."""
+    try:
+        os.listdir(local)
+        return True
+    except PermissionError:
+        names.denied.append((local, what))
+    except OSError:
+        pass  # absent: that runtime is not used on this host
+    return False
+
+
 def _read_docker(fs: HostFS, names: _Names) -> None:
     root = _docker_root(fs)
+    if not _listable(fs.path(root + "/containers"), names, "Docker"):
+        return
     for path in glob.glob(fs.path(root + "/containers/*/config.v2.json")):
         cid = os.path.basename(os.path.dirname(path))
         try:
             entry = _from_docker_config(orjson.loads(read_text(path)))
-        except (ReadError, orjson.JSONDecodeError):
+        except ReadError as exc:
+            if exc.code == "permission_denied":
+                names.denied.append((path, "Docker"))
+            continue
+        except orjson.JSONDecodeError:
             continue
         if entry:
             names.containers[cid] = entry
 
 
-def _podman_files(fs: HostFS) -> List[str]:
+def _podman_files(fs: HostFS, names: "_Names") -> List[str]:
     rel = "/.local/share/containers/storage/overlay-containers/containers.json"
     found = [fs.path("/var/lib/containers/storage/overlay-containers/containers.json")]
     homes = set(glob.glob(fs.path("/home/*"))) | {fs.path("/root")}
@@ -110,14 +129,26 @@ def _podman_files(fs: HostFS) -> List[str]:
         if len(parts) >= 6 and parts[5].startswith("/") and parts[5] != "/":
             homes.add(fs.path(parts[5]))
     found.extend(sorted(h + rel for h in homes))
-    return [f for f in found if os.path.isfile(f)]
+    out = []
+    for f in found:
+        if os.path.isfile(f):
+            out.append(f)
+        elif not os.path.exists(f) and os.path.exists(os.path.dirname(os.path.dirname(f))):
+            # storage exists but we can't see into it
+            parent = os.path.dirname(f)
+            _listable(parent, names, "Podman")
+    return out
 
 
 def _read_podman(fs: HostFS, names: _Names) -> None:
-    for path in _podman_files(fs):
+    for path in _podman_files(fs, names):
         try:
             items = orjson.loads(read_text(path))
-        except (ReadError, orjson.JSONDecodeError):
+        except ReadError as exc:
+            if exc.code == "permission_denied":
+                names.denied.append((path, "Podman"))
+            continue
+        except orjson.JSONDecodeError:
             continue
         if not isinstance(items, list):
             continue
@@ -226,8 +257,9 @@ def docker_api(fs: HostFS, cid: str, timeout_s: float = 0.5) -> Optional[Dict[st
 class Identities:
     """Fills the `container` object of records; caches state files between ticks."""
 
-    def __init__(self, fs: HostFS):
+    def __init__(self, fs: HostFS, warn: Optional[Callable[[str, str], None]] = None):
         self.fs = fs
+        self.warn = warn
         self._names = _Names()
         self._loaded_at: Optional[float] = None
         self._asked_api: set = set()
@@ -239,6 +271,10 @@ class Identities:
         _read_oci(self.fs, names)
         _read_podman(self.fs, names)
         _read_kubelet(self.fs, names)
+        if self.warn is not None:
+            for path, runtime in names.denied:
+                self.warn(f"denied:{path}", f"cannot read {path} (permission denied): {runtime} container "
+                          "names, images and labels will be missing; run as root or with CAP_DAC_READ_SEARCH")
         self._names = names
         self._loaded_at = time.monotonic()
         if len(self._pause) > 100000:
