@@ -16,9 +16,11 @@ Rules, per cgroup P of the anchor hierarchy and other hierarchy H:
    when it is P itself or ends in the same folder name (the same workload under another
    base); a member sitting in an unrelated or shared H cgroup (H not delegated) is not a
    join, since that cgroup's figures are not this workload's.
-2. P has no members (a slice, a pod parent): the H folder holding most of P's joined
-   children, when it is P itself or has P's folder name (the same subtree under another
-   base); else P itself when it exists. Deepest cgroups are joined first, so this climbs.
+2. P has no members (a slice, a pod parent, an empty container cgroup): the H folder
+   holding most of P's joined children, when it is P itself or has P's folder name (the
+   same subtree under another base); else P itself when it exists; else, when P's parent
+   is joined to another path in H, the folder of P's name below that one. Joins climb
+   from the deepest cgroups up, then the last rule runs from the top down.
 3. Otherwise P has no folder in H, and that controller's figures are null.
 H folders joined to nothing are reported as cgroups of their own, keyed by their H path.
 Joins found through processes are cached by (folder inode) so membership is read once per
@@ -205,6 +207,19 @@ class Discoverer:
                 if path != "/":
                     parent = path.rsplit("/", 1)[0] or "/"
                     child_parents.setdefault(parent, []).append(target.path.rsplit("/", 1)[0] or "/")
+            # Rule 2, downwards: a cgroup still without a folder in H whose parent is joined
+            # to another path there takes the folder of its own name below that one.
+            for path in reversed(order):
+                if path == "/" or h.name in joined[path]:
+                    continue
+                parent = path.rsplit("/", 1)[0] or "/"
+                above = joined[parent].get(h.name)
+                if above is None or above.path == parent:
+                    continue
+                candidate = tree.get(above.path.rstrip("/") + "/" + _leaf(path))
+                if candidate is not None and candidate.path not in claimed[h.name]:
+                    joined[path][h.name] = candidate
+                    claimed[h.name].add(candidate.path)
         # Drop what we cached about cgroups that are gone.
         self._joins = {k: v for k, v in self._joins.items() if k in live_keys}
         live_inodes = {f.inode for f in anchor_tree.values()}
