@@ -40,7 +40,8 @@ class CgstatError(Exception):
 
 class Agent:
     def __init__(self, host_root: str = "/", all_cgroups: bool = False,
-                 match: Optional[Pattern[str]] = None, warner: Optional[Warner] = None):
+                 match: Optional[Pattern[str]] = None, warner: Optional[Warner] = None,
+                 read_state: bool = True):
         self.fs = HostFS(host_root)
         try:
             os.listdir(self.fs.root)
@@ -57,7 +58,7 @@ class Agent:
         self.all_cgroups = all_cgroups
         self.match = match
         self.warner = warner or Warner()
-        self.identities = containers.Identities(self.fs, self.warner.once)
+        self.identities = containers.Identities(self.fs, self.warner.once, read_state)
         self.previous: Dict[str, Counters] = {}
         note = pid_namespace_note(self.fs)
         if note:

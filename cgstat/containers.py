@@ -38,6 +38,7 @@ from cgstat.hostfs import HostFS, ReadError, read_text
 from cgstat.identity import PathInfo
 
 _REFRESH_MIN_S = 5.0
+_REFRESH_UNKNOWN_S = 60.0
 _K8S_LOG = re.compile(r"^(?P<pod>[^_]+)_(?P<ns>[^_]+)_(?P<container>.+)-(?P<id>[0-9a-f]{64})\.log$")
 _POD_DIR = re.compile(r"^(?P<ns>[^_]+)_(?P<pod>[^_]+)_(?P<uid>[0-9a-f-]{36})$")
 
@@ -257,16 +258,22 @@ def docker_api(fs: HostFS, cid: str, timeout_s: float = 0.5) -> Optional[Dict[st
 class Identities:
     """Fills the `container` object of records; caches state files between ticks."""
 
-    def __init__(self, fs: HostFS, warn: Optional[Callable[[str, str], None]] = None):
+    def __init__(self, fs: HostFS, warn: Optional[Callable[[str, str], None]] = None,
+                 read_state: bool = True):
         self.fs = fs
         self.warn = warn
+        self.read_state = read_state  # False: IDs from paths only (what naming costs, bench/)
         self._names = _Names()
         self._loaded_at: Optional[float] = None
         self._asked_api: set = set()
         self._pause: Dict[str, bool] = {}
+        self._unknown: set = set()  # IDs no state named at the last refresh
 
     def refresh(self) -> None:
         names = _Names()
+        if not self.read_state:
+            self._names, self._loaded_at = names, time.monotonic()
+            return
         _read_docker(self.fs, names)
         _read_oci(self.fs, names)
         _read_podman(self.fs, names)
@@ -281,16 +288,28 @@ class Identities:
             self._pause.clear()
 
     def refresh_if_new(self, infos: Iterable[PathInfo]) -> None:
-        """Re-read the state files when a container or pod we can't name shows up."""
+        """Re-read the state files when a container or pod we can't name shows up.
+
+        A new unknown ID triggers a refresh (at most every 5 s); IDs still unknown after
+        one (a runc container without a runtime's state, unreadable state) only every
+        60 s, so they don't make every tick re-read every state file.
+        """
         now = time.monotonic()
-        if self._loaded_at is not None and now - self._loaded_at < _REFRESH_MIN_S:
+        if self._loaded_at is None:
+            self.refresh()
             return
+        age = now - self._loaded_at
+        if age < _REFRESH_MIN_S:
+            return
+        unknown = set()
         for info in infos:
-            unknown_ctr = info.kind == "container" and info.id not in self._names.containers
-            unknown_pod = info.pod_uid is not None and info.pod_uid not in self._names.pods
-            if self._loaded_at is None or unknown_ctr or unknown_pod:
-                self.refresh()
-                return
+            if info.kind == "container" and info.id not in self._names.containers:
+                unknown.add(info.id)
+            if info.pod_uid is not None and info.pod_uid not in self._names.pods:
+                unknown.add(info.pod_uid)
+        if (unknown - self._unknown) or (unknown and age >= _REFRESH_UNKNOWN_S):
+            self.refresh()
+            self._unknown = unknown
 
     def is_sandbox(self, info: PathInfo, folder_local: Optional[str] = None) -> bool:
         """A pod's sandbox ("pause") container: plumbing, not an application container.
@@ -333,7 +352,7 @@ class Identities:
             return None
         cid = info.id or ""
         entry = self._names.containers.get(cid)
-        if entry is None and info.runtime == "docker" and cid not in self._asked_api:
+        if entry is None and info.runtime == "docker" and cid not in self._asked_api and self.read_state:
             self._asked_api.add(cid)  # ask once per container, never every tick
             entry = docker_api(self.fs, cid)
             if entry:
