@@ -2,7 +2,7 @@
 
 Reads /proc/<pid>/cgroup (v1 lines and the v2 '0::' line), /proc/<pid>/stat (the start
 time, field 22, which tells a reused PID from the process we saw before) and
-/proc/self/status (NSpid) for the PID namespace check.
+/proc/self/ns/pid for the PID namespace check.
 
 NVML reports host PIDs (the driver ignores PID namespaces, nvidia-docker#1483), so this
 must read the host's /proc: an agent in a container without the host PID namespace sees
@@ -11,6 +11,7 @@ none of them.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from typing import Any, Dict, Optional, Tuple
 
@@ -106,22 +107,27 @@ def _container_root(path: str, cid: str) -> str:
     return path
 
 
+# The initial PID namespace always has this inode (PROC_PID_INIT_INO, include/linux/proc_ns.h).
+_INIT_PID_NS_INO = 0xEFFFFFFC
+
+
 def pid_namespace_note(fs: HostFS) -> Optional[str]:
     """A warning when cgstat can't see the host's processes (runs in its own PID namespace).
 
-    /proc/self/status NSpid lists our PID in each nested namespace: more than one number
-    means we are inside a PID namespace that is not the host's.
+    /proc/self/ns/pid of a process in the host's (initial) PID namespace has the fixed
+    inode PROC_PID_INIT_INO; anything else is a container's namespace. (/proc/self/status
+    NSpid can't tell: a container's own /proc shows one level only.)
     """
     if not fs.is_slash:
         # Reading a mounted host /proc: its PIDs are the host's, whatever our namespace.
         return None
-    text = fs.read_optional("/proc/self/status") or ""
-    for line in text.splitlines():
-        if line.startswith("NSpid:"):
-            if len(line.split()) > 2:
-                return ("cgstat runs in its own PID namespace, so it sees only its container's "
-                        "processes: GPU processes (NVML reports host PIDs) and PID lookups will not "
-                        "be joined to containers. Run with --pid=host (docker/podman), hostPID: true "
-                        "(Kubernetes), or mount the host's / and pass --host-root.")
-            return None
-    return None
+    try:
+        ino = os.stat("/proc/self/ns/pid").st_ino
+    except OSError:
+        return None
+    if ino == _INIT_PID_NS_INO:
+        return None
+    return ("cgstat runs in its own PID namespace, so it sees only its container's processes: "
+            "GPU processes (NVML reports host PIDs) and PID lookups will not be joined to "
+            "containers. Run with --pid=host (docker/podman), hostPID: true (Kubernetes), or "
+            "mount the host's / and pass --host-root.")

@@ -1,0 +1,127 @@
+"""PID -> container: live PIDs, a dead PID, PID reuse, the PID namespace warning, and the
+Docker Engine API fallback when Docker's state files can't be read."""
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import threading
+
+import pytest
+
+from cgstat.containers import Identities, docker_api
+from cgstat.hierarchy import detect
+from cgstat.hostfs import HostFS
+from cgstat.pids import PidMapper
+from contract import ROOT, run_cgstat
+
+FIX = os.path.join(ROOT, "tests", "fixtures")
+
+
+def test_live_pids_and_a_dead_one():
+    child = subprocess.Popen(["sleep", "30"])
+    try:
+        out, _, code = run_cgstat("pid", str(os.getpid()), str(child.pid), "4194303")
+    finally:
+        child.kill()
+        child.wait()
+    assert code == 0
+    me, sleeper, dead = out
+    own = {}
+    for line in open("/proc/self/cgroup"):
+        _, controllers, path = line.rstrip("\n").split(":", 2)
+        own[controllers or "unified"] = path
+    assert me["paths"] == {k: v for k, v in own.items() if k in me["paths"]}
+    assert me["paths"]["memory"] == own["memory"]  # the nested memory cgroup, not "/"
+    assert sleeper["cgroup"] == me["cgroup"] and sleeper["error"] is None
+    assert dead["error"] == "no such process" and dead["container"] is None
+
+
+def _copy(tmp_path, name="v2-systemd"):
+    dst = tmp_path / "t1"
+    shutil.copytree(os.path.join(FIX, name, "t1"), dst, symlinks=True)
+    return str(dst)
+
+
+def test_pid_reuse_is_not_trusted_from_the_cache(tmp_path):
+    root = _copy(tmp_path)
+    fs = HostFS(root)
+    layout = detect(fs)
+    mapper = PidMapper(fs, layout, Identities(fs))
+    first = mapper.describe(216)
+    assert first["container"]["name"] == "tf-training"
+    # PID 216 exits and the number is reused by a process in another cgroup, started later
+    stat = os.path.join(root, "proc/216/stat")
+    fields = open(stat).read().split(" ")
+    fields[21] = str(int(fields[21]) + 500)  # a new start time
+    open(stat, "w").write(" ".join(fields))
+    open(os.path.join(root, "proc/216/cgroup"), "w").write("0::/system.slice/cron.service\n")
+    again = mapper.describe(216)
+    assert again["cgroup"] == "/system.slice/cron.service" and again["container"] is None
+
+
+def test_pid_that_exits_while_being_looked_up(tmp_path):
+    root = _copy(tmp_path)
+    fs = HostFS(root)
+    mapper = PidMapper(fs, detect(fs), Identities(fs))
+    os.remove(os.path.join(root, "proc/216/cgroup"))  # stat still there, cgroup gone
+    assert mapper.describe(216)["error"] == "no such process"
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("unshare"), reason="needs root and unshare")
+def test_warns_inside_its_own_pid_namespace():
+    proc = subprocess.run(["unshare", "--pid", "--fork", "--mount-proc", sys.executable, "-m", "cgstat",
+                           "once", "--window", "0"], capture_output=True, cwd=ROOT, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    err = proc.stderr.decode()
+    assert "own PID namespace" in err and "--pid=host" in err and "hostPID: true" in err
+    assert err.count("own PID namespace") == 1
+    # and not on the host's
+    _, err, _ = run_cgstat("once", "--window", "0")
+    assert "PID namespace" not in err
+
+
+class _FakeDocker(threading.Thread):
+    """A unix-socket HTTP server answering GET /containers/<id>/json like dockerd."""
+
+    def __init__(self, path, body):
+        super().__init__(daemon=True)
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.sock.bind(path)
+        self.sock.listen(4)
+        self.body = body
+        self.requests = []
+
+    def run(self):
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            with conn:
+                req = conn.recv(65536).decode()
+                self.requests.append(req.split("\r\n", 1)[0])
+                body = json.dumps(self.body).encode()
+                status = "200 OK" if "/containers/" in req else "404 Not Found"
+                conn.sendall(f"HTTP/1.1 {status}\r\nContent-Type: application/json\r\n"
+                             f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n".encode() + body)
+
+
+def test_docker_api_fallback_when_state_is_missing(tmp_path):
+    root = _copy(tmp_path)
+    cid = "cb4a542a9cc3587e5fbea131759232cfac2ca0e1d52e48331daf6589d254378c"  # D: no config.v2.json
+    os.makedirs(os.path.join(root, "var/run"), exist_ok=True)
+    server = _FakeDocker(os.path.join(root, "var/run/docker.sock"),
+                         {"Id": cid, "Name": "/fio-bench", "Config": {"Image": "fio:3", "Labels": {"a": "b"}}})
+    server.start()
+    try:
+        assert docker_api(HostFS(root), cid)["name"] == "fio-bench"
+        records, _, _ = run_cgstat("once", "--window", "0", "--host-root", root, "--match", cid[:16])
+    finally:
+        server.sock.close()
+    (rec,) = records
+    assert rec["container"]["name"] == "fio-bench" and rec["container"]["image"] == "fio:3"
+    assert rec["container"]["labels"] == {"a": "b"}
+    assert all(r.startswith(f"GET /containers/{cid}/json") for r in server.requests)
