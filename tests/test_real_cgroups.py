@@ -14,6 +14,7 @@ import json
 import os
 import re
 import subprocess
+import sys
 import time
 
 import pytest
@@ -370,3 +371,30 @@ def test_runc_container_with_relative_cgroups_path(make_container, run_cgstat):
     assert rec["cpu"]["limit_cores"] == 0.5
     approx(rec["cpu"]["percent"], 50.0, rel=0.10)
     assert rec["cpu"]["throttled_periods_total"] > 0
+
+
+def test_runc_container_found_by_default_and_pid_maps_to_it(make_container, run_cgstat):
+    """A Docker-pattern container shows up without --all, and `cgstat pid` maps its
+    processes (and ours, and a dead PID) correctly."""
+    c = make_container(["/bin/busybox", "sh", "-c", "sleep 1000 & sleep 1000 & wait"],
+                       memory_limit=64 * MIB, pids_limit=16, cpu_quota=200000, cpu_period=100000)
+    c.run()
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and c.stats()["data"]["pids"]["current"] < 3:
+        time.sleep(0.05)
+    out = subprocess.run([sys.executable, "-m", "cgstat", "once", "--window", "0"],
+                         capture_output=True, cwd=R.REPO, timeout=60)
+    records = [json.loads(line) for line in out.stdout.splitlines()]
+    mine = [r for r in records if r["container"] and r["container"]["id"] == c.id]
+    assert len(mine) == 1, out.stderr
+    assert mine[0]["container"]["runtime"] == "docker" and mine[0]["container"]["short_id"] == c.id[:12]
+    assert mine[0]["pids"]["current"] == 3 and mine[0]["pids"]["limit"] == 16
+    members = [int(p) for p in R.read(os.path.join(c.dir("pids"), "cgroup.procs")).split()]
+    out = subprocess.run([sys.executable, "-m", "cgstat", "pid", *map(str, members), str(os.getpid()), "4194303"],
+                         capture_output=True, cwd=R.REPO, timeout=60)
+    assert out.returncode == 0
+    answers = [json.loads(line) for line in out.stdout.splitlines()]
+    for a in answers[:-2]:
+        assert a["container"]["id"] == c.id and a["paths"]["memory"] == c.rel("memory")
+    assert answers[-2]["container"] is None
+    assert answers[-1]["error"] == "no such process"
