@@ -173,16 +173,20 @@ def parse_pressure(text: str) -> Dict[str, Dict[str, float]]:
 def parse_blkio_v1(text: str) -> Dict[str, Dict[str, int]]:
     """v1 blkio.*io_service_bytes* / *io_serviced* rows: 'MAJ:MIN Op N' and 'Total N'.
 
-    Returns {"MAJ:MIN": {"Read": n, "Write": n, "Discard": n, ...}}; the trailing
-    'Total' line (and per-device 'Total' rows) are dropped: totals are summed by us.
+    Returns {"MAJ:MIN": {"Read": n, "Write": n, "Discard": n, ...}}; the closing 'Total'
+    line (and per-device 'Total' rows) are dropped: totals are summed by us.
     """
     out: Dict[str, Dict[str, int]] = {}
+    total_seen = False
     for line in text.splitlines():
         parts = line.split()
         if not parts:
             continue
+        if total_seen:
+            raise ValueError("lines after the closing 'Total'")
         if parts[0] == "Total" and len(parts) == 2:
             parse_uint(parts[1])
+            total_seen = True
             continue
         if len(parts) != 3:
             raise ValueError(f"bad line: {line[:60]!r}")
@@ -196,6 +200,10 @@ def parse_blkio_v1(text: str) -> Dict[str, Dict[str, int]]:
         if op in row:
             raise ValueError(f"duplicate {op} for {device}")
         row[op] = value
+    if not total_seen:
+        # The kernel always ends these files with "Total N" (blkcg_print_stat): without it
+        # the file was cut short, and the rows we have may be missing some.
+        raise ValueError("no closing 'Total' line (truncated?)")
     return out
 
 

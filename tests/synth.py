@@ -54,3 +54,45 @@ def v2_cgroup(root, path, overrides=None):
         if content is not None:
             write(os.path.join(folder, name), content)
     return folder
+
+
+V1_FILES = {
+    "cpuacct": {"cgroup.procs": "", "cpuacct.usage": "2000000000\n", "cpuacct.stat": "user 150\nsystem 50\n"},
+    "cpu": {"cgroup.procs": "", "cpu.stat": "nr_periods 100\nnr_throttled 10\nthrottled_time 250000000\n",
+            "cpu.cfs_quota_us": "50000\n", "cpu.cfs_period_us": "100000\n"},
+    "memory": {"cgroup.procs": "", "memory.usage_in_bytes": "104857600\n", "memory.limit_in_bytes": "209715200\n",
+               "memory.stat": "rss 1\ncache 2\ntotal_rss 52428800\ntotal_cache 41943040\n"
+                              "total_inactive_file 20971520\ntotal_shmem 0\n",
+               "memory.oom_control": "oom_kill_disable 0\nunder_oom 0\noom_kill 1\n"},
+    "blkio": {"cgroup.procs": "",
+              "blkio.throttle.io_service_bytes_recursive": "254:0 Read 8388608\n254:0 Write 16777216\n"
+                                                           "254:0 Total 25165824\nTotal 25165824\n",
+              "blkio.throttle.io_serviced_recursive": "254:0 Read 8\n254:0 Write 16\n254:0 Total 24\nTotal 24\n"},
+    "pids": {"cgroup.procs": "", "pids.current": "7\n", "pids.max": "50\n"},
+}
+
+
+def v1_host(root):
+    """A v1 host with cpu,cpuacct co-mounted and the rest each on its own."""
+    mounts = [("cpu,cpuacct", "cpu,cpuacct"), ("memory", "memory"), ("blkio", "blkio"), ("pids", "pids")]
+    lines = [f"{30 + i} 20 0:{40 + i} / /sys/fs/cgroup/{d} rw - cgroup cgroup rw,{opts}\n"
+             for i, (d, opts) in enumerate(mounts)]
+    write(os.path.join(root, "proc/self/mountinfo"), "".join(lines))
+    write(os.path.join(root, "proc/uptime"), "1000.00 0.00\n")
+    write(os.path.join(root, "proc/stat"), "btime 1700000000\n")
+    write(os.path.join(root, "proc/meminfo"), "MemTotal:       1048576 kB\n")
+    for d, _ in mounts:
+        write(os.path.join(root, "sys/fs/cgroup", d, "cgroup.procs"), "1\n")
+
+
+def v1_cgroup(root, path, overrides=None):
+    """The same cgroup path in every hierarchy; overrides map file -> content (None: absent)."""
+    overrides = overrides or {}
+    for controller, files in V1_FILES.items():
+        d = "cpu,cpuacct" if controller in ("cpu", "cpuacct") else controller
+        folder = os.path.join(root, "sys/fs/cgroup", d, path.lstrip("/"))
+        os.makedirs(folder, exist_ok=True)
+        for name, content in files.items():
+            content = overrides.get(name, content)
+            if content is not None:
+                write(os.path.join(folder, name), content)

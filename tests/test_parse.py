@@ -90,6 +90,9 @@ BAD = [
     (parse.parse_blkio_v1, "254:0 Read\n"),
     (parse.parse_blkio_v1, "254:0 Read x\n"),
     (parse.parse_blkio_v1, "vda Read 1\n"),
+    (parse.parse_blkio_v1, ""),  # no closing Total: cut short
+    (parse.parse_blkio_v1, "254:0 Read 1\n254:0 Write 2\n"),
+    (parse.parse_blkio_v1, "Total 0\n254:0 Read 1\n"),
     (parse.parse_blkio_v1, "254:0 Read 1\n254:0 Read 2\n"),
     (parse.parse_pid_list, "1\nx\n"),
     (parse.parse_proc_cgroup, "memory:/a\n"),

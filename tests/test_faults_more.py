@@ -1,0 +1,182 @@
+"""More bad input: v1 controller files, /proc files, runtime state JSON; races; EIO."""
+
+import errno
+import io
+import json
+import os
+
+import orjson
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from cgstat import containers, sinks
+from cgstat.agent import Agent
+from cgstat.log import Warner
+from contract import validate
+from synth import V1_FILES, v1_cgroup, v1_host, v2_cgroup, v2_host, write
+
+BAD = ["", "junk\n", "-1\n", f"{2**80}\n", b"\xff\xfe\x00", "1 2 3\n"]
+V1_FEEDS = {
+    "cpuacct.usage": [("cpu", "usage_seconds_total")],
+    "cpuacct.stat": [("cpu", "user_seconds_total"), ("cpu", "system_seconds_total")],
+    "cpu.cfs_quota_us": [("cpu", "limit_cores")],
+    "memory.usage_in_bytes": [("memory", "usage_bytes"), ("memory", "working_set_bytes")],
+    "memory.limit_in_bytes": [("memory", "limit_bytes")],
+    "memory.oom_control": [("memory", "oom_kills_total")],
+    "blkio.throttle.io_service_bytes_recursive": [("io", "read_bytes_total"), ("io", "write_bytes_total")],
+    "pids.current": [("pids", "current")],
+}
+
+
+def _records(root, **kw):
+    agent = Agent(root, all_cgroups=True, warner=Warner(io.StringIO()), **kw)
+    return {r["cgroup"]: r for r in (orjson.loads(x) for x in agent.tick())}
+
+
+def test_v1_good_values(tmp_path):
+    root = str(tmp_path)
+    v1_host(root)
+    v1_cgroup(root, "/docker/x")
+    rec = _records(root)["/docker/x"]
+    validate(rec)
+    assert rec["paths"] == {"cpu,cpuacct": "/docker/x", "memory": "/docker/x", "blkio": "/docker/x", "pids": "/docker/x"}
+    assert rec["cpu"]["usage_seconds_total"] == 2.0 and rec["cpu"]["user_seconds_total"] == 1.5
+    assert rec["cpu"]["limit_cores"] == 0.5 and rec["cpu"]["throttled_seconds_total"] == 0.25
+    assert rec["memory"]["working_set_bytes"] == 104857600 - 20971520 and rec["memory"]["oom_kills_total"] == 1
+    assert rec["io"]["write_bytes_total"] == 16777216 and rec["io"]["read_ops_total"] == 8
+    assert [e["source"] for e in rec["errors"]] == ["pressure"]  # v1 has no PSI
+
+
+@pytest.mark.parametrize("bad", BAD, ids=repr)
+@pytest.mark.parametrize("name", sorted(V1_FEEDS))
+def test_v1_corrupt_file(tmp_path, name, bad):
+    root = str(tmp_path)
+    v1_host(root)
+    v1_cgroup(root, "/docker/x", {name: bad})
+    rec = _records(root)["/docker/x"]
+    validate(rec)
+    if name == "cpu.cfs_quota_us" and bad == "-1\n":
+        assert rec["cpu"]["limit_cores"] is None  # -1 is "no quota", not an error
+        assert [e["source"] for e in rec["errors"]] == ["pressure"]
+        return
+    assert name in {e["source"] for e in rec["errors"]}, rec["errors"]
+    for section, key in V1_FEEDS[name]:
+        assert rec[section][key] is None
+    assert rec["pids"]["limit"] == 50  # untouched
+
+
+def test_v1_unlimited_sentinel_and_old_kernel_without_oom_kill(tmp_path):
+    root = str(tmp_path)
+    v1_host(root)
+    v1_cgroup(root, "/docker/x", {"memory.limit_in_bytes": "9223372036854771712\n",
+                                  "memory.oom_control": "oom_kill_disable 0\nunder_oom 0\n",
+                                  "cpu.cfs_quota_us": "-1\n", "pids.max": "max\n"})
+    rec = _records(root)["/docker/x"]
+    assert rec["memory"]["limit_bytes"] is None and rec["cpu"]["limit_cores"] is None
+    assert rec["pids"]["limit"] is None
+    assert rec["memory"]["oom_kills_total"] is None
+    assert {"source": "memory.oom_control", "error": "missing", "detail": "no oom_kill (kernel < 4.13)"} in rec["errors"]
+    # with no limit, MEM % is over the host's memory, as docker stats does
+    assert rec["memory"]["percent"] == pytest.approx((104857600 - 20971520) / (1048576 * 1024) * 100)
+
+
+@pytest.mark.parametrize("proc_file,content", [
+    ("proc/self/mountinfo", "garbage without separator\n"),
+    ("proc/self/mountinfo", b"\xff\xfe"),
+    ("proc/uptime", "not-a-number\n"),
+    ("proc/meminfo", "MemTotal: lots\n"),
+    ("proc/stat", "btime x\n"),
+    ("proc/partitions", "\x00\x01"),
+    ("sys/devices/system/cpu/online", "9-1\n"),
+])
+def test_bad_proc_files_never_escape(tmp_path, proc_file, content):
+    root = str(tmp_path)
+    v2_host(root)
+    v2_cgroup(root, "/x")
+    write(os.path.join(root, proc_file), content)
+    rec = _records(root)["/x"]
+    validate(rec)
+    assert rec["cpu"]["usage_seconds_total"] == 2.0  # the cgroup's own files still count
+
+
+def test_bad_proc_pid_cgroup_only_loses_the_join(tmp_path):
+    root = str(tmp_path)
+    v1_host(root)
+    v1_cgroup(root, "/docker/x")
+    # the workload's member, whose /proc/<pid>/cgroup is junk: joins fall back to equal paths
+    write(os.path.join(root, "sys/fs/cgroup/cpu,cpuacct/docker/x/cgroup.procs"), "4242\n")
+    write(os.path.join(root, "proc/4242/cgroup"), b"\xff junk")
+    rec = _records(root)["/docker/x"]
+    validate(rec)
+    assert rec["paths"]["memory"] == "/docker/x" and rec["memory"]["usage_bytes"] == 104857600
+
+
+JSONISH = st.recursive(st.none() | st.booleans() | st.integers() | st.text(max_size=20),
+                       lambda c: st.lists(c, max_size=4) | st.dictionaries(st.text(max_size=10), c, max_size=4),
+                       max_leaves=12)
+
+
+@settings(max_examples=200, deadline=None)
+@given(doc=JSONISH)
+def test_runtime_state_parsers_take_any_json(doc):
+    for entry in (containers._from_docker_config(doc), containers._from_oci_annotations(doc, "containerd"),
+                  containers._from_oci_annotations(doc, "cri-o")):
+        assert entry is None or isinstance(entry, dict)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(docker=st.one_of(JSONISH.map(json.dumps), st.binary(max_size=40).map(lambda b: b.decode("latin-1"))),
+       podman=st.one_of(JSONISH.map(json.dumps), st.text(max_size=40)))
+def test_junk_runtime_state_files_give_unnamed_containers(tmp_path_factory, docker, podman):
+    root = str(tmp_path_factory.mktemp("state"))
+    v2_host(root)
+    cid = "ab" * 32
+    v2_cgroup(root, f"/system.slice/docker-{cid}.scope")
+    write(os.path.join(root, f"var/lib/docker/containers/{cid}/config.v2.json"), docker)
+    write(os.path.join(root, "var/lib/containers/storage/overlay-containers/containers.json"), podman)
+    write(os.path.join(root, "etc/docker/daemon.json"), docker)
+    rec = _records(root)[f"/system.slice/docker-{cid}.scope"]
+    validate(rec)
+    assert rec["container"]["id"] == cid and rec["container"]["runtime"] == "docker"
+
+
+def test_cgroup_removed_while_being_read_is_dropped(tmp_path, monkeypatch):
+    root = str(tmp_path)
+    v2_host(root)
+    v2_cgroup(root, "/x")
+    v2_cgroup(root, "/y")
+    agent = Agent(root, all_cgroups=True, warner=Warner(io.StringIO()))
+    real = __import__("cgstat.cgroups", fromlist=["read_text"]).read_text
+    import shutil
+
+    def racing_read(path):
+        if "/x/" in path and os.path.isdir(os.path.join(root, "sys/fs/cgroup/x")):
+            shutil.rmtree(os.path.join(root, "sys/fs/cgroup/x"))  # rmdir between listing and reading
+        return real(path)
+
+    monkeypatch.setattr("cgstat.cgroups.read_text", racing_read)
+    paths = [orjson.loads(line)["cgroup"] for line in agent.tick()]
+    assert "/x" not in paths and "/y" in paths
+
+
+def test_eio_truncates_the_partial_batch_and_retries(tmp_path, monkeypatch):
+    out = tmp_path / "out.jsonl"
+    sink = sinks.Sink(str(out))
+    sink.write([b'{"a":1}\n'])
+    real_write = os.write
+    calls = {"n": 0}
+
+    def flaky(fd, data):
+        calls["n"] += 1
+        if calls["n"] == 1:
+            real_write(fd, bytes(data[:5]))  # half a line reaches the disk, then EIO
+            raise OSError(errno.EIO, "Input/output error")
+        return real_write(fd, data)
+
+    monkeypatch.setattr(os, "write", flaky)
+    with pytest.raises(sinks.SinkError, match="Input/output error"):
+        sink.write([b'{"b":2}\n', b'{"c":3}\n'])
+    assert out.read_bytes() == b'{"a":1}\n'  # the half line was cut back
+    sink.write([b'{"d":4}\n'])  # next tick: the kept batch goes first
+    assert out.read_bytes() == b'{"a":1}\n{"b":2}\n{"c":3}\n{"d":4}\n'
