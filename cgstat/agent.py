@@ -60,6 +60,7 @@ class Agent:
         self.warner = warner or Warner()
         self.identities = containers.Identities(self.fs, self.warner.once, read_state)
         self.previous: Dict[str, Counters] = {}
+        self._classified: Dict[str, PathInfo] = {}
         note = pid_namespace_note(self.fs)
         if note:
             self.warner.once("pidns", note)
@@ -69,8 +70,14 @@ class Agent:
         ids = self.identities
         self.clock.start_tick()
         cgroups = self.discoverer.join()
-        ids.refresh_if_new(classify(cg.path) for cg in cgroups)
-        selected, what = select(cgroups, self.all_cgroups, self.match,
+        # What each path says, kept only for the cgroups that still exist (a cache that
+        # followed churn would grow for ever).
+        known = self._classified
+        self._classified = {cg.path: known.get(cg.path) or classify(cg.path) for cg in cgroups}
+        classified = [(cg, self._classified[cg.path]) for cg in cgroups]
+        ids.retain(x for _, info in classified for x in (info.id, info.pod_uid) if x)
+        ids.refresh_if_new(info for _, info in classified)
+        selected, what = select(classified, self.all_cgroups, self.match,
                                 lambda cg, info: ids.is_sandbox(info, cg.folders[0].local))
         self.warner.once("selection", f"{self.layout.kind} cgroup layout; showing {what}")
         out = []

@@ -284,8 +284,6 @@ class Identities:
                           "names, images and labels will be missing; run as root or with CAP_DAC_READ_SEARCH")
         self._names = names
         self._loaded_at = time.monotonic()
-        if len(self._pause) > 100000:
-            self._pause.clear()
 
     def refresh_if_new(self, infos: Iterable[PathInfo]) -> None:
         """Re-read the state files when a container or pod we can't name shows up.
@@ -310,6 +308,13 @@ class Identities:
         if (unknown - self._unknown) or (unknown and age >= _REFRESH_UNKNOWN_S):
             self.refresh()
             self._unknown = unknown
+
+    def retain(self, live_ids: Iterable[str]) -> None:
+        """Forget per-container answers of containers that are gone (bounded under churn)."""
+        live = set(live_ids)
+        self._pause = {k: v for k, v in self._pause.items() if k in live}
+        self._asked_api &= live
+        self._unknown &= live
 
     def is_sandbox(self, info: PathInfo, folder_local: Optional[str] = None) -> bool:
         """A pod's sandbox ("pause") container: plumbing, not an application container.

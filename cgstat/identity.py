@@ -20,7 +20,6 @@ Pure functions over the path alone (no I/O). Patterns, by runtime and cgroup dri
 from __future__ import annotations
 
 import re
-from functools import lru_cache
 from dataclasses import dataclass
 from typing import Optional
 
@@ -92,7 +91,6 @@ def _container(component: str, parent: str, under_pod: bool):
     return None
 
 
-@lru_cache(maxsize=65536)
 def classify(path: str) -> PathInfo:
     parts = [p for p in path.split("/") if p]
     pod_uid = qos = None

@@ -14,7 +14,7 @@ import re
 from typing import Callable, List, Optional, Pattern, Tuple
 
 from cgstat.discover import Cgroup
-from cgstat.identity import PathInfo, classify
+from cgstat.identity import PathInfo
 
 Selected = List[Tuple[Cgroup, PathInfo]]
 
@@ -27,15 +27,15 @@ def _is_workload(info: PathInfo) -> bool:
     return info.unit is not None and info.unit.endswith((".service", ".scope"))
 
 
-def select(cgroups: List[Cgroup], all_cgroups: bool = False,
+def select(classified: Selected, all_cgroups: bool = False,
            match: Optional[Pattern[str]] = None,
            is_sandbox: Optional[Callable[[Cgroup, PathInfo], bool]] = None) -> Tuple[Selected, str]:
     """The cgroups to report this tick, and a sentence saying what they are.
 
+    `classified` pairs each cgroup with what its path says (identity.classify).
     `is_sandbox` tells a pod's pause container (which needs runtime state to spot); those
     are left out of the default selection.
     """
-    classified = [(cg, classify(cg.path)) for cg in cgroups]
     if match is not None:
         chosen = [(cg, i) for cg, i in classified if match.search(cg.path)]
         return chosen, f"cgroups whose path matches {match.pattern!r}"
