@@ -106,7 +106,8 @@ class Agent:
             if container is not None and sandbox:
                 container["sandbox"] = True
             kind = "pod" if info.kind == "pod" else "cgroup"
-            record = build(sample, rates, self.host, self.names, container, info.unit, kind)
+            pod = container["pod"] if container is not None else self.identities.pod(info)
+            record = build(sample, rates, self.host, self.names, container, info.unit, kind, pod)
             lines.append(orjson.dumps(record) + b"\n")
         return lines, current
 

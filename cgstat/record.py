@@ -25,7 +25,7 @@ def rfc3339(wall_s: float) -> str:
 
 def build(sample: Sample, rates: Rates, host: HostInfo, names: DeviceNames,
           container: Optional[Dict[str, Any]] = None, unit: Optional[str] = None,
-          kind: str = "cgroup") -> Dict[str, Any]:
+          kind: str = "cgroup", pod: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
     cpu, mem, io, pids = sample.cpu, sample.memory, sample.io, sample.pids
     limit = mem.limit_bytes
     # docker stats: MEM % = usage / limit, with the host's MemTotal standing in for an
@@ -76,6 +76,7 @@ def build(sample: Sample, rates: Rates, host: HostInfo, names: DeviceNames,
         "paths": sample.paths,
         "interval_s": rates.interval_s,
         "unit": unit,
+        "pod": pod,
         "container": container,
         "cpu": {
             "usage_seconds_total": cpu.usage_seconds_total,

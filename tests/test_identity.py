@@ -103,7 +103,11 @@ def test_recorded_containers_are_named(fixture):
             assert (c["pod"]["namespace"], c["pod"]["name"], c["pod"]["qos"]) == (*pod, qos)
             assert len(c["pod"]["uid"]) == 36
     pods = [r for r in records if r["type"] == "pod"]
-    assert len(pods) == 3
+    assert len(pods) == 3 and all(p["container"] is None for p in pods)
+    assert sorted((p["pod"]["namespace"], p["pod"]["name"], p["pod"]["qos"]) for p in pods) == sorted(
+        (*pod, qos) for _, _, _, pod, qos in EXPECTED[fixture].values() if pod)
+    for r in records:  # the top-level pod is the container's pod
+        assert r["container"] is None or r["pod"] == r["container"]["pod"]
 
 
 def test_all_shows_sandboxes_marked():
