@@ -14,7 +14,6 @@ when no cpuacct folder exists) and the pressure files.
 
 from __future__ import annotations
 
-import os
 from typing import Callable, Dict, List, Optional, TypeVar
 
 from cgstat import parse

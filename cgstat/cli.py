@@ -91,7 +91,7 @@ def stream(
         code = run_stream(_agent(host_root, all_, match), Sink(output), interval, count)
     except CgstatError as exc:
         say(str(exc))
-        raise typer.Exit(1)
+        raise typer.Exit(1) from None
     raise typer.Exit(code)
 
 
@@ -114,7 +114,7 @@ def once(
         code = run_once(_agent(host_root, all_, match), Sink(output), state, window)
     except CgstatError as exc:
         say(str(exc))
-        raise typer.Exit(1)
+        raise typer.Exit(1) from None
     raise typer.Exit(code)
 
 
@@ -130,7 +130,7 @@ def pid(
         code = run_pid(_agent(host_root, False, None), pids)
     except CgstatError as exc:
         say(str(exc))
-        raise typer.Exit(1)
+        raise typer.Exit(1) from None
     raise typer.Exit(code)
 
 

@@ -46,7 +46,7 @@ def test_churn_of_300_cgroups_while_streaming(make_group, tmp_path):
         made = []
         for i in range(300):
             name = f"c{i}"
-            for key, d in group.dirs.items():
+            for d in group.dirs.values():
                 os.mkdir(os.path.join(d, name))
             made.append(name)
             if i % 30 == 0:  # some with a member process, to exercise the joins
@@ -55,13 +55,13 @@ def test_churn_of_300_cgroups_while_streaming(make_group, tmp_path):
                     ["sh", "-c", 'for f in "$@"; do echo $$ > "$f"; done; exec sleep 30', "sh", *procs_files])))
             if len(made) > 20:  # keep ~20 alive, remove the oldest
                 old = made.pop(0)
-                for n, p in [s for s in sleepers if s[0] == old]:
+                for _, p in [s for s in sleepers if s[0] == old]:
                     p.kill()
                     p.wait()
                 for d in group.dirs.values():
                     os.rmdir(os.path.join(d, old))
             time.sleep(0.005)
-        for n, p in sleepers:
+        for _, p in sleepers:
             p.kill()
             p.wait()
         for old in made:

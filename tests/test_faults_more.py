@@ -14,7 +14,7 @@ from cgstat import containers, sinks
 from cgstat.agent import Agent
 from cgstat.log import Warner
 from contract import validate
-from synth import V1_FILES, v1_cgroup, v1_host, v2_cgroup, v2_host, write
+from synth import v1_cgroup, v1_host, v2_cgroup, v2_host, write
 
 BAD = ["", "junk\n", "-1\n", f"{2**80}\n", b"\xff\xfe\x00", "1 2 3\n"]
 V1_FEEDS = {
@@ -180,3 +180,18 @@ def test_eio_truncates_the_partial_batch_and_retries(tmp_path, monkeypatch):
     assert out.read_bytes() == b'{"a":1}\n'  # the half line was cut back
     sink.write([b'{"d":4}\n'])  # next tick: the kept batch goes first
     assert out.read_bytes() == b'{"a":1}\n{"b":2}\n{"c":3}\n{"d":4}\n'
+
+
+def test_wall_clock_jump_does_not_disturb_rates(monkeypatch):
+    """Rates use CLOCK_BOOTTIME: a wall-clock step (NTP, date -s) moves `ts`, not interval_s."""
+    import re
+    import time as time_mod
+
+    agent = Agent("/", match=re.compile("^/$"), warner=Warner(io.StringIO()))
+    agent.tick()
+    real_time = time_mod.time
+    monkeypatch.setattr(time_mod, "time", lambda: real_time() - 86400)  # a day back
+    (rec,) = [orjson.loads(x) for x in agent.tick()]
+    assert 0 < rec["interval_s"] < 5
+    assert rec["cpu"]["percent"] is not None and 0 <= rec["cpu"]["percent"] <= 100 * os.cpu_count() * 1.05
+    assert rec["ts"] < time_mod.strftime("%Y-%m-%dT%H:%M:%S", time_mod.gmtime(real_time() - 3600))
