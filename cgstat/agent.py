@@ -77,6 +77,8 @@ class Agent:
         classified = [(cg, self._classified[cg.path]) for cg in cgroups]
         ids.retain(x for _, info in classified for x in (info.id, info.pod_uid) if x)
         ids.refresh_if_new(info for _, info in classified)
+        ids.note_pod_members(info for cg, info in classified
+                             if info.pod_uid and not ids.is_sandbox(info, cg.folders[0].local))
         selected, what = select(classified, self.all_cgroups, self.match,
                                 lambda cg, info: ids.is_sandbox(info, cg.folders[0].local))
         self.warner.once("selection", f"{self.layout.kind} cgroup layout; showing {what}")

@@ -49,6 +49,7 @@ class _Names:
     def __init__(self) -> None:
         self.containers: Dict[str, Dict[str, Any]] = {}  # id -> name/image/labels/runtime/sandbox/pod
         self.pods: Dict[str, Tuple[str, str]] = {}  # uid -> (namespace, name)
+        self.pod_containers: Dict[str, List[str]] = {}  # uid -> container names (log folders)
         self.denied: List[Tuple[str, str]] = []  # (folder, runtime) we were not allowed to read
 
 
@@ -218,6 +219,11 @@ def _read_kubelet(fs: HostFS, names: _Names) -> None:
         m = _POD_DIR.match(os.path.basename(path))
         if m:
             names.pods[m.group("uid")] = (m.group("ns"), m.group("pod"))
+            try:
+                names.pod_containers[m.group("uid")] = sorted(
+                    d for d in os.listdir(path) if os.path.isdir(os.path.join(path, d)))
+            except OSError:
+                pass
     for path in glob.glob(fs.path("/var/log/containers/*.log")):
         m = _K8S_LOG.match(os.path.basename(path))
         if m:
@@ -268,6 +274,7 @@ class Identities:
         self._asked_api: set = set()
         self._pause: Dict[str, bool] = {}
         self._unknown: set = set()  # IDs no state named at the last refresh
+        self._pod_members: Dict[str, set] = {}  # pod uid -> application container IDs this tick
 
     def refresh(self) -> None:
         names = _Names()
@@ -308,6 +315,23 @@ class Identities:
         if (unknown - self._unknown) or (unknown and age >= _REFRESH_UNKNOWN_S):
             self.refresh()
             self._unknown = unknown
+
+    def note_pod_members(self, infos: Iterable[PathInfo]) -> None:
+        """This tick's application containers of each pod (sandboxes already left out)."""
+        members: Dict[str, set] = {}
+        for info in infos:
+            if info.kind == "container" and info.pod_uid and info.id:
+                members.setdefault(info.pod_uid, set()).add(info.id)
+        self._pod_members = members
+
+    def _only_container_name(self, info: PathInfo) -> Optional[str]:
+        """The kubelet's log folders name a pod's containers but not their IDs: when the
+        pod has exactly one application container and one log folder, they are the same."""
+        dirs = self._names.pod_containers.get(info.pod_uid or "", [])
+        members = self._pod_members.get(info.pod_uid or "", set())
+        if len(dirs) == 1 and members == {info.id}:
+            return dirs[0]
+        return None
 
     def retain(self, live_ids: Iterable[str]) -> None:
         """Forget per-container answers of containers that are gone (bounded under churn)."""
@@ -369,6 +393,8 @@ class Identities:
             ns, name = entry["k8s_pod"]
             pod["namespace"], pod["name"] = ns, name
         name = entry.get("k8s_container") if pod is not None else None
+        if pod is not None and name is None:
+            name = self._only_container_name(info)
         name = name or entry.get("name") or (None if is_hex else cid)
         out = {
             "runtime": info.runtime or entry.get("runtime"),

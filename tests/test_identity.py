@@ -139,3 +139,21 @@ def test_pid_lookup_v1_with_differing_memory_path():
     assert out["cgroup"] == f"/docker/{jid}"
     assert out["paths"]["memory"] == f"/machine/sandbox/docker/{jid}"
     assert out["container"]["id"] == jid and out["container"]["name"] == "postgres-db"
+
+
+def test_kubelet_log_folders_alone_name_single_container_pods(tmp_path):
+    """Without CRI state or /var/log/containers links: pause containers are told by their
+    process name, and a pod with one application container and one log folder is named."""
+    import shutil
+
+    tree = tmp_path / "t1"
+    shutil.copytree(os.path.join(FIX, "v2-systemd", "t1"), tree, symlinks=True)
+    shutil.rmtree(tree / "var/log/containers")
+    shutil.rmtree(tree / "run/containerd")
+    shutil.rmtree(tree / "var/lib/containers/storage/overlay-containers", ignore_errors=True)
+    records, _, _ = run_cgstat("once", "--window", "0", "--host-root", str(tree))
+    named = {r["container"]["id"][:12]: (r["container"]["name"], r["pod"]["name"])
+             for r in records if r["container"] and r["pod"]}
+    assert named == {"202a1db9ec05": ("trainer", "trainer-7d9f8b6c5d-x2k4q"),
+                     "0ff0dade5d06": ("shipper", "log-shipper-5f6d7c8b94-qw8zt"),
+                     "fd88d7c4db24": ("api", "api-server-0")}
