@@ -4,9 +4,9 @@ Reads (all under the host root, none needs a daemon):
 - Docker:     /var/lib/docker/containers/<id>/config.v2.json (Name, Config.Image,
               Config.Labels, incl. io.kubernetes.* under dockershim); the data root is
               taken from /etc/docker/daemon.json "data-root" when set.
-- Podman:     /var/lib/containers/storage/overlay-containers/containers.json (rootful) and
-              ~/.local/share/containers/storage/overlay-containers/containers.json of
-              every home in /etc/passwd and under /home (rootless).
+- Podman:     /var/lib/containers/storage/<driver>-containers/containers.json (rootful;
+              overlay, vfs, btrfs...) and ~/.local/share/containers/storage/<driver>-
+              containers/containers.json of every home in /etc/passwd and under /home.
 - containerd: /run/containerd/io.containerd.runtime.v2.task/<namespace>/<id>/config.json
               (the OCI spec; CRI annotations name the container, pod and sandbox).
 - CRI-O:      /var/lib/containers/storage/overlay-containers/<id>/userdata/config.json
@@ -121,22 +121,20 @@ def _read_docker(fs: HostFS, names: _Names) -> None:
 
 
 def _podman_files(fs: HostFS, names: "_Names") -> List[str]:
-    rel = "/.local/share/containers/storage/overlay-containers/containers.json"
-    found = [fs.path("/var/lib/containers/storage/overlay-containers/containers.json")]
+    """containers.json of every containers/storage store: rootful, and each user's."""
+    stores = [fs.path("/var/lib/containers/storage")]
     homes = set(glob.glob(fs.path("/home/*"))) | {fs.path("/root")}
     for line in (fs.read_optional("/etc/passwd") or "").splitlines():
         parts = line.split(":")
         if len(parts) >= 6 and parts[5].startswith("/") and parts[5] != "/":
             homes.add(fs.path(parts[5]))
-    found.extend(sorted(h + rel for h in homes))
+    stores.extend(sorted(h + "/.local/share/containers/storage" for h in homes))
     out = []
-    for f in found:
-        if os.path.isfile(f):
-            out.append(f)
-        elif not os.path.exists(f) and os.path.exists(os.path.dirname(os.path.dirname(f))):
-            # storage exists but we can't see into it
-            parent = os.path.dirname(f)
-            _listable(parent, names, "Podman")
+    for store in stores:
+        if not os.path.isdir(store) or not _listable(store, names, "Podman"):
+            continue
+        # one folder per storage driver: overlay-containers, vfs-containers, btrfs-...
+        out.extend(sorted(glob.glob(store + "/*-containers/containers.json")))
     return out
 
 
@@ -187,6 +185,10 @@ def _from_oci_annotations(obj: Any, runtime: str) -> Optional[Dict[str, Any]]:
             "k8s_pod": (ann.get("io.kubernetes.cri.sandbox-namespace"), ann.get("io.kubernetes.cri.sandbox-name")),
         }
     kind = ann.get("io.kubernetes.cri-o.ContainerType")
+    if kind is None:
+        # Podman keeps its own containers' OCI specs in the same store (userdata/config.json)
+        # without CRI-O's annotations: those are named from containers.json instead.
+        return None
     return {
         "runtime": runtime, "name": ann.get("io.kubernetes.container.name"),
         "image": ann.get("io.kubernetes.cri-o.ImageName"), "labels": None,

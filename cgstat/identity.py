@@ -6,8 +6,9 @@ Pure functions over the path alone (no I/O). Patterns, by runtime and cgroup dri
                /system.slice/nerdctl-<64hex>.scope, /nerdctl/<64hex>
 - CRI-O:       crio-<64hex>.scope or crio-<64hex>; crio-conmon-<64hex>.scope is its monitor
 - Podman:      libpod-<64hex>.scope (systemd), /libpod_parent/libpod-<64hex> (cgroupfs);
-               libpod-conmon-<64hex>.scope is the monitor; rootless Podman on v2 puts the
-               processes in a nested "container" child of the scope, part of the container
+               libpod-conmon-<64hex>.scope (cgroupfs: <parent>/conmon) is the monitor;
+               rootless Podman on v2 puts the processes in a nested "container" child of
+               the scope, part of the container
 - LXC:         lxc.payload.<name> (lxc.monitor.<name> is the monitor), older /lxc/<name>
 - Kubernetes:  pods kubepods-<qos>-pod<uid with _>.slice / kubepods-pod<uid>.slice
                (systemd), /kubepods/<qos>/pod<uid> and /kubepods/pod<uid> (cgroupfs);
@@ -35,6 +36,7 @@ _MONITOR_PATTERNS = (
     re.compile(rf"^crio-conmon-{_HEX64}(?:\.scope)?$"),
     re.compile(rf"^libpod-conmon-{_HEX64}(?:\.scope)?$"),
     re.compile(r"^lxc\.monitor\..+$"),
+    re.compile(r"^conmon$"),  # podman with the cgroupfs manager: <cgroup-parent>/conmon
 )
 _PARENT_RUNTIME = {"docker": "docker", "nerdctl": "containerd", "libpod_parent": "podman"}
 _BARE_ID = re.compile(rf"^({_HEX64})$")

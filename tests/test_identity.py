@@ -31,6 +31,7 @@ PATHS = [
     (f"/libpod_parent/libpod-{H}", "container", "podman", H, None, None, None),
     (f"/user.slice/user-1000.slice/user@1000.service/user.slice/libpod-{H}.scope", "container", "podman", H,
      None, None, f"libpod-{H}.scope"),
+    ("/machine/cgstat/conmon", "monitor", None, None, None, None, None),
     ("/lxc.payload.web01", "container", "lxc", "web01", None, None, None),
     ("/lxc.monitor.web01", "monitor", None, None, None, None, None),
     ("/lxc/web01", "container", "lxc", "web01", None, None, None),
