@@ -9,7 +9,7 @@ Reads (all under the host root, none needs a daemon):
               containers/containers.json of every home in /etc/passwd and under /home.
 - containerd: /run/containerd/io.containerd.runtime.v2.task/<namespace>/<id>/config.json
               (the OCI spec; CRI annotations name the container, pod and sandbox).
-- CRI-O:      /var/lib/containers/storage/overlay-containers/<id>/userdata/config.json
+- CRI-O:      /var/lib/containers/storage/<driver>-containers/<id>/userdata/config.json
               (annotations io.kubernetes.*).
 - kubelet:    /var/log/pods/<namespace>_<pod>_<uid>/ (pod names by UID) and
               /var/log/containers/<pod>_<namespace>_<container>-<id>.log (container names).
@@ -51,10 +51,15 @@ class _Names:
         self.denied: List[Tuple[str, str]] = []  # (folder, runtime) we were not allowed to read
 
 
-def _load_json(fs: HostFS, path: str) -> Any:
+def _load_json(local: str, names: Optional["_Names"] = None, runtime: str = "") -> Any:
+    """A state file's JSON, or None when absent or junk; a denied read is noted."""
     try:
-        return orjson.loads(fs.read_text(path))
-    except (ReadError, orjson.JSONDecodeError):
+        return orjson.loads(read_text(local))
+    except ReadError as exc:
+        if exc.code == "permission_denied" and names is not None:
+            names.denied.append((local, runtime))
+        return None
+    except orjson.JSONDecodeError:
         return None
 
 
@@ -65,7 +70,7 @@ def _str_dict(value: Any) -> Optional[Dict[str, str]]:
 
 
 def _docker_root(fs: HostFS) -> str:
-    conf = _load_json(fs, "/etc/docker/daemon.json")
+    conf = _load_json(fs.path("/etc/docker/daemon.json"))
     if isinstance(conf, dict) and isinstance(conf.get("data-root"), str):
         return conf["data-root"].rstrip("/")
     return "/var/lib/docker"
@@ -108,14 +113,7 @@ def _read_docker(fs: HostFS, names: _Names) -> None:
         return
     for path in glob.glob(fs.path(root + "/containers/*/config.v2.json")):
         cid = os.path.basename(os.path.dirname(path))
-        try:
-            entry = _from_docker_config(orjson.loads(read_text(path)))
-        except ReadError as exc:
-            if exc.code == "permission_denied":
-                names.denied.append((path, "Docker"))
-            continue
-        except orjson.JSONDecodeError:
-            continue
+        entry = _from_docker_config(_load_json(path, names, "Docker"))
         if entry:
             names.containers[cid] = entry
 
@@ -140,14 +138,7 @@ def _podman_files(fs: HostFS, names: "_Names") -> List[str]:
 
 def _read_podman(fs: HostFS, names: _Names) -> None:
     for path in _podman_files(fs, names):
-        try:
-            items = orjson.loads(read_text(path))
-        except ReadError as exc:
-            if exc.code == "permission_denied":
-                names.denied.append((path, "Podman"))
-            continue
-        except orjson.JSONDecodeError:
-            continue
+        items = _load_json(path, names, "Podman")
         if not isinstance(items, list):
             continue
         for item in items:
@@ -171,45 +162,43 @@ def _read_podman(fs: HostFS, names: _Names) -> None:
             })
 
 
+# The CRI annotations each runtime puts in a container's OCI spec:
+# (container type, container name, image, pod namespace, pod name)
+_CRI_ANNOTATIONS = {
+    "containerd": ("io.kubernetes.cri.container-type", "io.kubernetes.cri.container-name",
+                   "io.kubernetes.cri.image-name", "io.kubernetes.cri.sandbox-namespace",
+                   "io.kubernetes.cri.sandbox-name"),
+    "cri-o": ("io.kubernetes.cri-o.ContainerType", "io.kubernetes.container.name",
+              "io.kubernetes.cri-o.ImageName", "io.kubernetes.pod.namespace", "io.kubernetes.pod.name"),
+}
+
+
 def _from_oci_annotations(obj: Any, runtime: str) -> Optional[Dict[str, Any]]:
     if not isinstance(obj, dict):
         return None
     ann = _str_dict(obj.get("annotations")) or {}
-    if runtime == "containerd":
-        kind = ann.get("io.kubernetes.cri.container-type")
-        return {
-            "runtime": runtime, "name": ann.get("io.kubernetes.cri.container-name"),
-            "image": ann.get("io.kubernetes.cri.image-name"), "labels": None,
-            "sandbox": kind == "sandbox",
-            "k8s_container": ann.get("io.kubernetes.cri.container-name"),
-            "k8s_pod": (ann.get("io.kubernetes.cri.sandbox-namespace"), ann.get("io.kubernetes.cri.sandbox-name")),
-        }
-    kind = ann.get("io.kubernetes.cri-o.ContainerType")
+    kind_key, name_key, image_key, ns_key, pod_key = _CRI_ANNOTATIONS[runtime]
+    kind = ann.get(kind_key)
     if kind is None:
-        # Podman keeps its own containers' OCI specs in the same store (userdata/config.json)
-        # without CRI-O's annotations: those are named from containers.json instead.
+        # Not a CRI container: Podman keeps its own containers' OCI specs in the same
+        # store as CRI-O (userdata/config.json); those are named from containers.json.
         return None
     return {
-        "runtime": runtime, "name": ann.get("io.kubernetes.container.name"),
-        "image": ann.get("io.kubernetes.cri-o.ImageName"), "labels": None,
-        "sandbox": kind == "sandbox",
-        "k8s_container": ann.get("io.kubernetes.container.name"),
-        "k8s_pod": (ann.get("io.kubernetes.pod.namespace"), ann.get("io.kubernetes.pod.name")),
+        "runtime": runtime, "name": ann.get(name_key), "image": ann.get(image_key), "labels": None,
+        "sandbox": kind == "sandbox", "k8s_container": ann.get(name_key),
+        "k8s_pod": (ann.get(ns_key), ann.get(pod_key)),
     }
 
 
 def _read_oci(fs: HostFS, names: _Names) -> None:
     sources = (
         ("/run/containerd/io.containerd.runtime.v2.task/*/*/config.json", "containerd"),
-        ("/var/lib/containers/storage/overlay-containers/*/userdata/config.json", "cri-o"),
+        ("/var/lib/containers/storage/*-containers/*/userdata/config.json", "cri-o"),
     )
     for pattern, runtime in sources:
         for path in glob.glob(fs.path(pattern)):
             cid = path.split("/")[-2] if runtime == "containerd" else path.split("/")[-3]
-            try:
-                entry = _from_oci_annotations(orjson.loads(read_text(path)), runtime)
-            except (ReadError, orjson.JSONDecodeError):
-                continue
+            entry = _from_oci_annotations(_load_json(path, names, runtime), runtime)
             if entry:
                 names.containers[cid] = entry
 
