@@ -165,3 +165,9 @@ def test_host_without_gpu_or_runtimes_has_no_names_and_no_errors_about_them():
     records, err, _ = run_cgstat("once", "--window", "0", "--all")
     assert "Traceback" not in err
     assert all(r["container"] is None for r in records if "cgstat" not in r["cgroup"])
+
+
+def test_slow_tick_warns_once_and_skips_missed_slots():
+    records, err, _ = run_cgstat("stream", "--interval", "0.001", "--count", "5", "--host-root", V2, "--all")
+    assert len(records) == 5 * 34  # every batch still goes out whole
+    assert err.count("longer than the 0.001 s interval") == 1

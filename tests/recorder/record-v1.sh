@@ -11,9 +11,9 @@
 # Runs a busybox-initramfs VM under qemu TCG (software emulation; KVM is not needed).
 set -eu
 HERE=$(cd "$(dirname "$0")" && pwd)
-MODE=${1:?usage: record-v1.sh v1|hybrid DEST}
+MODE=${1:?usage: record-v1.sh v1|v1sep|hybrid DEST}
 DEST=${2:?usage: record-v1.sh v1|hybrid DEST}
-case $MODE in v1|hybrid) ;; *) echo "mode must be v1 or hybrid" >&2; exit 2;; esac
+case $MODE in v1|v1sep|hybrid) ;; *) echo "mode must be v1, v1sep or hybrid" >&2; exit 2;; esac
 SRC=$HERE/vm
 WORK=${WORK:-${TMPDIR:-/tmp}/cgstat-rec-$MODE/work}
 KVER=${KVER:-$(ls /boot/vmlinuz-*-cloud-amd64 | sed 's|/boot/vmlinuz-||' | sort -V | tail -1)}
