@@ -158,3 +158,44 @@ def test_kubelet_log_folders_alone_name_single_container_pods(tmp_path):
     assert named == {"202a1db9ec05": ("trainer", "trainer-7d9f8b6c5d-x2k4q"),
                      "0ff0dade5d06": ("shipper", "log-shipper-5f6d7c8b94-qw8zt"),
                      "fd88d7c4db24": ("api", "api-server-0")}
+
+
+TREES = sorted(d for d in os.listdir(FIX) if os.path.isdir(os.path.join(FIX, d, "t1")))
+
+
+@pytest.mark.parametrize("fixture", TREES)
+def test_every_recorded_container_named_from_its_state(fixture):
+    """Oracle from the state files themselves: each Docker container with a config.v2.json
+    carries its Name and Image; each Kubernetes container with a kubelet log link its name
+    and pod; no conmon monitor or pause container is reported by default."""
+    import json as _json
+    import re
+
+    root = os.path.join(FIX, fixture, "t1")
+    records, _, _ = run_cgstat("once", "--window", "0", "--host-root", root)
+    links = {}
+    logdir = os.path.join(root, "var/log/containers")
+    for name in os.listdir(logdir) if os.path.isdir(logdir) else []:
+        m = re.match(r"^([^_]+)_([^_]+)_(.+)-([0-9a-f]{64})\.log$", name)
+        links[m.group(4)] = (m.group(3), m.group(2), m.group(1))
+    seen = 0
+    for rec in records:
+        validate(rec)
+        c = rec["container"]
+        assert "conmon" not in rec["cgroup"]
+        if not c:
+            continue
+        assert not c["sandbox"]
+        cfg = os.path.join(root, "var/lib/docker/containers", c["id"], "config.v2.json")
+        if os.path.exists(cfg):
+            doc = _json.load(open(cfg))
+            assert (c["runtime"], c["name"], c["image"]) == ("docker", doc["Name"].lstrip("/"), doc["Config"]["Image"])
+            seen += 1
+        if c["id"] in links:
+            name, ns, pod = links[c["id"]]
+            assert (c["name"], rec["pod"]["namespace"], rec["pod"]["name"]) == (name, ns, pod)
+            seen += 1
+    if os.path.isdir(os.path.join(root, "var/lib/docker")):
+        assert seen >= 3
+    else:  # a recording with no runtime state (hybrid-local: a bare runc container)
+        assert any(r["container"] and r["container"]["runtime"] == "docker" for r in records)
