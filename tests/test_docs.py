@@ -26,7 +26,8 @@ def test_every_schema_field_is_documented():
 
 def test_readme_options_exist():
     readme = open(os.path.join(ROOT, "README.md")).read()
-    used = set(re.findall(r"cgstat (?:\w+ )?[^\n`]*?(--[a-z-]+)", readme))
+    used = {opt for line in readme.splitlines() if re.search(r"\bcgstat (stream|once|pid|--)", line)
+            for opt in re.findall(r"(?<![\w-])(--[a-z][a-z-]+)", line[line.index("cgstat "):])}
     helps = ""
     for cmd in ("stream", "once", "pid"):
         proc = subprocess.run([sys.executable, "-m", "cgstat", cmd, "--help"], capture_output=True,
