@@ -198,7 +198,13 @@ def run_stream(agent: Agent, sink: Sink, interval_s: float, count: Optional[int]
 
 
 def run_once(agent: Agent, sink: Sink, state_path: Optional[str], window_s: float) -> int:
-    """One batch: rates against the saved state, or over a window of two samples."""
+    """One batch: rates against the saved state, or over a window of two samples.
+
+    SIGTERM/SIGINT during the window end the run quietly (nothing written); during the
+    write they let the batch finish, so a killed cron run never leaves half a line.
+    """
+    stopper = _Stopper()
+    stopper.install()
     try:
         if state_path:
             with statefile.StateLock(state_path):
@@ -213,7 +219,9 @@ def run_once(agent: Agent, sink: Sink, state_path: Optional[str], window_s: floa
             previous = {}
             if window_s > 0:
                 _, previous = agent.render(agent.collect(), {})
-                time.sleep(window_s)
+                stopper.sleep_until(time.monotonic() + window_s)
+                if stopper.stop:
+                    return 0
             lines, _ = agent.render(agent.collect(), previous)
             sink.write(lines)
     except ReaderGone:
