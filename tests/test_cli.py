@@ -175,7 +175,7 @@ def test_slow_tick_warns_once_and_skips_missed_slots():
 
 def test_sigterm_during_the_once_window_exits_quietly():
     proc = _popen("once", "--window", "30", "--host-root", V2)
-    time.sleep(0.5)  # let it start; the window then runs for 30 s unless stopped
+    assert b"showing" in proc.stderr.readline()  # first sample taken: now in the 30 s window
     proc.send_signal(signal.SIGTERM)
     out, err = proc.communicate(timeout=20)
     assert proc.returncode == 0 and out == b"" and b"Traceback" not in err
