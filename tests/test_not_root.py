@@ -11,7 +11,7 @@ import tempfile
 
 import pytest
 
-from contract import ROOT, validate  # noqa: F401
+from contract import ROOT, validate
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("setpriv"),
                                 reason="needs root to drop to another user (setpriv)")
