@@ -4,8 +4,8 @@ The rules (below's model, cAdvisor and netdata agree):
 - Rates come only from two samples of the same cgroup: the same folder inodes. A cgroup
   removed and recreated under the same name is a new cgroup: no rate across it.
 - A counter that went backwards (reset, recreated, or a bad read) gives no rate, never a
-  negative one or a spike. So does a rate no counter could reach: CPU beyond every online
-  CPU busy, with a 5 % allowance for timestamp jitter.
+  negative one or a spike. So does a rate no counter could reach: CPU more than 5 % beyond
+  every online CPU busy. Within those 5 % (timestamp jitter) it is all CPUs busy.
 - The first sample of a cgroup has no rates.
 
 `Counters` is the part of a sample rates need; it is what `once --state` saves between
@@ -124,8 +124,13 @@ def derive(prev: Optional[Counters], cur: Counters, cpus: Optional[int]) -> Rate
     d = _delta(prev.cpu_usage_seconds, cur.cpu_usage_seconds)
     if d is not None:
         cpu_percent = d / dt * 100.0
-        if cpus and cpu_percent > cpus * 100.0 * 1.05:
-            cpu_percent = None  # impossible: a counter jumped (bad read), not real work
+        if cpus and cpu_percent > cpus * 100.0:
+            if cpu_percent > cpus * 100.0 * 1.05:
+                cpu_percent = None  # impossible: a counter jumped (bad read), not real work
+            else:
+                # Every CPU busy, and the kernel's accounting and our clock reads are a
+                # few microseconds apart: the physical bound, not the jittered quotient.
+                cpu_percent = cpus * 100.0
     throttled = None
     dp = _delta(prev.cpu_periods, cur.cpu_periods)
     dtp = _delta(prev.cpu_throttled_periods, cur.cpu_throttled_periods)

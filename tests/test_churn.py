@@ -90,7 +90,7 @@ def test_churn_of_300_cgroups_while_streaming(make_group, tmp_path):
         validate(rec)
         seen.add(rec["cgroup"])
         pct = rec["cpu"]["percent"]
-        assert pct is None or 0 <= pct <= 100 * cpus * 1.05
+        assert pct is None or 0 <= pct <= 100 * cpus
         for key in ("read_bytes_per_second", "write_bytes_per_second"):
             assert rec["io"][key] is None or rec["io"][key] >= 0
     assert len(seen) > 150  # the stream saw most of the churned cgroups come and go
