@@ -284,18 +284,22 @@ def read_cgroup(cg: Cgroup, layout: Layout, time_s: float, wall_s: float) -> Sam
     def absent(controller: str) -> None:
         problems.append(Problem(controller, "unavailable", f"no {controller} cgroup for {cg.path}"))
 
+    def enabled(folder: Optional[Folder], marker: str, controller: str,
+                read: Callable[[Folder, _Reader], T], empty: T) -> T:
+        # v2 shows a controller's files only where the parent enables it in
+        # cgroup.subtree_control: no marker file, no controller (null, with the reason).
+        if folder is None:
+            return empty
+        if marker not in folder.files:
+            absent(controller)
+            return empty
+        return read(folder, r)
+
     if layout.kind == "v2":
-        v2 = unified
-        cpu = _cpu_v2(v2, r) if v2 else CpuSample()
-        memory = _memory_v2(v2, r) if v2 and "memory.current" in v2.files else MemorySample()
-        if v2 and "memory.current" not in v2.files:
-            absent("memory")
-        io = _io_v2(v2, r) if v2 and "io.stat" in v2.files else IoSample(None)
-        if v2 and "io.stat" not in v2.files:
-            absent("io")
-        pids = _pids(v2, r) if v2 and "pids.current" in v2.files else PidsSample()
-        if v2 and "pids.current" not in v2.files:
-            absent("pids")
+        cpu = _cpu_v2(unified, r) if unified else CpuSample()
+        memory = enabled(unified, "memory.current", "memory", _memory_v2, MemorySample())
+        io = enabled(unified, "io.stat", "io", _io_v2, IoSample(None))
+        pids = enabled(unified, "pids.current", "pids", _pids, PidsSample())
     else:
         acct, cpu_f = folder_of("cpuacct"), folder_of("cpu")
         if acct is None and cpu_f is None and unified is None:
