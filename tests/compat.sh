@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# Run the file-level tests (parsers, recorded trees, identity, faults) on every other
-# Python 3.7+ interpreter this machine has (pyenv's, /usr/bin's), each in a fresh venv
-# where pip picks the newest typer/orjson that version supports. Skips quietly when
-# there are none. Usage: bash tests/compat.sh
+# Run the tests that make no cgroups of their own (parsers, recorded trees, identity,
+# faults, model, corpus, CLI) on every other Python 3.7+ interpreter this machine has
+# (pyenv's, /usr/bin's), each in a fresh venv where pip picks the newest typer/orjson
+# that version supports. Skips quietly when there are none. Usage: bash tests/compat.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
 current=$(python3 -c 'import sys; print("%d.%d" % sys.version_info[:2])')
@@ -20,7 +20,7 @@ for py in "${PYENV_ROOT:-$HOME/.pyenv}"/versions/3.*/bin/python /usr/bin/python3
     "$venv/bin/python" -m pip install -q --disable-pip-version-check '.[test]' 2>&1 | grep -v WARNING || true
     echo "compat: python $v ($("$venv/bin/python" -c 'import typer, orjson; print("typer", typer.__version__, "orjson", orjson.__version__)'))"
     (cd tests && "$venv/bin/python" -m pytest -q -p no:cacheprovider test_parse.py test_recorded_trees.py \
-        test_identity.py test_faults.py 2>&1 | tail -n 1)
+        test_identity.py test_faults.py test_faults_more.py test_model.py test_corpus.py test_cli.py 2>&1 | tail -n 1)
     rm -rf "$venv"
     trap - EXIT
 done
