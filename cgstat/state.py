@@ -37,6 +37,7 @@ class StateLock:
         import time
 
         try:
+            os.makedirs(os.path.dirname(os.path.abspath(self.path)), exist_ok=True)
             self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
         except OSError as exc:
             raise StateError(f"cannot open lock {self.path}: {os.strerror(exc.errno)}") from None

@@ -179,3 +179,9 @@ def test_sigterm_during_the_once_window_exits_quietly():
     proc.send_signal(signal.SIGTERM)
     out, err = proc.communicate(timeout=20)
     assert proc.returncode == 0 and out == b"" and b"Traceback" not in err
+
+
+def test_state_folder_is_created(tmp_path):
+    state = tmp_path / "new" / "folder" / "once.state"
+    run_cgstat("once", "--host-root", V2, "--state", str(state))
+    assert json.load(open(state))["version"] == 1
