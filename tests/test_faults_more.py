@@ -189,9 +189,10 @@ def test_wall_clock_jump_does_not_disturb_rates(monkeypatch):
 
     agent = Agent("/", match=re.compile("^/$"), warner=Warner(io.StringIO()))
     agent.tick()
+    time_mod.sleep(0.2)  # an interval long enough for a meaningful rate (no timing assertion)
     real_time = time_mod.time
     monkeypatch.setattr(time_mod, "time", lambda: real_time() - 86400)  # a day back
     (rec,) = [orjson.loads(x) for x in agent.tick()]
-    assert 0 < rec["interval_s"] < 5
+    assert 0.15 < rec["interval_s"] < 5
     assert rec["cpu"]["percent"] is not None and 0 <= rec["cpu"]["percent"] <= 100 * os.cpu_count()
     assert rec["ts"] < time_mod.strftime("%Y-%m-%dT%H:%M:%S", time_mod.gmtime(real_time() - 3600))
