@@ -19,8 +19,15 @@ for py in "${PYENV_ROOT:-$HOME/.pyenv}"/versions/3.*/bin/python /usr/bin/python3
     "$py" -m venv "$venv" >/dev/null 2>&1 || { echo "compat: python $v has no venv, skipped"; continue; }
     "$venv/bin/python" -m pip install -q --disable-pip-version-check '.[test]' 2>&1 | grep -v WARNING || true
     echo "compat: python $v ($("$venv/bin/python" -c 'import typer, orjson; print("typer", typer.__version__, "orjson", orjson.__version__)'))"
-    (cd tests && "$venv/bin/python" -m pytest -q -p no:cacheprovider test_parse.py test_recorded_trees.py \
-        test_identity.py test_faults.py test_faults_more.py test_model.py test_corpus.py test_cli.py 2>&1 | tail -n 1)
+    log="$venv/pytest.log"
+    if (cd tests && "$venv/bin/python" -m pytest -q -p no:cacheprovider test_parse.py test_recorded_trees.py \
+        test_identity.py test_faults.py test_faults_more.py test_model.py test_corpus.py test_cli.py) >"$log" 2>&1; then
+        tail -n 1 "$log"
+    else
+        cat "$log"
+        echo "compat: python $v FAILED"
+        exit 1
+    fi
     rm -rf "$venv"
     trap - EXIT
 done
