@@ -23,11 +23,6 @@ class DeviceNames:
             self._names[device] = self._lookup(device)
         return self._names[device]
 
-    def forget(self) -> None:
-        """Devices come and go (hotplug); drop what we learnt, cheaply re-read later."""
-        self._names.clear()
-        self._partitions = None
-
     def _lookup(self, device: str) -> Optional[str]:
         try:
             target = os.readlink(self.fs.path("/sys/dev/block/" + device))

@@ -56,13 +56,11 @@ class _Reader:
         self.problems = problems
         self.gone = False
 
-    def get(self, folder: Optional[Folder], name: str, parser: Callable[[str], T],
-            report_missing: bool = True) -> Optional[T]:
+    def get(self, folder: Optional[Folder], name: str, parser: Callable[[str], T]) -> Optional[T]:
         if folder is None:
             return None
         if name not in folder.files:
-            if report_missing:
-                self.problems.append(Problem(name, "missing", f"no {name} in {folder.hierarchy.name}:{folder.path}"))
+            self.problems.append(Problem(name, "missing", f"no {name} in {folder.hierarchy.name}:{folder.path}"))
             return None
         try:
             text = read_text(folder.local + "/" + name)
