@@ -6,7 +6,13 @@
   <tmp>, and a copy of the host's own unit directory supplies sysinit.target & co.
   The unit file itself is verified unmodified.
 - `systemd-analyze security --offline=yes` must rate its exposure at most 2.0.
-- The sandbox must keep what cgstat needs to read (see the comments in the unit).
+- The sandbox must keep what cgstat needs to read (see the comments in the unit), and
+  hide the host's secrets (InaccessiblePaths=) that it never needs.
+- Type=notify with a watchdog: the agent sends READY=1 and WATCHDOG=1 (cgstat/sdnotify.py).
+- The drop-ins that docs/deploy.md shows pass verify together with the unit.
+
+Not done here: starting the unit for real (systemd-run, systemctl). PID 1 on the test
+machines is not systemd, so there is no service manager to run it under.
 """
 
 from __future__ import annotations
@@ -14,12 +20,14 @@ from __future__ import annotations
 import re
 import shutil
 import subprocess
+import textwrap
 from pathlib import Path
 
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 UNIT = REPO / "systemd" / "cgstat.service"
+DEPLOY_DOC = REPO / "docs" / "deploy.md"
 MAX_EXPOSURE = 2.0
 SYSTEM_UNIT_DIRS = (Path("/usr/lib/systemd/system"), Path("/lib/systemd/system"))
 
@@ -57,8 +65,8 @@ def exec_paths() -> set[str]:
     return paths
 
 
-@needs_analyze
-def test_verify_passes_without_warnings(tmp_path: Path) -> None:
+def verify(tmp_path: Path, dropins: dict[str, str] | None = None) -> str:
+    """Run `systemd-analyze verify` on the unit (plus drop-ins) in a scratch root."""
     system_dir = next((d for d in SYSTEM_UNIT_DIRS if (d / "sysinit.target").exists()), None)
     if system_dir is None:
         pytest.skip("no systemd unit directory with sysinit.target on this machine")
@@ -67,6 +75,10 @@ def test_verify_passes_without_warnings(tmp_path: Path) -> None:
     unit_dir = root / "etc/systemd/system"
     unit_dir.mkdir(parents=True)
     shutil.copy(UNIT, unit_dir / UNIT.name)
+    for name, text in (dropins or {}).items():
+        dropin_dir = unit_dir / f"{UNIT.name}.d"
+        dropin_dir.mkdir(exist_ok=True)
+        (dropin_dir / name).write_text(text)
     assert exec_paths(), "the unit has no absolute Exec*= path"
     for path in exec_paths():
         stub = root / path.lstrip("/")
@@ -86,6 +98,35 @@ def test_verify_passes_without_warnings(tmp_path: Path) -> None:
     # verify exits 0 on unknown keys and unparsable values: it only warns. Fail on those.
     complaints = [line for line in output.splitlines() if UNIT.name in line]
     assert not complaints, output
+    return output
+
+
+@needs_analyze
+def test_verify_passes_without_warnings(tmp_path: Path) -> None:
+    verify(tmp_path)
+
+
+def documented_dropins() -> dict[str, str]:
+    """Every ini block in docs/deploy.md that starts with its drop-in path."""
+    found = {}
+    text = DEPLOY_DOC.read_text()
+    for block in re.findall(r"```ini\n(.*?)```", text, re.S):
+        block = textwrap.dedent(block)  # blocks inside a list item are indented
+        first = block.splitlines()[0]
+        match = re.match(r"# /etc/systemd/system/cgstat\.service\.d/(\S+\.conf)$", first)
+        if match:
+            found[match.group(1)] = block
+    return found
+
+
+def test_deploy_doc_shows_the_drop_ins() -> None:
+    assert {"no-gpu.conf", "docker.conf", "file.conf", "no-homes.conf"} <= set(documented_dropins())
+
+
+@needs_analyze
+@pytest.mark.parametrize("name", sorted(documented_dropins()))
+def test_documented_drop_in_verifies(tmp_path: Path, name: str) -> None:
+    verify(tmp_path, {name: documented_dropins()[name]})
 
 
 @needs_analyze
@@ -125,3 +166,97 @@ def test_sandbox_keeps_what_cgstat_reads() -> None:
     # AF_UNIX is the journal stream (and the Docker socket).
     families = " ".join(values("RestrictAddressFamilies"))
     assert "AF_UNIX" in families and not families.startswith("~")
+
+
+# What cgstat reads (cgstat/containers.py, hierarchy.py, host.py): never hidden.
+READ_PATHS = (
+    "/sys/fs/cgroup",
+    "/proc",
+    "/etc/passwd",
+    "/etc/hostname",
+    "/etc/docker/daemon.json",
+    "/var/lib/docker/containers",
+    "/var/lib/containers/storage",
+    "/var/lib/containers/storage/overlay-containers",
+    "/var/lib/containers/storage/vfs-containers",
+    "/run/containerd/io.containerd.runtime.v2.task",
+    "/var/log/pods",
+    "/var/log/containers",
+    "/home",
+    "/var/run/docker.sock",
+    "/run/docker.sock",
+    "/dev/nvidiactl",
+    "/var/log/cgstat",
+)
+
+# Secrets the agent never needs (issue 14): all of them listed in InaccessiblePaths=.
+SECRETS = (
+    "/etc/shadow",
+    "/etc/shadow-",
+    "/etc/gshadow",
+    "/etc/gshadow-",
+    "/etc/ssh",
+    "/root",
+    "/run/secrets",
+    "/var/lib/kubelet/pods",
+    "/var/lib/kubelet/pki",
+    "/etc/kubernetes/pki",
+    "/etc/kubernetes/admin.conf",
+    "/etc/kubernetes/super-admin.conf",
+    "/etc/kubernetes/kubelet.conf",
+    "/etc/kubernetes/controller-manager.conf",
+    "/etc/kubernetes/scheduler.conf",
+    "/var/lib/etcd",
+)
+
+
+def inaccessible() -> list[str]:
+    return [p for v in values("InaccessiblePaths") for p in v.split()]
+
+
+def covers(hidden: str, path: str) -> bool:
+    return path == hidden or path.startswith(hidden.rstrip("/") + "/")
+
+
+def test_secrets_are_inaccessible() -> None:
+    entries = inaccessible()
+    assert "" not in values("InaccessiblePaths"), "an empty assignment resets the list"
+    for entry in entries:
+        # "-": a path missing on this host is skipped instead of failing the start.
+        assert entry.startswith("-/"), entry
+        assert not any(c in entry for c in "*?["), f"systemd does not expand globs: {entry}"
+    paths = [e[1:] for e in entries]
+    missing = [s for s in SECRETS if not any(covers(p, s) for p in paths)]
+    assert not missing, missing
+    # No other setting may map something over those paths again.
+    for key in ("BindPaths", "BindReadOnlyPaths", "ReadWritePaths", "TemporaryFileSystem"):
+        assert not any(covers(s, v.lstrip("-+:")) for s in SECRETS for v in " ".join(values(key)).split()), key
+
+
+def test_what_cgstat_reads_stays_visible() -> None:
+    paths = [e.lstrip("-") for e in inaccessible()]
+    hidden = [(r, p) for r in READ_PATHS for p in paths if covers(p, r)]
+    assert not hidden, hidden
+
+
+def seconds(value: str) -> float:
+    """A systemd time span such as "30s", "1min 30s", "2m", or bare seconds."""
+    units = {"": 1, "s": 1, "sec": 1, "m": 60, "min": 60, "h": 3600, "ms": 0.001}
+    total = 0.0
+    for number, unit in re.findall(r"([0-9.]+)\s*([a-z]*)", value):
+        total += float(number) * units[unit]
+    return total
+
+
+def test_notify_and_watchdog() -> None:
+    assert values("Type") == ["notify"]
+    assert values("NotifyAccess") in ([], ["main"])
+    watchdog = seconds(values("WatchdogSec")[-1]) if values("WatchdogSec") else 0
+    assert watchdog > 0
+    interval = [v.split("=", 1)[1] for v in values("Environment") if v.startswith("CGSTAT_INTERVAL=")]
+    # The keep-alive comes once per tick: the default interval is well under the timeout.
+    assert interval and float(interval[-1]) * 2 <= watchdog
+    # A missed keep-alive counts as a failure: the agent is restarted.
+    assert values("Restart") == ["on-failure"]
+    # sd_notify creates an AF_UNIX datagram socket: the family filter must allow it.
+    assert "AF_UNIX" in " ".join(values("RestrictAddressFamilies"))
