@@ -18,8 +18,9 @@ from cgstat import containers
 from cgstat.blockdev import DeviceNames
 from cgstat.cgroups import read_cgroup
 from cgstat.discover import Discoverer
+from cgstat.errors import CgstatError
 from cgstat.hierarchy import NoCgroupFS, detect
-from cgstat.host import HostClock, read_host
+from cgstat.host import HostClock, host_root_note, read_host
 from cgstat.hostfs import HostFS
 from cgstat.identity import PathInfo, classify
 from cgstat.log import Warner
@@ -32,10 +33,6 @@ from cgstat.sinks import ReaderGone, Sink, SinkError
 from cgstat import state as statefile
 
 _QUIET_ERRORS = {"missing", "unavailable", "gone"}
-
-
-class CgstatError(Exception):
-    """An expected failure that ends the run: one line for stderr, exit status 1."""
 
 
 class Agent:
@@ -64,6 +61,9 @@ class Agent:
         note = pid_namespace_note(self.fs)
         if note:
             self.warner.once("pidns", note)
+        note = host_root_note(self.fs)
+        if note:
+            self.warner.once("hostroot", note)
 
     def collect(self) -> List[Tuple[Sample, PathInfo, bool]]:
         """Read every selected cgroup once."""
@@ -158,6 +158,7 @@ class _Wake(Exception):
 
 def run_stream(agent: Agent, sink: Sink, interval_s: float, count: Optional[int]) -> int:
     """Batches every interval on a drift-free schedule (start + k * interval)."""
+    sink.open()  # an output that can't be opened fails the run now, not silently later
     stopper = _Stopper()
     stopper.install()
     warner = agent.warner
@@ -206,15 +207,16 @@ def run_once(agent: Agent, sink: Sink, state_path: Optional[str], window_s: floa
     stopper = _Stopper()
     stopper.install()
     try:
+        sink.open()
         if state_path:
-            with statefile.StateLock(state_path):
-                now = agent.clock.monotonic()
-                previous, why = statefile.load(state_path, agent.host.boot_id, now)
+            # Checked, locked and ready to be replaced before anything is printed.
+            with statefile.StateFile(state_path) as state:
+                previous, why = state.load(agent.host.boot_id, agent.clock.monotonic())
                 if why:
                     agent.warner.warn("state", why)
                 lines, current = agent.render(agent.collect(), previous)
                 sink.write(lines)
-                statefile.save(state_path, agent.host.boot_id, agent.fs.root, agent.clock.monotonic(), current)
+                state.save(agent.host.boot_id, agent.fs.root, agent.clock.monotonic(), current)
         else:
             previous = {}
             if window_s > 0:
@@ -226,8 +228,6 @@ def run_once(agent: Agent, sink: Sink, state_path: Optional[str], window_s: floa
             sink.write(lines)
     except ReaderGone:
         return 0
-    except (SinkError, statefile.StateError) as exc:
-        raise CgstatError(str(exc)) from None
     finally:
         sink.close()
     return 0
@@ -241,6 +241,4 @@ def run_pid(agent: Agent, pids: List[int]) -> int:
         sink.write([orjson.dumps(mapper.describe(pid)) + b"\n" for pid in pids])
     except ReaderGone:
         return 0
-    except SinkError as exc:
-        raise CgstatError(str(exc)) from None
     return 0

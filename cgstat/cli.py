@@ -1,15 +1,27 @@
-"""The command line: typer commands only; the work lives in agent.py and below."""
+"""The command line: typer commands and the checks of their values; the work lives in agent.py.
+
+Exit status: 0 success (also when the reader of a pipe goes away), 2 bad usage (typer's
+one-line "Invalid value" message), 1 an expected failure with a one-line reason.
+"""
 
 from __future__ import annotations
 
+import math
 import sys
-from typing import List, Optional
+from typing import Callable, List, Optional, Tuple
 
 import typer
 import typer.core
+import typer.main
+
+try:  # typer 0.2x vendors its own copy of click
+    from typer._click import exceptions as click_errors  # type: ignore
+except ImportError:  # older typer (Python 3.7 to 3.9) uses click itself
+    from click import exceptions as click_errors  # type: ignore
 
 from cgstat import __version__
-from cgstat.agent import Agent, CgstatError, run_once, run_pid, run_stream
+from cgstat.agent import Agent, run_once, run_pid, run_stream
+from cgstat.errors import CgstatError
 from cgstat.log import Warner, say
 from cgstat.select import compile_match
 from cgstat.sinks import Sink
@@ -19,7 +31,17 @@ cgroup files (v1, v2 and hybrid), as JSON lines: one object per cgroup per tick.
 
 By default cgstat reports containers, Kubernetes pods and systemd services/scopes (on a
 host with none, the root cgroup and its children); --all reports every cgroup.
+--host-root, --all and --match may come before or after the command.
 """
+
+# Bounds of the time options. Below 0.1 s a rate is noise, not a measurement: CFS enforces
+# a CPU quota per period (100 ms by default), so a 0.5-core cgroup runs at full speed for
+# part of every period, and a 1 ms window read a 0.5-core burner at 195 %.
+MIN_INTERVAL_S = 0.1
+MAX_INTERVAL_S = 86400.0
+MAX_WINDOW_S = 3600.0
+# PID_MAX_LIMIT on 64-bit kernels (include/linux/threads.h): no PID is larger.
+MAX_PID = 4194304
 
 # Plain-text help and errors: they end up in journals, cron mail and pipes, and importing
 # rich would double the start-up time of a cron one-shot.
@@ -32,24 +54,62 @@ try:
 except TypeError:  # typer < 0.6 on old Pythons has no pretty exceptions to turn off
     app = typer.Typer(add_completion=False, no_args_is_help=True, help=_HELP)
 
-HOST_ROOT = typer.Option("/", "--host-root", envvar="CGSTAT_HOST_ROOT", metavar="DIR",
-                         help="Read /sys, /proc and /var under DIR (the host's / mounted in a "
-                              "container, or a recorded tree). Env: CGSTAT_HOST_ROOT.")
-ALL = typer.Option(False, "--all", help="Report every cgroup, not only workloads.")
-MATCH = typer.Option(None, "--match", metavar="REGEX",
-                     help="Report every cgroup whose path matches REGEX (Python re.search).")
+
+def _host_root_option() -> Optional[str]:
+    return typer.Option(None, "--host-root", envvar="CGSTAT_HOST_ROOT", metavar="DIR", show_default=False,
+                        help="Read /sys, /proc and /var under DIR (the host's / mounted in a container, "
+                             "or a recorded tree). Default: /.")
 
 
-def _positive(value: Optional[float]) -> Optional[float]:
-    if value is not None and not value > 0:
-        raise typer.BadParameter("must be greater than 0")
+def _all_option() -> bool:
+    return typer.Option(False, "--all", help="Report every cgroup, not only workloads.")
+
+
+def _match_option() -> Optional[str]:
+    return typer.Option(None, "--match", metavar="REGEX",
+                        help="Report every cgroup whose path matches REGEX (Python re.search).")
+
+
+def _seconds(value: float, low: float, high: float, zero_ok: bool = False) -> float:
+    if not math.isfinite(value):
+        raise typer.BadParameter(f"{value} is not a number of seconds")
+    if zero_ok and value == 0:
+        return value
+    if not low <= value <= high:
+        lowest = f"0 or {low:g}" if zero_ok else f"{low:g}"
+        raise typer.BadParameter(f"{value:g} is out of range: from {lowest} to {high:g} seconds")
     return value
 
 
-def _not_negative(value: float) -> float:
-    if value < 0:
-        raise typer.BadParameter("must be 0 or more")
+def _interval(value: float) -> float:
+    return _seconds(value, MIN_INTERVAL_S, MAX_INTERVAL_S)
+
+
+def _window(value: float) -> float:
+    return _seconds(value, MIN_INTERVAL_S, MAX_WINDOW_S, zero_ok=True)
+
+
+def _not_empty(value: Optional[str]) -> Optional[str]:
+    if value is not None and not value:
+        raise typer.BadParameter("must not be empty")
     return value
+
+
+def _mode(value: str) -> str:
+    try:
+        mode = int(value, 8)
+    except ValueError:
+        mode = -1
+    if not 0 <= mode <= 0o777:
+        raise typer.BadParameter(f"{value!r} is not an octal file mode such as 600 or 640")
+    return value
+
+
+def _pids(values: List[int]) -> List[int]:
+    for pid in values:
+        if not 1 <= pid <= MAX_PID:
+            raise typer.BadParameter(f"{pid} is not a process ID (1 to {MAX_PID})")
+    return values
 
 
 def _version(value: bool) -> None:
@@ -59,83 +119,120 @@ def _version(value: bool) -> None:
 
 
 @app.callback()
-def _root(version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
-                                       help="Print the version and exit.")) -> None:
-    pass
+def _root(
+    ctx: typer.Context,
+    version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
+                                 help="Print the version and exit."),
+    host_root: Optional[str] = _host_root_option(),
+    all_: bool = _all_option(),
+    match: Optional[str] = _match_option(),
+) -> None:
+    ctx.obj = (host_root, all_, match)
 
 
-def _agent(host_root: str, all_: bool, match: Optional[str]) -> Agent:
+def _common(ctx: typer.Context, host_root: Optional[str], all_: bool,
+            match: Optional[str]) -> Tuple[str, bool, Optional[str]]:
+    """The common options, given before the command or after it (after wins)."""
+    top_root, top_all, top_match = ctx.obj or (None, False, None)
+    return (host_root or top_root or "/", all_ or top_all, match if match is not None else top_match)
+
+
+def _agent(ctx: typer.Context, host_root: Optional[str], all_: bool, match: Optional[str]) -> Agent:
+    root, every, regex = _common(ctx, host_root, all_, match)
     try:
-        pattern = compile_match(match)
+        pattern = compile_match(regex)
     except ValueError as exc:
-        raise typer.BadParameter(str(exc), param_hint="--match") from None
-    return Agent(host_root, all_, pattern, Warner())
+        raise typer.BadParameter(str(exc), param_hint="'--match'") from None
+    return Agent(root, every, pattern, Warner())
+
+
+def _run(make: Callable[[], Agent], job: Callable[[Agent], int]) -> None:
+    """Run a command: an expected failure is one line on stderr and exit status 1."""
+    try:
+        code = job(make())
+    except CgstatError as exc:
+        say(str(exc))
+        raise typer.Exit(1) from None
+    raise typer.Exit(code)
 
 
 @app.command()
 def stream(
-    interval: float = typer.Option(1.0, "--interval", envvar="CGSTAT_INTERVAL", metavar="S",
-                                   callback=_positive, help="Seconds between batches. Env: CGSTAT_INTERVAL."),
+    ctx: typer.Context,
+    interval: float = typer.Option(1.0, "--interval", envvar="CGSTAT_INTERVAL", metavar="S", callback=_interval,
+                                   help=f"Seconds between batches ({MIN_INTERVAL_S:g} to {MAX_INTERVAL_S:g})."),
     count: Optional[int] = typer.Option(None, "--count", min=1, metavar="N",
                                         help="Stop after N batches (default: run until stopped)."),
     output: Optional[str] = typer.Option(None, "--output", envvar="CGSTAT_OUTPUT", metavar="FILE",
-                                         help="Append to FILE instead of stdout; SIGHUP reopens it "
-                                              "(logrotate). Env: CGSTAT_OUTPUT."),
-    host_root: str = HOST_ROOT,
-    all_: bool = ALL,
-    match: Optional[str] = MATCH,
+                                         callback=_not_empty,
+                                         help="Append to FILE instead of stdout; SIGHUP reopens it (logrotate). "
+                                              "A FILE that can't be opened at start is exit status 1."),
+    output_mode: str = typer.Option("600", "--output-mode", metavar="OCTAL", callback=_mode,
+                                    help="Permissions of a FILE that --output creates."),
+    host_root: Optional[str] = _host_root_option(),
+    all_: bool = _all_option(),
+    match: Optional[str] = _match_option(),
 ) -> None:
     """Stream a batch of records every interval; the first batch comes after one interval,
     with rates. SIGTERM/SIGINT finish the line being written and exit 0."""
-    try:
-        code = run_stream(_agent(host_root, all_, match), Sink(output), interval, count)
-    except CgstatError as exc:
-        say(str(exc))
-        raise typer.Exit(1) from None
-    raise typer.Exit(code)
+    _run(lambda: _agent(ctx, host_root, all_, match),
+         lambda agent: run_stream(agent, Sink(output, int(output_mode, 8)), interval, count))
 
 
 @app.command()
 def once(
-    state: Optional[str] = typer.Option(None, "--state", metavar="FILE",
-                                        help="Compute rates against the counters saved in FILE by "
-                                             "the previous run, then save this run's (for cron)."),
-    window: float = typer.Option(1.0, "--window", metavar="S", callback=_not_negative,
-                                 help="Without --state: seconds between the two samples that give "
-                                      "rates (0: no rates, no wait)."),
-    output: Optional[str] = typer.Option(None, "--output", metavar="FILE",
+    ctx: typer.Context,
+    state: Optional[str] = typer.Option(None, "--state", metavar="FILE", callback=_not_empty,
+                                        help="Compute rates against the counters saved in FILE by the previous "
+                                             "run, then save this run's (for cron). FILE must be missing, empty "
+                                             "or cgstat's own state; anything else is refused."),
+    window: float = typer.Option(1.0, "--window", metavar="S", callback=_window,
+                                 help=f"Without --state: seconds between the two samples that give rates "
+                                      f"(0: no rates, no wait; else {MIN_INTERVAL_S:g} to {MAX_WINDOW_S:g})."),
+    output: Optional[str] = typer.Option(None, "--output", metavar="FILE", callback=_not_empty,
                                          help="Append to FILE instead of stdout, whole lines only."),
-    host_root: str = HOST_ROOT,
-    all_: bool = ALL,
-    match: Optional[str] = MATCH,
+    output_mode: str = typer.Option("600", "--output-mode", metavar="OCTAL", callback=_mode,
+                                    help="Permissions of a FILE that --output creates."),
+    host_root: Optional[str] = _host_root_option(),
+    all_: bool = _all_option(),
+    match: Optional[str] = _match_option(),
 ) -> None:
     """Print one batch of records and exit (for cron and scripts)."""
-    try:
-        code = run_once(_agent(host_root, all_, match), Sink(output), state, window)
-    except CgstatError as exc:
-        say(str(exc))
-        raise typer.Exit(1) from None
-    raise typer.Exit(code)
+    _run(lambda: _agent(ctx, host_root, all_, match),
+         lambda agent: run_once(agent, Sink(output, int(output_mode, 8)), state, window))
 
 
 @app.command()
 def pid(
-    pids: List[int] = typer.Argument(..., metavar="PID...", help="Process IDs as the host sees them."),
-    host_root: str = HOST_ROOT,
+    ctx: typer.Context,
+    pids: List[int] = typer.Argument(..., metavar="PID", callback=_pids, show_default=False,
+                                     help="One or more process IDs, as the host sees them."),
+    host_root: Optional[str] = _host_root_option(),
 ) -> None:
     """Print, for each PID, one JSON object: its cgroup path(s) and container.
 
     A PID with no process prints {"pid": N, "error": "no such process", ...}; exit 0."""
-    try:
-        code = run_pid(_agent(host_root, False, None), pids)
-    except CgstatError as exc:
-        say(str(exc))
-        raise typer.Exit(1) from None
-    raise typer.Exit(code)
+    _run(lambda: _agent(ctx, host_root, False, None), lambda agent: run_pid(agent, pids))
 
 
 def main(argv: Optional[List[str]] = None) -> None:
-    app(args=argv, prog_name="cgstat")
+    """The console script: usage errors as one line (journals and cron mail), exit status 2."""
+    command = typer.main.get_command(app)
+    try:
+        code = command.main(args=argv, prog_name="cgstat", standalone_mode=False)
+    except click_errors.UsageError as exc:
+        if type(exc).__name__ == "NoArgsIsHelpError":  # plain `cgstat`: the help, as older click does
+            sys.stdout.write(exc.format_message() + "\n")
+            sys.exit(0)
+        where = exc.ctx.command_path if exc.ctx is not None else "cgstat"
+        say(f"{exc.format_message()} (see {where} --help)")
+        code = 2
+    except click_errors.ClickException as exc:
+        say(exc.format_message())
+        code = exc.exit_code
+    except click_errors.Abort:
+        code = 130
+    sys.exit(code if isinstance(code, int) else 0)
 
 
 if __name__ == "__main__":

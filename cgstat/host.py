@@ -114,3 +114,28 @@ class HostClock:
             # No recorded clock: fall back to ours; rates then span the replay, not the
             # recording, which interval_s states honestly.
             return time.clock_gettime(_CLOCK_BOOTTIME)
+
+
+def host_root_note(fs: HostFS) -> Optional[str]:
+    """A warning when `--host-root` is clearly not a host's root, saying what will be missing.
+
+    `--host-root /sys` or `/sys/fs/cgroup` still finds cgroup mounts below it (our own mount
+    table lists them), but no /proc: the numbers come out while every PID-based part is
+    silently empty. A recorded tree keeps the /proc/<pid> folders it needs.
+    """
+    if fs.is_slash:
+        return None
+    problems = []
+    if not os.path.isdir(fs.path("/sys/fs/cgroup")):
+        problems.append(f"no {fs.path('/sys/fs/cgroup')}")
+    try:
+        has_pids = any(name.isdigit() for name in os.listdir(fs.path("/proc")))
+    except OSError:
+        has_pids = False
+    if not has_pids:
+        problems.append(f"no processes under {fs.path('/proc')}")
+    if not problems:
+        return None
+    return (f"--host-root {fs.root!r} does not look like a host's root ({'; '.join(problems)}): "
+            "v1 controllers can't be joined through member processes, and container names, pod "
+            "sandboxes and PID lookups will be missing")

@@ -61,4 +61,7 @@ def compile_match(pattern: Optional[str]) -> Optional[Pattern[str]]:
     try:
         return re.compile(pattern)
     except re.error as exc:
-        raise ValueError(f"--match {pattern!r}: {exc}") from None
+        raise ValueError(f"{pattern!r} is not a regular expression: {exc}") from None
+    except (OverflowError, RecursionError, ValueError):
+        # sre's own limits: a repeat count past 2**32 ('a{99999999999}'), deep nesting
+        raise ValueError(f"{pattern!r} is beyond what Python's regular expressions accept") from None

@@ -5,13 +5,21 @@ truncated back to where the batch began, so a reader never sees half a line, and
 batch is kept (bounded) and retried on the next tick. SIGHUP makes a file sink reopen its
 path (logrotate's move-and-create). A closed stdout (`cgstat stream | head`) ends the
 stream quietly.
+
+The output file is opened the safe way for a root process writing where others may
+write: O_NOFOLLOW (a symlink at the path is refused, never followed), O_NONBLOCK and
+O_NOCTTY (a FIFO or terminal placed there can't block or become ours), and the opened
+file must be a regular file; a new file is created with mode 0600 (`--output-mode`).
 """
 
 from __future__ import annotations
 
 import errno
 import os
+import stat
 from typing import List, Optional
+
+from cgstat.errors import CgstatError, file_kind
 
 _PENDING_MAX_BYTES = 16 * 1024 * 1024
 
@@ -20,24 +28,60 @@ class ReaderGone(Exception):
     """stdout's reader went away (EPIPE): stop, successfully."""
 
 
-class SinkError(Exception):
-    """The output could not be written this time; the batch is kept for the next try."""
+class SinkError(CgstatError):
+    """The output could not be opened or written this time; the batch is kept for the next try."""
+
+
+_FLAGS = (os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK
+          | os.O_NOCTTY)
+
+
+def open_output(path: str, mode: int = 0o600) -> int:
+    """An append descriptor on the regular file `path`, created with `mode` if missing.
+
+    Refuses (SinkError) a symlink, a device, FIFO, socket or folder at the path. lstat first,
+    so that no device is even opened (opening some has side effects), then fstat of what was
+    opened, which also catches a swap between the two.
+    """
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        st = None
+    except OSError as exc:
+        raise SinkError(f"cannot open {path}: {os.strerror(exc.errno)}") from None
+    if st is not None and not stat.S_ISREG(st.st_mode):
+        raise SinkError(f"refusing to write to {path}: {file_kind(st.st_mode)} (cgstat appends only to "
+                        "regular files and writes through no link)")
+    try:
+        fd = os.open(path, _FLAGS, mode)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise SinkError(f"refusing to write to {path}: a symbolic link (cgstat writes through no link)") from None
+        raise SinkError(f"cannot open {path}: {os.strerror(exc.errno)}") from None
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode):
+        os.close(fd)
+        raise SinkError(f"refusing to write to {path}: {file_kind(st.st_mode)}")
+    return fd
 
 
 class Sink:
-    def __init__(self, path: Optional[str] = None):
+    def __init__(self, path: Optional[str] = None, mode: int = 0o600):
         self.path = path
+        self.mode = mode
         self.fd: Optional[int] = None if path else 1
         self._pending: List[bytes] = []
         self._pending_bytes = 0
         self.dropped_lines = 0
 
+    def open(self) -> None:
+        """Open the output now (at start), so a path that can't be used fails the run at once."""
+        self._open()
+
     def _open(self) -> int:
         if self.fd is None:
-            try:
-                self.fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644)
-            except OSError as exc:
-                raise SinkError(f"cannot open {self.path}: {os.strerror(exc.errno)}") from None
+            assert self.path is not None
+            self.fd = open_output(self.path, self.mode)
         return self.fd
 
     def reopen(self) -> None:

@@ -1,73 +1,239 @@
 """The state file of `cgstat once --state FILE`: the raw counters of the previous run.
 
-Written atomically (a temporary file in the same folder, fsync, rename), so a crash or a
-full disk never leaves a half-written state behind; `FILE.lock` (flock) keeps two
-overlapping cron runs from interleaving. A state that is corrupt, of another format
+cgstat runs as root from cron, and FILE comes from a crontab or an environment variable
+where a typo is easy (`/etc/hosts`, `/dev/null`). So FILE is replaced only when it is
+provably cgstat's: missing, empty, or a regular file whose content starts with the state
+marker `{"cgstat":"once-state"` (a state written by cgstat 0.1, before the marker, is
+recognised by its four keys). Anything else is refused before anything is printed or
+written, leaving the path untouched: a symlink (never followed: cgstat writes through no
+link), a device, FIFO, socket or directory, or a non-empty file without the marker.
+`FILE.lock` follows the same rules (missing, or an empty regular file).
+
+Written atomically (a temporary file in the same folder, created before the run prints
+anything so an unwritable folder fails first, fsync, rename), so a crash or a full disk
+never leaves a half-written state behind; an flock on `FILE.lock` keeps two overlapping
+cron runs from interleaving. A state of cgstat's that is corrupt, of another format
 version, from another boot (counters restarted) or dated in the future is reported and
 replaced, never trusted: its rates would be garbage.
+
+The state keeps the counters of the cgroups the run reported (its selection): a run with
+another `--match` or `--all` finds no saved counters for the others, so their rates are
+null once.
 """
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import os
+import stat
 import tempfile
+import time
 from typing import Dict, Optional, Tuple
 
 import orjson
 
+from cgstat.errors import CgstatError, file_kind
 from cgstat.model import Counters
 
 STATE_VERSION = 1
+MARKER = b'{"cgstat":"once-state"'
+_LEGACY_KEYS = {"version", "boot_id", "time_s", "cgroups"}
+_MAX_BYTES = 64 * 1024 * 1024
+_OPEN_FLAGS = os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
 
 
-class StateError(Exception):
-    pass
+class StateError(CgstatError):
+    """The state file or its lock can't be used; nothing was written."""
 
 
-class StateLock:
-    """An exclusive flock on FILE.lock, waited for at most `timeout_s`."""
+def _lstat(path: str, what: str) -> Optional[os.stat_result]:
+    """lstat, None when missing; the real cause when a parent is not a folder."""
+    try:
+        return os.lstat(path)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise StateError(f"cannot use {what} {path}: {os.strerror(exc.errno)}") from None
 
-    def __init__(self, path: str, timeout_s: float = 30.0):
-        self.path = path + ".lock"
-        self.timeout_s = timeout_s
-        self.fd: Optional[int] = None
 
-    def __enter__(self) -> "StateLock":
-        import time
+def _refuse_unless_regular(path: str, st: os.stat_result, what: str) -> None:
+    if not stat.S_ISREG(st.st_mode):
+        raise StateError(f"refusing {what} {path}: it is {file_kind(st.st_mode)}, not a state file of "
+                         "cgstat's (cgstat replaces only its own files and writes through no link)")
 
+
+def make_folder(path: str) -> None:
+    """Create the folder of `path` (0700 for new levels); ENOTDIR named as such."""
+    folder = os.path.dirname(os.path.abspath(path))
+    try:
+        os.makedirs(folder, mode=0o700, exist_ok=True)
+    except FileExistsError:
+        # makedirs says "File exists" when a level is a file: say what it really is.
+        raise StateError(f"cannot create folder {folder}: {os.strerror(errno.ENOTDIR)}") from None
+    except OSError as exc:
+        raise StateError(f"cannot create folder {folder}: {os.strerror(exc.errno)}") from None
+    if not os.path.isdir(folder):
+        raise StateError(f"cannot create folder {folder}: {os.strerror(errno.ENOTDIR)}")
+
+
+def _is_ours(data: bytes) -> bool:
+    if not data.strip() or data.startswith(MARKER):
+        return True
+    try:
+        obj = orjson.loads(data)
+    except orjson.JSONDecodeError:
+        return False
+    return isinstance(obj, dict) and _LEGACY_KEYS <= set(obj)
+
+
+class StateFile:
+    """Checked, locked use of FILE for one run: `with StateFile(path) as s: s.load(); s.save()`.
+
+    Entering checks FILE and FILE.lock, takes the lock (waiting at most `lock_wait_s`),
+    reads FILE and creates the temporary file the new state will be written to, so every
+    failure happens before the run prints anything. Leaving without `save` removes the
+    temporary file and leaves FILE as it was.
+    """
+
+    def __init__(self, path: str, lock_wait_s: float = 30.0):
+        self.path = path
+        self.lock_path = path + ".lock"
+        self.lock_wait_s = lock_wait_s
+        self._lock_fd: Optional[int] = None
+        self._tmp: Optional[Tuple[int, str]] = None
+        self._data = b""
+
+    def __enter__(self) -> "StateFile":
         try:
-            os.makedirs(os.path.dirname(os.path.abspath(self.path)), exist_ok=True)
-            self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
-        except OSError as exc:
-            raise StateError(f"cannot open lock {self.path}: {os.strerror(exc.errno)}") from None
-        deadline = time.monotonic() + self.timeout_s
-        while True:
+            self._check(self.path, "--state")
+            self._check(self.lock_path, "lock file")
+            make_folder(self.path)
+            self._lock()
+            self._data = self._read()
+            folder = os.path.dirname(os.path.abspath(self.path))
             try:
-                fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                return self
-            except BlockingIOError:
-                if time.monotonic() > deadline:
-                    os.close(self.fd)
-                    self.fd = None
-                    raise StateError(f"another cgstat holds {self.path} for over {self.timeout_s:.0f} s") from None
-                time.sleep(0.05)
+                self._tmp = tempfile.mkstemp(prefix=".cgstat-state-", dir=folder)
+            except OSError as exc:
+                raise StateError(f"cannot write state in {folder}: {os.strerror(exc.errno)}") from None
+        except BaseException:
+            self.__exit__()
+            raise
+        return self
 
     def __exit__(self, *exc) -> None:
-        if self.fd is not None:
-            os.close(self.fd)  # closing drops the flock
-            self.fd = None
+        if self._tmp is not None:
+            fd, tmp = self._tmp
+            self._tmp = None
+            os.close(fd)
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)  # closing drops the flock
+            self._lock_fd = None
+
+    def _check(self, path: str, what: str) -> None:
+        st = _lstat(path, what)
+        if st is None:
+            return
+        _refuse_unless_regular(path, st, what)
+        if what == "lock file" and st.st_size:
+            raise StateError(f"refusing lock file {path}: it is not empty, so not a lock of cgstat's")
+
+    def _lock(self) -> None:
+        path = self.lock_path
+        try:
+            try:
+                fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | _OPEN_FLAGS, 0o600)
+            except FileExistsError:
+                fd = os.open(path, os.O_RDWR | _OPEN_FLAGS)
+        except OSError as exc:
+            raise StateError(f"cannot open lock file {path}: {_why(exc)}") from None
+        self._lock_fd = fd
+        st = os.fstat(fd)
+        _refuse_unless_regular(path, st, "lock file")
+        deadline = time.monotonic() + self.lock_wait_s
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                return
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    raise StateError(f"another cgstat holds {path} for over {self.lock_wait_s:.0f} s") from None
+                time.sleep(0.05)
+
+    def _read(self) -> bytes:
+        try:
+            fd = os.open(self.path, os.O_RDONLY | _OPEN_FLAGS)
+        except FileNotFoundError:
+            return b""
+        except OSError as exc:
+            raise StateError(f"cannot read --state {self.path}: {_why(exc)}") from None
+        try:
+            _refuse_unless_regular(self.path, os.fstat(fd), "--state")
+            chunks = []
+            total = 0
+            while total <= _MAX_BYTES:
+                chunk = os.read(fd, 1024 * 1024)
+                if not chunk:
+                    break
+                chunks.append(chunk)
+                total += len(chunk)
+        except OSError as exc:
+            raise StateError(f"cannot read --state {self.path}: {os.strerror(exc.errno)}") from None
+        finally:
+            os.close(fd)
+        data = b"".join(chunks)
+        if not _is_ours(data):
+            raise StateError(f"refusing --state {self.path}: a {len(data)}-byte file without cgstat's state "
+                             "marker, so not a state file of cgstat's (cgstat replaces only its own files)")
+        return data
+
+    def load(self, boot_id: Optional[str], now_s: float) -> Tuple[Dict[str, Counters], Optional[str]]:
+        """The saved counters by cgroup path, and a reason when the file was not usable."""
+        return parse_state(self._data, self.path, boot_id, now_s)
+
+    def save(self, boot_id: Optional[str], host_root: str, now_s: float,
+             cgroups: Dict[str, Counters]) -> None:
+        assert self._tmp is not None, "save() once, inside the with block"
+        fd, tmp = self._tmp
+        self._tmp = None
+        obj = {
+            "cgstat": "once-state",  # the marker: first key, so the file starts with MARKER
+            "version": STATE_VERSION,
+            "boot_id": boot_id,
+            "host_root": host_root,
+            "time_s": now_s,
+            "cgroups": {k: v.to_json() for k, v in cgroups.items()},
+        }
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(orjson.dumps(obj))
+                f.flush()
+                os.fsync(f.fileno())
+            # rename() replaces the name itself, never a link's target.
+            os.replace(tmp, self.path)
+        except OSError as exc:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+            raise StateError(f"cannot write state {self.path}: {os.strerror(exc.errno)}") from None
 
 
-def load(path: str, boot_id: Optional[str], now_s: float) -> Tuple[Dict[str, Counters], Optional[str]]:
-    """The saved counters by cgroup path, and a reason when the file was not usable."""
-    try:
-        with open(path, "rb") as f:
-            data = f.read(64 * 1024 * 1024)
-    except FileNotFoundError:
+def _why(exc: OSError) -> str:
+    if exc.errno == errno.ELOOP:
+        return "it is a symbolic link (cgstat writes through no link)"
+    return os.strerror(exc.errno)
+
+
+def parse_state(data: bytes, path: str, boot_id: Optional[str],
+                now_s: float) -> Tuple[Dict[str, Counters], Optional[str]]:
+    """Counters from a state file's bytes (already known to be cgstat's), or why not."""
+    if not data.strip():
         return {}, None  # first run
-    except OSError as exc:
-        return {}, f"cannot read state {path}: {os.strerror(exc.errno)}; starting afresh"
     try:
         obj = orjson.loads(data)
         if not isinstance(obj, dict):
@@ -83,34 +249,5 @@ def load(path: str, boot_id: Optional[str], now_s: float) -> Tuple[Dict[str, Cou
         if not isinstance(cgroups, dict):
             raise ValueError("cgroups is not an object")
         return {str(k): Counters.from_json(v) for k, v in cgroups.items()}, None
-    except (ValueError, TypeError, KeyError, AttributeError, orjson.JSONDecodeError) as exc:
+    except (ValueError, TypeError, KeyError, AttributeError, OverflowError, orjson.JSONDecodeError) as exc:
         return {}, f"state {path} is corrupt ({exc}); replacing it"
-
-
-def save(path: str, boot_id: Optional[str], host_root: str, now_s: float,
-         cgroups: Dict[str, Counters]) -> None:
-    obj = {
-        "version": STATE_VERSION,
-        "boot_id": boot_id,
-        "host_root": host_root,
-        "time_s": now_s,
-        "cgroups": {k: v.to_json() for k, v in cgroups.items()},
-    }
-    data = orjson.dumps(obj)
-    folder = os.path.dirname(os.path.abspath(path))
-    try:
-        fd, tmp = tempfile.mkstemp(prefix=".cgstat-state-", dir=folder)
-    except OSError as exc:
-        raise StateError(f"cannot write state in {folder}: {os.strerror(exc.errno)}") from None
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except OSError as exc:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise StateError(f"cannot write state {path}: {os.strerror(exc.errno)}") from None

@@ -36,7 +36,7 @@ def test_churn_of_300_cgroups_while_streaming(make_group, tmp_path):
     out = str(tmp_path / "out.jsonl")
     env = dict(os.environ)
     env.pop("CGSTAT_HOST_ROOT", None)
-    proc = subprocess.Popen([sys.executable, "-m", "cgstat", "stream", "--interval", "0.05",
+    proc = subprocess.Popen([sys.executable, "-m", "cgstat", "stream", "--interval", "0.1",
                              "--match", group.name, "--output", out],
                             cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     sleepers = []

@@ -35,7 +35,7 @@ def _wait(pred, timeout=20):
 def test_full_disk_never_leaves_a_partial_line_and_recovers(small_disk):
     out = small_disk / "out.jsonl"
     filler = small_disk / "filler"
-    proc = _popen("stream", "--interval", "0.05", "--output", str(out), "--host-root", V2, "--all")
+    proc = _popen("stream", "--interval", "0.1", "--output", str(out), "--host-root", V2, "--all")
     try:
         assert _wait(lambda: out.exists() and out.stat().st_size > 0)
         # fill the disk: the next batches can't fit
