@@ -173,3 +173,35 @@ def test_module_has_no_third_party_imports() -> None:
     imports = {line.split()[1].split(".")[0] for line in source.splitlines()
                if line.startswith(("import ", "from "))}
     assert imports <= {"os", "socket", "typing", "__future__"}
+
+
+def _wired() -> bool:
+    src = Path(sdnotify.__file__).parent
+    return any("sdnotify" in (src / name).read_text() for name in ("agent.py", "cli.py"))
+
+
+@pytest.mark.skipif(not _wired(), reason="cgstat/agent.py does not call cgstat.sdnotify yet")
+def test_stream_notifies_ready_then_watchdog_each_tick_then_stopping(receiver) -> None:
+    """What the unit (Type=notify, WatchdogSec=) relies on, with a real `cgstat stream`."""
+    import subprocess
+
+    sock, path = receiver
+    cgstat = Path(sys.executable).parent / "cgstat"
+    if not cgstat.exists():
+        pytest.skip("no cgstat console script beside this Python")
+    env = {**os.environ, "NOTIFY_SOCKET": path, "WATCHDOG_USEC": "30000000"}
+    env.pop("WATCHDOG_PID", None)
+    proc = subprocess.run([str(cgstat), "stream", "--count", "3", "--interval", "0.2"], env=env,
+                          capture_output=True, timeout=60, check=False)
+    assert proc.returncode == 0, proc.stderr
+    sock.settimeout(0.5)
+    got = []
+    try:
+        while True:
+            got.append(sock.recv(4096).decode())
+    except socket.timeout:
+        pass
+    assert got, "no notification at all"
+    assert got[0].splitlines()[0] == "READY=1", got  # first, after the first sample
+    assert sum("WATCHDOG=1" in m.splitlines() for m in got) >= 3, got  # one per tick
+    assert "STOPPING=1" in got[-1].splitlines(), got
