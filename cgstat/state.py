@@ -107,10 +107,11 @@ class StateFile:
     def __enter__(self) -> "StateFile":
         try:
             self._check(self.path, "--state")
+            self._read()  # refuse a foreign file before creating anything (the lock)
             self._check(self.lock_path, "lock file")
             make_folder(self.path)
             self._lock()
-            self._data = self._read()
+            self._data = self._read()  # again, now that no other run can replace it
             folder = os.path.dirname(os.path.abspath(self.path))
             try:
                 self._tmp = tempfile.mkstemp(prefix=".cgstat-state-", dir=folder)

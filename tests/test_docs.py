@@ -1,6 +1,7 @@
 """Docs stay true to the code: every schema field documented, every option used in the
 README exists in --help, the README's record example keeps the record's key order."""
 
+import json
 import os
 import re
 import subprocess
@@ -46,3 +47,26 @@ def test_readme_record_example_follows_the_record_order():
     records, _, _ = run_cgstat("once", "--window", "0", "--host-root",
                                os.path.join(ROOT, "tests/fixtures/v2-systemd/t1"))
     assert list(records[0]) == SCHEMA["required"]
+
+
+def _readme_jq_programs():
+    """Every `jq [flags] '<program>'` in the README's shell blocks (programs span lines)."""
+    readme = open(os.path.join(ROOT, "README.md")).read()
+    blocks = re.findall(r"```sh\n(.*?)```", readme, re.S)
+    return [m.group(2) for b in blocks for m in re.finditer(r"\bjq((?: -[a-z]+)*) '([^']*)'", b)]
+
+
+def test_readme_jq_programs_run_on_debian_jq():
+    """Debian 12's jq is 1.6, stricter than 1.7 (`a // b / c` needs parentheses there)."""
+    programs = _readme_jq_programs()
+    assert len(programs) >= 4
+    jq = "/usr/bin/jq"  # the distribution's, not one a developer installed elsewhere
+    records, _, _ = run_cgstat("once", "--window", "0", "--all", "--host-root",
+                               os.path.join(ROOT, "tests/fixtures/v2-systemd/t1"))
+    lines = "".join(json.dumps(r) + "\n" for r in records).encode()
+    for program in programs:
+        proc = subprocess.run([jq, "-c", program], input=lines, capture_output=True, timeout=30)
+        assert proc.returncode == 0, (program, proc.stderr.decode())
+    first = subprocess.run([jq, "-c", programs[0]], input=lines, capture_output=True, timeout=30)
+    rows = [json.loads(x) for x in first.stdout.splitlines()]
+    assert len(rows) == sum(1 for r in records if r["container"]) and all("limit_mib" in r for r in rows)
