@@ -15,12 +15,21 @@ to the user (below and containerd treat them the same way):
 - Denied:      EACCES / EPERM. Not root, or a hardened mount.
 - Malformed:   the bytes are not what the kernel documents (not UTF-8, not a number...).
 - ReadFailed:  any other OSError (EIO...).
+- Untrusted:   a file of someone else's that the trust rules refuse (a symlink, not a
+               regular file, the wrong owner); only `read_untrusted` raises it, never a
+               cgroup read, so it never reaches a record.
+
+Files the agent does not own (runtime state, users' container stores) are opened only
+through `read_untrusted` / `open_dir_under`: never following a link, never blocking on a
+FIFO or a device, size-capped before reading.
 """
 
 from __future__ import annotations
 
 import errno
 import os
+import stat
+from typing import Collection, Iterable, Optional
 
 _GONE = {errno.ENOENT, errno.ENODEV, errno.ESRCH, errno.ENOTDIR}
 _UNSUPPORTED = {errno.EOPNOTSUPP, errno.ENOTSUP}
@@ -63,10 +72,17 @@ class ReadFailed(ReadError):
     code = "read_failed"
 
 
+class Untrusted(ReadError):
+    code = "untrusted"
+
+
 def classify(exc: OSError, path: str) -> ReadError:
     """Map an OSError to the outcome it means for a cgroup or proc file."""
     err = exc.errno
     detail = os.strerror(err) if err else str(exc)
+    if err == errno.ELOOP:
+        # open(2) with O_NOFOLLOW on a symbolic link fails with ELOOP.
+        return Untrusted(path, "a symbolic link")
     if err in _GONE:
         return Gone(path, detail)
     if err in _UNSUPPORTED:
@@ -112,6 +128,138 @@ def read_text(path: str) -> str:
         return data.decode("utf-8")
     except UnicodeDecodeError:
         raise Malformed(path, "not UTF-8 text") from None
+
+
+# open(2) flags for a file someone else may have planted:
+# - O_NOFOLLOW: a symlink as the last component fails (ELOOP) instead of leading root to
+#   /dev/sda, /etc/shadow or another user's store;
+# - O_NONBLOCK: open() of a FIFO with no writer returns at once instead of waiting for ever
+#   (fifo(7)); a device's open() does not wait for carrier or media either;
+# - O_NOCTTY: a terminal never becomes our controlling terminal.
+# fstat() on the open descriptor then decides (no race with a rename between check and use).
+_UNTRUSTED_FILE = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
+_UNTRUSTED_DIR = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_DIRECTORY | os.O_CLOEXEC
+
+
+def _check_owner(st: os.stat_result, path: str, owners: Optional[Collection[int]]) -> None:
+    if owners is not None and st.st_uid not in owners:
+        raise Untrusted(path, f"owned by uid {st.st_uid}, not by {sorted(owners)}")
+
+
+def open_untrusted(path: str, max_bytes: int, owners: Optional[Collection[int]] = None,
+                   dir_fd: Optional[int] = None) -> int:
+    """An open descriptor of a regular file no larger than max_bytes (the caller closes it).
+
+    `owners`: the uids that may own it (None: any). Raises Untrusted for a symlink, a
+    non-regular file (FIFO, device, socket, folder) or the wrong owner, Malformed when
+    too large, and the usual Gone/Denied/ReadFailed.
+    """
+    try:
+        fd = os.open(path, _UNTRUSTED_FILE, dir_fd=dir_fd)
+    except OSError as exc:
+        raise classify(exc, path) from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise Untrusted(path, "not a regular file")
+        _check_owner(st, path, owners)
+        if st.st_size > max_bytes:
+            raise Malformed(path, f"{st.st_size} bytes, more than {max_bytes}")
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def read_untrusted(path: str, max_bytes: int, owners: Optional[Collection[int]] = None,
+                   dir_fd: Optional[int] = None) -> bytes:
+    """The whole content of a file the agent does not own (see open_untrusted).
+
+    st_size is checked before reading and the read itself stops at max_bytes + 1, so a
+    file that grows after fstat() can't make us read more.
+    """
+    fd = open_untrusted(path, max_bytes, owners, dir_fd)
+    try:
+        chunks = []
+        total = 0
+        while True:
+            chunk = os.read(fd, min(_CHUNK * 16, max_bytes + 1 - total))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            total += len(chunk)
+            if total > max_bytes:
+                raise Malformed(path, f"larger than {max_bytes} bytes")
+        return b"".join(chunks)
+    except OSError as exc:
+        raise classify(exc, path) from None
+    finally:
+        os.close(fd)
+
+
+def open_dir_under(base: str, parts: Iterable[str], owners: Optional[Collection[int]] = None) -> int:
+    """A descriptor of the folder base/parts[0]/parts[1]/..., the caller closes it.
+
+    `base` is a fixed, administrator-chosen path (it may be a link, e.g. /var/lib/docker
+    moved to another disk); every one of `parts` is opened relative to its parent's
+    descriptor with O_NOFOLLOW, so a link anywhere below base is refused (Untrusted) and
+    a folder swapped for a link between two opens is refused too. With `owners`, base and
+    each part must be owned by one of those uids.
+    """
+    path = base
+    try:
+        fd = os.open(base, _UNTRUSTED_DIR & ~os.O_NOFOLLOW)
+    except OSError as exc:
+        raise classify(exc, base) from None
+    try:
+        _check_owner(os.fstat(fd), base, owners)
+        for part in parts:
+            if not part or part in (".", "..") or "/" in part:
+                raise Untrusted(path, f"bad path component {part!r}")
+            path = path + "/" + part
+            try:
+                child = os.open(part, _UNTRUSTED_DIR, dir_fd=fd)
+            except OSError as exc:
+                # ENOTDIR: a regular file where a folder should be; ELOOP: a link.
+                raise classify(exc, path) from None
+            os.close(fd)
+            fd = child
+            _check_owner(os.fstat(fd), path, owners)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def read_under(base: str, parts: Iterable[str], max_bytes: int,
+               owners: Optional[Collection[int]] = None) -> bytes:
+    """read_untrusted of base/parts..., every part below base opened without following
+    a link (see open_dir_under); the file, too, must be owned by one of `owners`."""
+    parts = list(parts)
+    fd = open_dir_under(base, parts[:-1], owners)
+    try:
+        return read_untrusted(parts[-1], max_bytes, owners, dir_fd=fd)
+    except ReadError as exc:
+        exc.path = base + "/" + "/".join(parts)
+        raise
+    finally:
+        os.close(fd)
+
+
+def list_dir_fd(fd: int, path: str):
+    """Names of the sub-folders of an open folder, links and other files left out."""
+    out = []
+    try:
+        with os.scandir(fd) as it:
+            for entry in it:
+                try:
+                    if entry.is_dir(follow_symlinks=False):
+                        out.append(entry.name)
+                except OSError:
+                    continue
+    except OSError as exc:
+        raise classify(exc, path) from None
+    return out
 
 
 class HostFS:

@@ -21,7 +21,7 @@ Pure functions over the path alone (no I/O). Patterns, by runtime and cgroup dri
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Optional
 
 _HEX64 = r"[0-9a-f]{64}"
@@ -57,6 +57,9 @@ class PathInfo:
     qos: Optional[str] = None  # guaranteed | burstable | besteffort
     unit: Optional[str] = None  # decoded systemd unit name of the last component
     inside_container: bool = False  # a cgroup below a container (its own sub-cgroups)
+    # The uid of the systemd user manager whose delegated subtree holds this cgroup
+    # (a `user@<UID>.service` component), None outside users' subtrees. See classify.
+    user_uid: Optional[int] = None
 
 
 def unescape_unit(name: str) -> str:
@@ -93,7 +96,35 @@ def _container(component: str, parent: str, under_pod: bool):
     return None
 
 
+# systemd runs each logged-in user's manager as user@<UID>.service (in
+# /user.slice/user-<UID>.slice) and delegates that subtree to the user (systemd.resource-
+# control(5) Delegate=, "Control Group APIs and Delegation"): the user may create any
+# cgroup below it, with any name, e.g. a fake docker-<id>.scope. Rootless Podman and
+# Docker put their containers there. The first such component is the delegation point;
+# a user can only add names below it, never above.
+_USER_MANAGER = re.compile(r"^user@([0-9]{1,10})\.service$")
+
+
+def user_subtree_uid(path: str) -> Optional[int]:
+    """The uid whose user manager's delegated subtree holds `path`, or None."""
+    if "user@" not in path:
+        return None
+    for comp in path.split("/"):
+        m = _USER_MANAGER.match(comp)
+        if m:
+            return int(m.group(1))
+    return None
+
+
 def classify(path: str) -> PathInfo:
+    info = _classify(path)
+    uid = user_subtree_uid(path)
+    if uid is None:
+        return info
+    return replace(info, user_uid=uid)
+
+
+def _classify(path: str) -> PathInfo:
     parts = [p for p in path.split("/") if p]
     pod_uid = qos = None
     for i, comp in enumerate(parts):
