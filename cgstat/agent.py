@@ -14,7 +14,7 @@ from typing import Dict, List, Optional, Pattern, Tuple
 
 import orjson
 
-from cgstat import containers
+from cgstat import containers, sdnotify
 from cgstat.blockdev import DeviceNames
 from cgstat.cgroups import read_cgroup
 from cgstat.discover import Discoverer
@@ -121,10 +121,14 @@ class Agent:
 class _Stopper:
     """SIGTERM/SIGINT end the stream after the line being written; SIGHUP reopens."""
 
-    def __init__(self):
+    def __init__(self, heartbeat_s: Optional[float] = None):
         self.stop = False
         self.reopen = False
         self.sleeping = False
+        # Under a systemd watchdog: a sleep longer than half of WatchdogSec= (an --interval
+        # of minutes) still says "alive" in time; the pings between ticks are not the point
+        # (a hung tick is), so they come only that often.
+        self.heartbeat_s = heartbeat_s
 
     def install(self) -> None:
         signal.signal(signal.SIGTERM, self._on_stop)
@@ -145,7 +149,13 @@ class _Stopper:
             return
         self.sleeping = True
         try:
-            time.sleep(remaining)
+            while remaining > 0 and not self.stop:
+                if self.heartbeat_s is not None and remaining > self.heartbeat_s:
+                    time.sleep(self.heartbeat_s)
+                    sdnotify.watchdog()
+                else:
+                    time.sleep(remaining)
+                remaining = deadline - time.monotonic()
         except _Wake:
             pass
         finally:
@@ -159,11 +169,13 @@ class _Wake(Exception):
 def run_stream(agent: Agent, sink: Sink, interval_s: float, count: Optional[int]) -> int:
     """Batches every interval on a drift-free schedule (start + k * interval)."""
     sink.open()  # an output that can't be opened fails the run now, not silently later
-    stopper = _Stopper()
+    watchdog_s = sdnotify.watchdog_interval_s()
+    stopper = _Stopper(watchdog_s / 2 if watchdog_s else None)
     stopper.install()
     warner = agent.warner
     start = time.monotonic()
     agent.tick()  # prime: the first batch, one interval later, has rates
+    sdnotify.ready()  # Type=notify: started once the first sample is in
     slot = 1
     batches = 0
     try:
@@ -180,6 +192,7 @@ def run_stream(agent: Agent, sink: Sink, interval_s: float, count: Optional[int]
                 sink.write(lines)
             except SinkError as exc:
                 warner.warn("sink", str(exc))
+            sdnotify.watchdog()  # a tick finished: a hung read or write stops these
             batches += 1
             if count is not None and batches >= count:
                 break
@@ -192,6 +205,7 @@ def run_stream(agent: Agent, sink: Sink, interval_s: float, count: Optional[int]
     except ReaderGone:
         return 0
     finally:
+        sdnotify.stopping()
         sink.close()
     if sink.dropped_lines:
         warner.warn("dropped", f"{sink.dropped_lines} lines dropped while the output failed")

@@ -189,7 +189,7 @@ def test_slow_tick_warns_once_and_skips_missed_slots(monkeypatch, capfd):
             time.sleep(0.25)  # makes the tick slow; the assertion is on the warning, not the time
             return [b'{"n":%d}\n' % SlowAgent.ticks]
 
-    monkeypatch.setattr(agent_mod, "_Stopper", lambda: _NoSignals())
+    monkeypatch.setattr(agent_mod, "_Stopper", lambda heartbeat_s=None: _NoSignals())
     assert agent_mod.run_stream(SlowAgent(), Sink(None), 0.1, 4) == 0
     out, err = capfd.readouterr()
     assert [json.loads(x)["n"] for x in out.splitlines()] == [2, 3, 4, 5]  # every batch out
