@@ -170,6 +170,10 @@ def run_stream(agent: Agent, sink: Sink, interval_s: float, count: Optional[int]
     """Batches every interval on a drift-free schedule (start + k * interval)."""
     sink.open()  # an output that can't be opened fails the run now, not silently later
     watchdog_s = sdnotify.watchdog_interval_s()
+    if watchdog_s is not None:
+        import faulthandler
+
+        faulthandler.enable()  # systemd's watchdog sends SIGABRT: where it hung goes to the journal
     stopper = _Stopper(watchdog_s / 2 if watchdog_s else None)
     stopper.install()
     warner = agent.warner
