@@ -21,7 +21,8 @@ for py in "${PYENV_ROOT:-$HOME/.pyenv}"/versions/3.*/bin/python /usr/bin/python3
     echo "compat: python $v ($("$venv/bin/python" -c 'import typer, orjson; print("typer", typer.__version__, "orjson", orjson.__version__)'))"
     log="$venv/pytest.log"
     if (cd tests && "$venv/bin/python" -m pytest -q -p no:cacheprovider test_parse.py test_recorded_trees.py \
-        test_identity.py test_faults.py test_faults_more.py test_model.py test_corpus.py test_cli.py) >"$log" 2>&1; then
+        test_identity.py test_faults.py test_faults_more.py test_model.py test_corpus.py test_cli.py \
+        test_cli_safety.py test_sdnotify.py) >"$log" 2>&1; then
         tail -n 1 "$log"
     else
         cat "$log"
