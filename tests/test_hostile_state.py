@@ -196,13 +196,18 @@ def test_store_entry_found_across_chunk_boundary_and_after_decoys(tmp_path):
     """The chunked search finds an entry that straddles a 1 MiB chunk edge, skips hits of
     the ID in other fields, and decodes only the object whose own "id" matches."""
     path = str(tmp_path / "containers.json")
-    filler = [{"id": "%064x" % i, "names": ["filler"]} for i in range(13000)]
+    filler = [{"id": "%064x" % i, "names": ["filler"]} for i in range(5000)]
     decoy = {"id": "ee" * 32, "names": ["decoy"], "layer": X_ID, "metadata": '{"name": "%s"}' % X_ID}
-    body = orjson.dumps(filler + [decoy])
-    pad = containers._SCAN_CHUNK - len(body) - 20  # the real entry starts just before the edge
-    filler.append({"id": "f" * 64, "names": ["x" * max(pad, 1)]})
     good = {"id": X_ID, "names": ["wanted"], "metadata": orjson.dumps({"image-name": "img:1"}).decode()}
-    data = orjson.dumps(filler + [decoy, good])
+    needle = b'"' + X_ID.encode() + b'"'
+
+    def build(pad):
+        return orjson.dumps(filler + [decoy, {"id": "f" * 64, "names": ["x" * pad]}, good])
+
+    edge = containers._SCAN_CHUNK
+    data = build(edge - 30 - build(0).rfind(needle))
+    hit = data.rfind(needle)
+    assert hit < edge < hit + len(needle)  # the good entry's ID straddles the first chunk's end
     write(path, data)
     fd = os.open(path, os.O_RDONLY)
     try:
@@ -408,7 +413,6 @@ def test_time_budget_stops_reading_and_says_so_once(tmp_path, monkeypatch):
 def test_permission_denied_on_state_folders_is_said_once(tmp_path):
     """Issue 7 item 7: as a user who can't enter /var/lib/containers (0700), the missing
     Podman/CRI-O names are said, once."""
-    from test_not_root import open_tmp  # noqa: F401  (the fixture's helper, reused below)
     if not shutil.which("setpriv"):
         pytest.skip("needs setpriv")
     import tempfile
