@@ -45,7 +45,6 @@ _POD_SYSTEMD = re.compile(r"^kubepods(?:-(burstable|besteffort))?-pod([0-9a-f_]{
 _POD_CGROUPFS = re.compile(r"^pod([0-9a-f-]{32,36})$")
 _QOS = {"burstable": "burstable", "besteffort": "besteffort"}
 _UNIT = re.compile(r"^.+\.(service|scope|slice|socket|mount|swap|target|device|automount|path|timer)$")
-_ESCAPE = re.compile(r"\\x([0-9a-fA-F]{2})")
 
 
 @dataclass(frozen=True)
@@ -63,10 +62,38 @@ class PathInfo:
 
 
 def unescape_unit(name: str) -> str:
-    r"""systemd unit name escapes: '\x2d' is '-', '\x40' '@' and so on."""
+    r"""systemd unit name escapes: '\x2d' is '-', '\x40' '@', '\xc3\xa9' 'é' and so on.
+
+    systemd escapes bytes (unit_name_escape, src/basic/unit-name.c), so a run of escapes is
+    decoded as UTF-8 bytes. An escape whose character would be a control (C0, DEL, C1:
+    '\x9b' must not become a CSI), a bidi control, or invalid UTF-8 (a raw 0x9b byte, or
+    the '\xNN' that text.decode_name writes for an undecodable folder name) stays as the
+    escape text, unchanged.
+    """
     if "\\x" not in name:
         return name
-    return _ESCAPE.sub(lambda m: chr(int(m.group(1), 16)), name)
+    return _ESCAPE_RUN.sub(_unescape_run, name)
+
+
+_ESCAPE_RUN = re.compile(r"(?:\\x[0-9a-fA-F]{2})+")
+# What no unit name in a record may carry: C0, DEL, C1, and the bidi controls that
+# reorder what a terminal shows (U+061C, U+200E/F, U+202A-U+202E, U+2066-U+2069).
+_UNSAFE_CHAR = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+
+
+def _unescape_run(m) -> str:
+    escapes = [m.group(0)[i:i + 4] for i in range(0, len(m.group(0)), 4)]
+    decoded = bytes(int(e[2:], 16) for e in escapes).decode("utf-8", "surrogateescape")
+    out = []
+    i = 0
+    for ch in decoded:
+        if "\udc80" <= ch <= "\udcff":  # a byte that is not part of valid UTF-8
+            n, keep = 1, True
+        else:
+            n, keep = len(ch.encode("utf-8")), _UNSAFE_CHAR.match(ch) is not None
+        out.append("".join(escapes[i:i + n]) if keep else ch)
+        i += n
+    return "".join(out)
 
 
 def _pod(component: str, parent: str):
