@@ -10,7 +10,9 @@ value we need fails the parse.
 from __future__ import annotations
 
 import re
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, List, Optional, Tuple, Union
+
+from cgstat import text as text_mod
 
 U64_MAX = 2**64 - 1
 # v1 memory.limit_in_bytes reads back PAGE_COUNTER_MAX * PAGE_SIZE when unlimited
@@ -233,22 +235,40 @@ def parse_pid_list(text: str) -> List[int]:
     return [parse_uint(line) for line in text.split()]
 
 
-def parse_proc_cgroup(text: str) -> List[Tuple[str, str]]:
-    """/proc/<pid>/cgroup: 'ID:controllers:path' lines -> [(controllers, path)].
+def parse_proc_cgroup(data: Union[str, bytes]) -> List[Tuple[str, str]]:
+    r"""/proc/<pid>/cgroup: 'ID:controllers:path' lines -> [(controllers, path)].
 
     v2 is '0::/path'; v1 lines name their controllers ('4:memory:/x', '2:cpu,cpuacct:/y',
     '1:name=systemd:/z'). A path may contain ':' so split at most twice.
+
+    Given bytes (as read), paths are decoded like the walk decodes folder names
+    (text.decode_bytes: `\xNN` for bytes that are not UTF-8), so the two join. The kernel
+    prints a cgroup path raw, and a cgroup name may hold a newline: a user can make a
+    nested folder 'a\n5:memory:' / 'system.slice' / ... so that one line reads as two.
+    The kernel prints each hierarchy once, so a repeated hierarchy ID, controller or v2
+    line means forged lines and fails the parse (no join, rather than a join to another
+    workload's cgroup).
     """
+    text = text_mod.decode_bytes(data) if isinstance(data, bytes) else data
     out = []
-    for line in text.splitlines():
+    ids = set()
+    controllers_seen = set()
+    # Only '\n' ends a line here: str.splitlines() would also split a name at U+0085,
+    # U+2028 or a form feed, all legal in a cgroup name.
+    for line in text.split("\n"):
         if not line:
             continue
         parts = line.split(":", 2)
         if len(parts) != 3 or not parts[0].isdigit():
             raise ValueError(f"bad line: {line[:60]!r}")
-        _, controllers, path = parts
+        hid, controllers, path = parts
         if not path.startswith("/"):
             raise ValueError(f"path not absolute: {path[:60]!r}")
+        names = controllers.split(",") if controllers else [""]
+        if hid in ids or controllers_seen.intersection(names):
+            raise ValueError(f"hierarchy {hid}:{controllers[:40]} listed twice")
+        ids.add(hid)
+        controllers_seen.update(names)
         out.append((controllers, path))
     return out
 

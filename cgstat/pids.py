@@ -18,7 +18,7 @@ from typing import Any, Dict, Optional, Tuple
 from cgstat import parse
 from cgstat.containers import Identities
 from cgstat.hierarchy import Layout
-from cgstat.hostfs import Gone, HostFS, ReadError
+from cgstat.hostfs import Gone, HostFS, ReadError, read_bytes
 from cgstat.identity import classify
 
 
@@ -40,7 +40,8 @@ def start_ticks(fs: HostFS, pid: int) -> int:
 def read_pid(fs: HostFS, layout: Layout, pid: int) -> PidCgroups:
     """Where `pid` sits in each hierarchy; raises Gone when there is no such process."""
     before = start_ticks(fs, pid)
-    lines = parse.parse_proc_cgroup(fs.read_text(f"/proc/{pid}/cgroup"))
+    # Bytes: a cgroup name need not be UTF-8; parse decodes paths as the walk does.
+    lines = parse.parse_proc_cgroup(read_bytes(fs.path(f"/proc/{pid}/cgroup")))
     if start_ticks(fs, pid) != before:
         raise Gone(f"/proc/{pid}", "process exited and the PID was reused while reading")
     paths: Dict[str, str] = {}
