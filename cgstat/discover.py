@@ -1,4 +1,4 @@
-"""Find every cgroup of the host, and join one workload's folders across v1 hierarchies.
+r"""Find every cgroup of the host, and join one workload's folders across v1 hierarchies.
 
 Reads: the cgroup folders of each hierarchy (a directory walk), `cgroup.procs` of cgroups
 being joined, and /proc/<pid>/cgroup of one of their member processes.
@@ -25,32 +25,51 @@ Rules, per cgroup P of the anchor hierarchy and other hierarchy H:
 H folders joined to nothing are reported as cgroups of their own, keyed by their H path.
 Joins found through processes are cached by (folder inode) so membership is read once per
 new cgroup, not every tick.
+
+Names: a cgroup name is bytes (the kernel takes any byte but '/' and NUL). Folders are
+read through their real local path; the cgroup path in records and joins is printable
+text (text.decode_name: `\xNN` for bytes that are not UTF-8), and /proc/<pid>/cgroup is
+decoded the same way, so the two still join.
+
+Volume: a user's delegated subtree (`user@<UID>.service`) may hold any number of cgroups;
+only `max_user_cgroups` folders below it are walked per hierarchy (see Discoverer).
 """
 
 from __future__ import annotations
 
+import heapq
 import os
+import re
 import time
 from dataclasses import dataclass
-from typing import Dict, FrozenSet, List, Optional, Tuple
+from typing import Callable, Dict, FrozenSet, Iterator, List, Optional, Tuple
 
 from cgstat import parse
 from cgstat.hierarchy import Hierarchy, Layout
-from cgstat.hostfs import HostFS, ReadError, read_text
+from cgstat.hostfs import HostFS, ReadError, read_bytes, read_text
+from cgstat.text import decode_name, quote
 
 _MEMBERS_TRIED = 3
 _EMPTY_RECHECK_S = 10.0
+
+# systemd runs each user's manager as user@<UID>.service and delegates that subtree to the
+# user (systemd.resource-control(5) Delegate=; "Control Group APIs and Delegation"): the
+# user may create any number of cgroups below it. The first such path component is the
+# delegation point (a folder of that name deeper down was made by the user).
+_DELEGATED = re.compile(r"^user@[0-9]+\.service$")
+MAX_USER_CGROUPS = 1000  # folders walked below one user@<UID>.service, per hierarchy
 
 
 @dataclass(frozen=True)
 class Folder:
     """One cgroup folder in one hierarchy."""
 
+    __slots__ = ("hierarchy", "path", "local", "inode", "files")  # one per folder per tick
     hierarchy: Hierarchy
-    path: str  # cgroup path in that hierarchy, "/" for its root
-    local: str  # where to read it
+    path: str  # cgroup path in that hierarchy, "/" for its root; printable (text.decode_name)
+    local: str  # where to read it: the real name (undecodable bytes surrogate-escaped)
     inode: int  # the folder's inode: a recreated cgroup gets a new one
-    files: FrozenSet[str]
+    files: FrozenSet[str]  # shared between folders with the same file names
 
 
 @dataclass(frozen=True)
@@ -93,17 +112,37 @@ def load_inode_manifest(fs: HostFS) -> Dict[str, int]:
 
 
 class Discoverer:
-    """Walks the hierarchies each tick and keeps the process-derived joins."""
+    """Walks the hierarchies each tick and keeps the process-derived joins.
 
-    def __init__(self, fs: HostFS, layout: Layout):
+    `max_user_cgroups` bounds the folders walked below each user's delegated subtree
+    (the first `user@<UID>.service` path component; the folder itself is not counted), per
+    hierarchy and tick: a user may create tens of thousands of cgroups there, each of
+    which would cost memory, time and a record. Once reached, the walk admits no more
+    folders of that subtree; the folders it saw and left out are counted in `left_out`
+    and, when `warn` is given, said through warn(key, message) (keys "capped:<subtree>";
+    pass Warner.once). Which folders are kept does not depend on listing order: each
+    listing admits its names in sorted order, the walk goes depth first in that order.
+    None: no bound.
+    """
+
+    def __init__(self, fs: HostFS, layout: Layout, max_user_cgroups: Optional[int] = MAX_USER_CGROUPS,
+                 warn: Optional[Callable[[str, str], None]] = None):
         self.fs = fs
         self.layout = layout
+        self.max_user_cgroups = max_user_cgroups
+        self.warn = warn
         self._manifest = load_inode_manifest(fs)
         self._cgroup_top = fs.path("/sys/fs/cgroup")
         # (anchor inode, hierarchy name) -> (target path, target inode)
         self._joins: Dict[Tuple[int, str], Tuple[str, int]] = {}
         self._memberless: Dict[int, float] = {}  # anchor inode -> when found empty
         self._tick_members: Dict[int, Optional[Dict[str, str]]] = {}
+        # Folders of one hierarchy mostly have the same file names: one frozenset (and
+        # one str per name) for all of them, instead of ~40 new str per folder per tick.
+        self._file_sets: Dict[FrozenSet[str], FrozenSet[str]] = {}
+        # Delegated subtree path -> folders seen and not walked in the last join (the
+        # largest count over hierarchies).
+        self.left_out: Dict[str, int] = {}
 
     # -- walking ---------------------------------------------------------------------
 
@@ -113,32 +152,62 @@ class Discoverer:
             return self._manifest.get(rel, fallback)
         return fallback
 
-    def walk(self, h: Hierarchy) -> Dict[str, Folder]:
+    def _files(self, names: List[str]) -> FrozenSet[str]:
+        key = frozenset(names)
+        shared = self._file_sets.get(key)
+        if shared is None:
+            if len(self._file_sets) >= 256:  # hostile file sets can't grow this for ever
+                self._file_sets.clear()
+            self._file_sets[key] = shared = key
+        return shared
+
+    def walk(self, h: Hierarchy, left_out: Optional[Dict[str, int]] = None) -> Dict[str, Folder]:
+        """Every cgroup folder of `h`, by printable path (reads the folders' listings).
+
+        Folders below a delegated subtree beyond `max_user_cgroups` are left out and
+        counted into `left_out` (subtree path -> count).
+        """
         out: Dict[str, Folder] = {}
         try:
             root_ino = os.stat(h.mount_dir).st_ino
         except OSError:
             return out
-        stack = [("/", h.mount_dir, root_ino)]
+        cap = self.max_user_cgroups
+        used: Dict[str, int] = {}  # delegated subtree -> folders admitted so far
+        # (printable path, local path, inode, delegated subtree above it or None)
+        stack: List[Tuple[str, str, int, Optional[str]]] = [("/", h.mount_dir, root_ino, None)]
         while stack:
-            path, local, ino = stack.pop()
-            files = []
+            path, local, ino, subtree = stack.pop()
+            budget = None if subtree is None or cap is None else max(0, cap - used.get(subtree, 0))
             try:
                 with os.scandir(local) as it:
-                    for entry in it:
-                        try:
-                            is_dir = entry.is_dir(follow_symlinks=False)
-                        except OSError:
-                            continue
-                        if is_dir:
-                            child = path + entry.name if path == "/" else path + "/" + entry.name
-                            stack.append((child, entry.path, entry.inode()))
-                        else:
-                            files.append(entry.name)
+                    listing = _Listing(it)
+                    if budget is None:
+                        children = list(listing.dirs())
+                    else:
+                        # The `budget` smallest names, holding no more than that many
+                        # entries however long the listing is.
+                        dirs = listing.dirs()
+                        children = heapq.nsmallest(budget, dirs) if budget else []
+                        for _ in dirs:  # the rest: file names and a count
+                            pass
+                        used[subtree] = used.get(subtree, 0) + len(children)
+                        dropped = listing.dirs_seen - len(children)
+                        if dropped and left_out is not None:
+                            left_out[subtree] = left_out.get(subtree, 0) + dropped
             except OSError:
                 # Removed while walking (ENOENT) or unreadable: not a cgroup this tick.
                 continue
-            out[path] = Folder(h, path, local, self._inode(local, ino), frozenset(files))
+            out[path] = Folder(h, path, local, self._inode(local, ino), self._files(listing.files))
+            if budget is not None:
+                children.reverse()  # popped smallest first: a stable choice
+            for name, child_local, child_ino in children:
+                text = decode_name(name)
+                child = path + text if path == "/" else path + "/" + text
+                below = subtree
+                if below is None and _DELEGATED.match(text):
+                    below = child
+                stack.append((child, child_local, child_ino, below))
         return out
 
     # -- joining ---------------------------------------------------------------------
@@ -162,7 +231,9 @@ class Discoverer:
             pids = []
         for pid in pids[:_MEMBERS_TRIED]:
             try:
-                lines = parse.parse_proc_cgroup(self.fs.read_text(f"/proc/{pid}/cgroup"))
+                # Bytes: a path may hold a name that is not UTF-8; parse decodes it as
+                # the walk decodes folder names.
+                lines = parse.parse_proc_cgroup(read_bytes(self.fs.path(f"/proc/{pid}/cgroup")))
             except (ReadError, ValueError):
                 continue  # exited meanwhile: try the next member
             found = {}
@@ -182,7 +253,17 @@ class Discoverer:
         layout = self.layout
         anchor = layout.anchor
         self._tick_members = {}
-        trees = {h.name: self.walk(h) for h in layout.hierarchies}
+        left_out: Dict[str, int] = {}
+        trees = {}
+        for h in layout.hierarchies:
+            counts: Dict[str, int] = {}
+            trees[h.name] = self.walk(h, counts)
+            for subtree, n in counts.items():
+                left_out[subtree] = max(n, left_out.get(subtree, 0))
+        self.left_out = left_out
+        if self.warn is not None:
+            for subtree, n in sorted(left_out.items()):
+                self.warn("capped:" + subtree, capped_message(subtree, n, self.max_user_cgroups or 0))
         anchor_tree = trees[anchor.name]
         others = [h for h in layout.hierarchies if h is not anchor]
         if not others:
@@ -271,6 +352,35 @@ class Discoverer:
         return tree.get(path)
 
 
+def capped_message(subtree: str, left_out: int, cap: int) -> str:
+    """The warning for a delegated subtree whose folders were not all walked."""
+    return (f"{quote(subtree)} holds more than {cap} cgroups: {left_out} of them (and "
+            f"what lies below those) are left out of every tick (--max-user-cgroups)")
+
+
 def _leaf(path: str) -> str:
     return path.rsplit("/", 1)[-1]
 
+
+class _Listing:
+    """One folder's listing, read once: the names of its files, and its sub-folders as an
+    iterator, counted as they go by."""
+
+    def __init__(self, it):
+        self.files: List[str] = []
+        self.dirs_seen = 0
+        self._it = it
+
+    def dirs(self) -> Iterator[Tuple[str, str, int]]:
+        """(name, local path, inode) of each sub-folder; symbolic links are never
+        followed (a cgroup filesystem has none; a host root may)."""
+        for entry in self._it:
+            try:
+                is_dir = entry.is_dir(follow_symlinks=False)
+            except OSError:
+                continue
+            if is_dir:
+                self.dirs_seen += 1
+                yield entry.name, entry.path, entry.inode()
+            else:
+                self.files.append(entry.name)
