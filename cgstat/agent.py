@@ -12,7 +12,6 @@ import signal
 import time
 from typing import Dict, List, Optional, Pattern, Tuple
 
-import orjson
 
 from cgstat import containers, sdnotify
 from cgstat.blockdev import DeviceNames
@@ -30,6 +29,7 @@ from cgstat.record import build
 from cgstat.sample import Sample
 from cgstat.select import select
 from cgstat.sinks import ReaderGone, Sink, SinkError
+from cgstat.text import dumps_record, quote
 from cgstat import state as statefile
 
 _QUIET_ERRORS = {"missing", "unavailable", "gone"}
@@ -38,7 +38,7 @@ _QUIET_ERRORS = {"missing", "unavailable", "gone"}
 class Agent:
     def __init__(self, host_root: str = "/", all_cgroups: bool = False,
                  match: Optional[Pattern[str]] = None, warner: Optional[Warner] = None,
-                 read_state: bool = True):
+                 read_state: bool = True, max_user_cgroups: Optional[int] = 1000):
         self.fs = HostFS(host_root)
         try:
             os.listdir(self.fs.root)
@@ -50,11 +50,12 @@ class Agent:
             raise CgstatError(str(exc)) from None
         self.host = read_host(self.fs)
         self.clock = HostClock(self.fs, self.host.live)
-        self.discoverer = Discoverer(self.fs, self.layout)
+        self.warner = warner or Warner()
+        self.discoverer = Discoverer(self.fs, self.layout, max_user_cgroups=max_user_cgroups,
+                                     warn=self.warner.once)
         self.names = DeviceNames(self.fs)
         self.all_cgroups = all_cgroups
         self.match = match
-        self.warner = warner or Warner()
         self.identities = containers.Identities(self.fs, self.warner.once, read_state)
         self.previous: Dict[str, Counters] = {}
         self._classified: Dict[str, PathInfo] = {}
@@ -91,7 +92,7 @@ class Agent:
                 continue  # removed while we read it: its record stops here
             for p in sample.errors:
                 if p.error not in _QUIET_ERRORS:
-                    self.warner.warn(f"{p.source}:{p.error}", f"{cg.path}: {p.source}: {p.error}: {p.detail}")
+                    self.warner.warn(f"{p.source}:{p.error}", f"{quote(cg.path)}: {p.source}: {p.error}: {p.detail}")
             out.append((sample, info, sandbox))
         return out
 
@@ -110,7 +111,11 @@ class Agent:
             kind = "pod" if info.kind == "pod" else "cgroup"
             pod = container["pod"] if container is not None else self.identities.pod(info)
             record = build(sample, rates, self.host, self.names, container, info.unit, kind, pod)
-            lines.append(orjson.dumps(record) + b"\n")
+            line = dumps_record(record)
+            if line is None:
+                self.warner.warn("unserialisable", f"{quote(sample.path)}: record dropped: it cannot be written as JSON")
+                continue
+            lines.append(line + b"\n")
         return lines, current
 
     def tick(self) -> List[bytes]:
@@ -256,7 +261,7 @@ def run_pid(agent: Agent, pids: List[int]) -> int:
     mapper = PidMapper(agent.fs, agent.layout, agent.identities)
     sink = Sink(None)
     try:
-        sink.write([orjson.dumps(mapper.describe(pid)) + b"\n" for pid in pids])
+        sink.write([(dumps_record(mapper.describe(pid)) or b"{}") + b"\n" for pid in pids])
     except ReaderGone:
         return 0
     return 0

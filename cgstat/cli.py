@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 import sys
-from typing import Callable, List, Optional, Tuple
+from typing import Callable, List, Optional
 
 import typer
 import typer.core
@@ -63,6 +63,13 @@ def _host_root_option() -> Optional[str]:
 
 def _all_option() -> bool:
     return typer.Option(False, "--all", help="Report every cgroup, not only workloads.")
+
+
+def _max_user_option() -> Optional[int]:
+    return typer.Option(None, "--max-user-cgroups", envvar="CGSTAT_MAX_USER_CGROUPS", metavar="N", min=1,
+                        show_default=False,
+                        help="At most N cgroups per user's delegated subtree (user@UID.service); the "
+                             "rest are counted and said once on stderr. Default: 1000.")
 
 
 def _match_option() -> Optional[str]:
@@ -126,24 +133,22 @@ def _root(
     host_root: Optional[str] = _host_root_option(),
     all_: bool = _all_option(),
     match: Optional[str] = _match_option(),
+    max_user: Optional[int] = _max_user_option(),
 ) -> None:
-    ctx.obj = (host_root, all_, match)
+    ctx.obj = (host_root, all_, match, max_user)
 
 
-def _common(ctx: typer.Context, host_root: Optional[str], all_: bool,
-            match: Optional[str]) -> Tuple[str, bool, Optional[str]]:
-    """The common options, given before the command or after it (after wins)."""
-    top_root, top_all, top_match = ctx.obj or (None, False, None)
-    return (host_root or top_root or "/", all_ or top_all, match if match is not None else top_match)
-
-
-def _agent(ctx: typer.Context, host_root: Optional[str], all_: bool, match: Optional[str]) -> Agent:
-    root, every, regex = _common(ctx, host_root, all_, match)
+def _agent(ctx: typer.Context, host_root: Optional[str], all_: bool, match: Optional[str],
+           max_user: Optional[int] = None) -> Agent:
+    """The Agent for the common options, given before the command or after it (after wins)."""
+    top_root, top_all, top_match, top_max = ctx.obj or (None, False, None, None)
+    regex = match if match is not None else top_match
     try:
         pattern = compile_match(regex)
     except ValueError as exc:
         raise typer.BadParameter(str(exc), param_hint="'--match'") from None
-    return Agent(root, every, pattern, Warner())
+    return Agent(host_root or top_root or "/", all_ or top_all, pattern, Warner(),
+                 max_user_cgroups=max_user or top_max or 1000)
 
 
 def _run(make: Callable[[], Agent], job: Callable[[Agent], int]) -> None:
@@ -172,10 +177,11 @@ def stream(
     host_root: Optional[str] = _host_root_option(),
     all_: bool = _all_option(),
     match: Optional[str] = _match_option(),
+    max_user: Optional[int] = _max_user_option(),
 ) -> None:
     """Stream a batch of records every interval; the first batch comes after one interval,
     with rates. SIGTERM/SIGINT finish the line being written and exit 0."""
-    _run(lambda: _agent(ctx, host_root, all_, match),
+    _run(lambda: _agent(ctx, host_root, all_, match, max_user),
          lambda agent: run_stream(agent, Sink(output, int(output_mode, 8)), interval, count))
 
 
@@ -196,9 +202,10 @@ def once(
     host_root: Optional[str] = _host_root_option(),
     all_: bool = _all_option(),
     match: Optional[str] = _match_option(),
+    max_user: Optional[int] = _max_user_option(),
 ) -> None:
     """Print one batch of records and exit (for cron and scripts)."""
-    _run(lambda: _agent(ctx, host_root, all_, match),
+    _run(lambda: _agent(ctx, host_root, all_, match, max_user),
          lambda agent: run_once(agent, Sink(output, int(output_mode, 8)), state, window))
 
 
