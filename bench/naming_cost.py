@@ -27,9 +27,10 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, ".."))
 sys.path.insert(0, os.path.join(HERE, "..", "tests"))
 
-from cgstat.agent import Agent  # noqa: E402
-from cgstat.log import Warner  # noqa: E402
 from synth import v2_cgroup, v2_host, write  # noqa: E402
+
+from cgstat.pipeline.diagnostics import Warner  # noqa: E402
+from cgstat.pipeline.sampler import Agent  # noqa: E402
 
 
 def build(root: str, n: int) -> None:

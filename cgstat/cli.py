@@ -20,11 +20,11 @@ except ImportError:  # older typer (Python 3.7 to 3.9) uses click itself
     from click import exceptions as click_errors  # type: ignore
 
 from cgstat import __version__
-from cgstat.agent import Agent, run_once, run_pid, run_stream
 from cgstat.errors import CgstatError
-from cgstat.log import Warner, say
-from cgstat.select import compile_match
-from cgstat.sinks import Sink
+from cgstat.outputs.jsonl import Sink
+from cgstat.pipeline.diagnostics import Warner, say
+from cgstat.pipeline.sampler import Agent, run_once, run_pid, run_stream
+from cgstat.pipeline.select import compile_match
 
 _HELP = """Per-cgroup CPU, memory, block IO, pids and pressure, read straight from the kernel's
 cgroup files (v1, v2 and hybrid), as JSON lines: one object per cgroup per tick.

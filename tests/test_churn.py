@@ -12,7 +12,6 @@ import sys
 import time
 
 import pytest
-
 from contract import ROOT, validate
 
 pytestmark = pytest.mark.realcg

@@ -8,7 +8,6 @@ import sys
 import time
 
 import pytest
-
 from contract import ROOT, run_cgstat, validate
 
 FIX = os.path.join(ROOT, "tests", "fixtures")
@@ -174,9 +173,9 @@ def test_host_without_gpu_or_runtimes_has_no_names_and_no_errors_about_them():
 
 
 def test_slow_tick_warns_once_and_skips_missed_slots(monkeypatch, capfd):
-    from cgstat import agent as agent_mod
-    from cgstat.log import Warner
-    from cgstat.sinks import Sink
+    from cgstat.outputs.jsonl import Sink
+    from cgstat.pipeline import sampler as agent_mod
+    from cgstat.pipeline.diagnostics import Warner
 
     class SlowAgent:
         ticks = 0

@@ -5,9 +5,8 @@ import os
 
 import orjson
 import pytest
-
-from cgstat.agent import Agent
-from cgstat.log import Warner
+from cgstat.pipeline.sampler import Agent
+from cgstat.pipeline.diagnostics import Warner
 from contract import ROOT, validate
 from synth import v2_cgroup, v2_host
 

@@ -8,15 +8,14 @@ import io
 
 import orjson
 import pytest
-from hypothesis import given, settings, HealthCheck
-from hypothesis import strategies as st
-
-from cgstat import parse
-from cgstat.agent import Agent
-from cgstat.log import Warner
-
 from contract import validate
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from synth import V2_FILES, v2_cgroup, v2_host
+
+from cgstat.kernel import parse
+from cgstat.pipeline.diagnostics import Warner
+from cgstat.pipeline.sampler import Agent
 
 CORRUPTIONS = {
     "empty": "",

@@ -7,14 +7,15 @@ import os
 
 import orjson
 import pytest
+from contract import validate
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
-from cgstat import containers, sinks
-from cgstat.agent import Agent
-from cgstat.log import Warner
-from contract import validate
 from synth import v1_cgroup, v1_host, v2_cgroup, v2_host, write
+
+from cgstat.naming import runtimes as containers
+from cgstat.outputs import jsonl as sinks
+from cgstat.pipeline.diagnostics import Warner
+from cgstat.pipeline.sampler import Agent
 
 BAD = ["", "junk\n", "-1\n", f"{2**80}\n", b"\xff\xfe\x00", "1 2 3\n"]
 V1_FEEDS = {
@@ -147,7 +148,7 @@ def test_cgroup_removed_while_being_read_is_dropped(tmp_path, monkeypatch):
     v2_cgroup(root, "/x")
     v2_cgroup(root, "/y")
     agent = Agent(root, all_cgroups=True, warner=Warner(io.StringIO()))
-    real = __import__("cgstat.cgroups", fromlist=["read_text"]).read_text
+    real = __import__("cgstat.kernel.cgroups", fromlist=["read_text"]).read_text
     import shutil
 
     def racing_read(path):
@@ -155,7 +156,7 @@ def test_cgroup_removed_while_being_read_is_dropped(tmp_path, monkeypatch):
             shutil.rmtree(os.path.join(root, "sys/fs/cgroup/x"))  # rmdir between listing and reading
         return real(path)
 
-    monkeypatch.setattr("cgstat.cgroups.read_text", racing_read)
+    monkeypatch.setattr("cgstat.kernel.cgroups.read_text", racing_read)
     paths = [orjson.loads(line)["cgroup"] for line in agent.tick()]
     assert "/x" not in paths and "/y" in paths
 

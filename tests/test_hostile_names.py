@@ -19,17 +19,24 @@ import time
 
 import orjson
 import pytest
+from contract import ROOT, run_cgstat, validate
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from contract import ROOT, run_cgstat, validate
-from cgstat import parse
-from cgstat.discover import Discoverer
-from cgstat.hierarchy import detect
-from cgstat.hostfs import HostFS
-from cgstat.identity import unescape_unit
-from cgstat.log import Warner, say
-from cgstat.text import decode_bytes, decode_name, dumps_record, escape_controls, escape_json, quote
+from cgstat.kernel import parse
+from cgstat.kernel.discover import Discoverer
+from cgstat.kernel.hierarchy import detect
+from cgstat.kernel.hostfs import HostFS
+from cgstat.naming.paths import unescape_unit
+from cgstat.pipeline.diagnostics import Warner, say
+from cgstat.text import (
+    decode_bytes,
+    decode_name,
+    dumps_record,
+    escape_controls,
+    escape_json,
+    quote,
+)
 
 FIX = os.path.join(ROOT, "tests", "fixtures", "v2-systemd", "t1")
 USER = "/user.slice/user-1000.slice/user@1000.service"

@@ -18,14 +18,14 @@ import time
 
 import orjson
 import pytest
-
-from cgstat import containers
-from cgstat.agent import Agent
-from cgstat.hostfs import HostFS, Malformed, Untrusted, read_untrusted
-from cgstat.identity import classify
-from cgstat.log import Warner
 from contract import ROOT, run_cgstat, validate
 from synth import v2_cgroup, write
+
+from cgstat.kernel.hostfs import HostFS, Malformed, Untrusted, read_untrusted
+from cgstat.naming import runtimes as containers
+from cgstat.naming.paths import classify
+from cgstat.pipeline.diagnostics import Warner
+from cgstat.pipeline.sampler import Agent
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root (chown, mknod-free FIFOs owned by others)")
 

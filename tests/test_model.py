@@ -2,7 +2,7 @@
 
 import pytest
 
-from cgstat.model import NO_RATES, Counters, derive
+from cgstat.pipeline.rates import NO_RATES, Counters, derive
 
 ID = (("unified", 42),)
 

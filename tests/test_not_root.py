@@ -10,7 +10,6 @@ import sys
 import tempfile
 
 import pytest
-
 from contract import ROOT, validate
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("setpriv"),

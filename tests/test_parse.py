@@ -2,7 +2,7 @@
 
 import pytest
 
-from cgstat import parse
+from cgstat.kernel import parse
 
 U64 = 2**64 - 1
 

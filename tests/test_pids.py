@@ -10,12 +10,12 @@ import sys
 import threading
 
 import pytest
-
-from cgstat.containers import Identities, docker_api
-from cgstat.hierarchy import detect
-from cgstat.hostfs import HostFS
-from cgstat.pids import PidMapper
 from contract import ROOT, run_cgstat
+
+from cgstat.kernel.hierarchy import detect
+from cgstat.kernel.hostfs import HostFS
+from cgstat.naming.pids import PidMapper
+from cgstat.naming.runtimes import Identities, docker_api
 
 FIX = os.path.join(ROOT, "tests", "fixtures")
 

@@ -16,7 +16,6 @@ import tarfile
 import time
 
 import pytest
-
 from contract import ROOT, validate
 
 pytestmark = [pytest.mark.realcg,

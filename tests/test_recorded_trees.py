@@ -10,7 +10,6 @@ import json
 import os
 
 import pytest
-
 from contract import ROOT, check_against_files, check_rates, run_cgstat, validate
 
 FIXTURES = os.path.join(ROOT, "tests", "fixtures")

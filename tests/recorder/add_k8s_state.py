@@ -17,7 +17,7 @@ import re
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", ".."))
-from cgstat.identity import classify  # noqa: E402
+from cgstat.naming.paths import classify  # noqa: E402
 
 fixture = sys.argv[1]
 default_runtime = sys.argv[2] if len(sys.argv) > 2 else "containerd"

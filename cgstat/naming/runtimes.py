@@ -59,10 +59,18 @@ from typing import Any, Callable, Dict, Iterable, List, Optional, Set, Tuple
 
 import orjson
 
-from cgstat import parse
-from cgstat.hostfs import (HostFS, ReadError, list_dir_fd, open_dir_under, open_untrusted, read_text,
-                           read_under, read_untrusted)
-from cgstat.identity import PathInfo
+from cgstat.kernel import parse
+from cgstat.kernel.hostfs import (
+    HostFS,
+    ReadError,
+    list_dir_fd,
+    open_dir_under,
+    open_untrusted,
+    read_text,
+    read_under,
+    read_untrusted,
+)
+from cgstat.naming.paths import PathInfo
 
 _RETRY_UNKNOWN_S = 60.0  # an ID no state named is looked up again after this long
 _BUDGET_S = 1.0  # reading runtime state, per refresh

@@ -18,8 +18,8 @@ import os
 from dataclasses import dataclass
 from typing import FrozenSet, List, Optional, Tuple
 
-from cgstat import parse
-from cgstat.hostfs import HostFS, ReadError
+from cgstat.kernel import parse
+from cgstat.kernel.hostfs import HostFS, ReadError
 
 _KNOWN_V1 = frozenset({
     "cpu", "cpuacct", "memory", "blkio", "pids", "cpuset", "devices", "freezer",

@@ -34,7 +34,7 @@ from typing import Dict, Optional, Tuple
 import orjson
 
 from cgstat.errors import CgstatError, file_kind
-from cgstat.model import Counters
+from cgstat.pipeline.rates import Counters
 
 STATE_VERSION = 1
 MARKER = b'{"cgstat":"once-state"'

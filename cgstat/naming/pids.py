@@ -15,11 +15,11 @@ import os
 from dataclasses import dataclass
 from typing import Any, Dict, Optional, Tuple
 
-from cgstat import parse
-from cgstat.containers import Identities
-from cgstat.hierarchy import Layout
-from cgstat.hostfs import Gone, HostFS, ReadError, read_bytes
-from cgstat.identity import classify
+from cgstat.kernel import parse
+from cgstat.kernel.hierarchy import Layout
+from cgstat.kernel.hostfs import Gone, HostFS, ReadError, read_bytes
+from cgstat.naming.paths import classify
+from cgstat.naming.runtimes import Identities
 
 
 @dataclass(frozen=True)

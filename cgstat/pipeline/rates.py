@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Dict, Optional, Tuple
 
-from cgstat.sample import Sample
+from cgstat.kernel.sample import Sample
 
 IoRow = Tuple[Optional[int], Optional[int], Optional[int], Optional[int]]  # rb, wb, rops, wops
 

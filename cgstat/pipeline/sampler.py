@@ -12,25 +12,25 @@ import signal
 import time
 from typing import Dict, List, Optional, Pattern, Tuple
 
-
-from cgstat import containers, sdnotify
-from cgstat.blockdev import DeviceNames
-from cgstat.cgroups import read_cgroup
-from cgstat.discover import Discoverer
+from cgstat import sdnotify
 from cgstat.errors import CgstatError
-from cgstat.hierarchy import NoCgroupFS, detect
-from cgstat.host import HostClock, host_root_note, read_host
-from cgstat.hostfs import HostFS
-from cgstat.identity import PathInfo, classify
-from cgstat.log import Warner
-from cgstat.model import Counters, counters, derive
-from cgstat.pids import PidMapper, pid_namespace_note
-from cgstat.record import build
-from cgstat.sample import Sample
-from cgstat.select import select
-from cgstat.sinks import ReaderGone, Sink, SinkError
+from cgstat.kernel.cgroups import read_cgroup
+from cgstat.kernel.discover import Discoverer
+from cgstat.kernel.hierarchy import NoCgroupFS, detect
+from cgstat.kernel.host import HostClock, host_root_note, read_host
+from cgstat.kernel.hostfs import HostFS
+from cgstat.kernel.sample import Sample
+from cgstat.naming import runtimes as containers
+from cgstat.naming.devices import DeviceNames
+from cgstat.naming.paths import PathInfo, classify
+from cgstat.naming.pids import PidMapper, pid_namespace_note
+from cgstat.outputs.jsonl import ReaderGone, Sink, SinkError
+from cgstat.pipeline import state as statefile
+from cgstat.pipeline.diagnostics import Warner
+from cgstat.pipeline.rates import Counters, counters, derive
+from cgstat.pipeline.record import build
+from cgstat.pipeline.select import select
 from cgstat.text import dumps_record, quote
-from cgstat import state as statefile
 
 _QUIET_ERRORS = {"missing", "unavailable", "gone"}
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 from typing import Dict, Optional
 
-from cgstat.hostfs import HostFS
+from cgstat.kernel.hostfs import HostFS
 
 
 class DeviceNames:

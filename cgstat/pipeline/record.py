@@ -9,10 +9,10 @@ from __future__ import annotations
 import time
 from typing import Any, Dict, Optional
 
-from cgstat.blockdev import DeviceNames
-from cgstat.host import HostInfo
-from cgstat.model import Rates
-from cgstat.sample import PRESSURE_RESOURCES, Sample
+from cgstat.kernel.host import HostInfo
+from cgstat.kernel.sample import PRESSURE_RESOURCES, Sample
+from cgstat.naming.devices import DeviceNames
+from cgstat.pipeline.rates import Rates
 
 SCHEMA_VERSION = 1
 

@@ -18,8 +18,8 @@ import time
 from dataclasses import dataclass
 from typing import Optional
 
-from cgstat import parse
-from cgstat.hostfs import HostFS, ReadError
+from cgstat.kernel import parse
+from cgstat.kernel.hostfs import HostFS, ReadError
 
 _CLOCK_BOOTTIME = getattr(time, "CLOCK_BOOTTIME", time.CLOCK_MONOTONIC)
 

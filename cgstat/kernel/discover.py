@@ -44,9 +44,9 @@ import time
 from dataclasses import dataclass
 from typing import Callable, Dict, FrozenSet, Iterator, List, Optional, Tuple
 
-from cgstat import parse
-from cgstat.hierarchy import Hierarchy, Layout
-from cgstat.hostfs import HostFS, ReadError, read_bytes, read_text
+from cgstat.kernel import parse
+from cgstat.kernel.hierarchy import Hierarchy, Layout
+from cgstat.kernel.hostfs import HostFS, ReadError, read_bytes, read_text
 from cgstat.text import decode_name, quote
 
 _MEMBERS_TRIED = 3

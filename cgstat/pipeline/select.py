@@ -13,8 +13,8 @@ from __future__ import annotations
 import re
 from typing import Callable, List, Optional, Pattern, Tuple
 
-from cgstat.discover import Cgroup
-from cgstat.identity import PathInfo
+from cgstat.kernel.discover import Cgroup
+from cgstat.naming.paths import PathInfo
 
 Selected = List[Tuple[Cgroup, PathInfo]]
 

@@ -16,11 +16,11 @@ from __future__ import annotations
 
 from typing import Callable, Dict, List, Optional, TypeVar
 
-from cgstat import parse
-from cgstat.discover import Cgroup, Folder
-from cgstat.hierarchy import Layout
-from cgstat.hostfs import Gone, ReadError, read_text
-from cgstat.sample import (
+from cgstat.kernel import parse
+from cgstat.kernel.discover import Cgroup, Folder
+from cgstat.kernel.hierarchy import Layout
+from cgstat.kernel.hostfs import Gone, ReadError, read_text
+from cgstat.kernel.sample import (
     PRESSURE_RESOURCES,
     CpuSample,
     DeviceIo,

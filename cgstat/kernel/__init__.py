@@ -1,0 +1,1 @@
+"""Reading the kernel: the host root, cgroup layouts and trees, cgroup files, /proc."""

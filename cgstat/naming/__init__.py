@@ -1,0 +1,1 @@
+"""Naming workloads: what a cgroup path says, runtime state, PIDs, device names."""

@@ -1,0 +1,1 @@
+"""Outputs and views: sinks and formats that only format records."""

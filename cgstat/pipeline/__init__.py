@@ -1,0 +1,1 @@
+"""The pipeline: sampling ticks, rates, selection, records, state and diagnostics."""
