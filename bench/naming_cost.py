@@ -30,7 +30,7 @@ sys.path.insert(0, os.path.join(HERE, "..", "tests"))
 from synth import v2_cgroup, v2_host, write  # noqa: E402
 
 from cgstat.pipeline.diagnostics import Warner  # noqa: E402
-from cgstat.pipeline.sampler import Agent  # noqa: E402
+from cgstat.pipeline.sampler import Sampler  # noqa: E402
 
 
 def build(root: str, n: int) -> None:
@@ -63,7 +63,7 @@ def build(root: str, n: int) -> None:
 
 
 def measure(root: str, ticks: int, read_state: bool) -> float:
-    agent = Agent(root, warner=Warner(io.StringIO()), read_state=read_state)
+    agent = Sampler(root, warner=Warner(io.StringIO()), read_state=read_state)
     t0 = time.process_time()
     for _ in range(ticks):
         agent.tick()
@@ -85,7 +85,7 @@ def main() -> int:
             off.append(measure(root, args.ticks, False))
             on.append(measure(root, args.ticks, True))
         # check the names really were read
-        agent = Agent(root, warner=Warner(io.StringIO()))
+        agent = Sampler(root, warner=Warner(io.StringIO()))
         named = sum(1 for line in agent.tick() if b'"name":"' in line and b'"container":{' in line)
     finally:
         shutil.rmtree(root, ignore_errors=True)

@@ -25,9 +25,9 @@ sys.path.insert(0, os.path.join(HERE, "..", "tests"))
 
 from synth import v2_cgroup, v2_host  # noqa: E402
 
-from cgstat.outputs.jsonl import Sink  # noqa: E402
+from cgstat.outputs.jsonl import StdoutSink  # noqa: E402
 from cgstat.pipeline.diagnostics import Warner  # noqa: E402
-from cgstat.pipeline.sampler import Agent  # noqa: E402
+from cgstat.pipeline.sampler import Sampler  # noqa: E402
 
 
 def rss_kib() -> int:
@@ -59,8 +59,8 @@ def main() -> int:
             v2_cgroup(root, path)
             live.append(path)
             serial += 1
-        agent = Agent(root, all_cgroups=True, warner=Warner(io.StringIO()))
-        sink = Sink("/dev/null")
+        agent = Sampler(root, all=True, warner=Warner(io.StringIO()))
+        sink = StdoutSink(fd=os.open("/dev/null", os.O_WRONLY))  # serialised and written, as streamed
         t0 = time.process_time()
         warm_rss = warm_fds = None
         lines_total = 0

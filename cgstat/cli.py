@@ -21,9 +21,10 @@ except ImportError:  # older typer (Python 3.7 to 3.9) uses click itself
 
 from cgstat import __version__
 from cgstat.errors import CgstatError
-from cgstat.outputs.jsonl import Sink
+from cgstat.outputs.jsonl import make_sink
 from cgstat.pipeline.diagnostics import Warner, say
-from cgstat.pipeline.sampler import Agent, run_once, run_pid, run_stream
+from cgstat.pipeline.modes import run_once, run_pid, run_stream
+from cgstat.pipeline.sampler import Sampler
 from cgstat.pipeline.select import compile_match
 
 _HELP = """Per-cgroup CPU, memory, block IO, pids and pressure, read straight from the kernel's
@@ -138,20 +139,20 @@ def _root(
     ctx.obj = (host_root, all_, match, max_user)
 
 
-def _agent(ctx: typer.Context, host_root: Optional[str], all_: bool, match: Optional[str],
-           max_user: Optional[int] = None) -> Agent:
-    """The Agent for the common options, given before the command or after it (after wins)."""
+def _sampler(ctx: typer.Context, host_root: Optional[str], all_: bool, match: Optional[str],
+           max_user: Optional[int] = None) -> Sampler:
+    """The Sampler for the common options, given before the command or after it (after wins)."""
     top_root, top_all, top_match, top_max = ctx.obj or (None, False, None, None)
     regex = match if match is not None else top_match
     try:
         pattern = compile_match(regex)
     except ValueError as exc:
         raise typer.BadParameter(str(exc), param_hint="'--match'") from None
-    return Agent(host_root or top_root or "/", all_ or top_all, pattern, Warner(),
+    return Sampler(host_root or top_root or "/", all_ or top_all, pattern, Warner(),
                  max_user_cgroups=max_user or top_max or 1000)
 
 
-def _run(make: Callable[[], Agent], job: Callable[[Agent], int]) -> None:
+def _run(make: Callable[[], Sampler], job: Callable[[Sampler], int]) -> None:
     """Run a command: an expected failure is one line on stderr and exit status 1."""
     try:
         code = job(make())
@@ -181,8 +182,8 @@ def stream(
 ) -> None:
     """Stream a batch of records every interval; the first batch comes after one interval,
     with rates. SIGTERM/SIGINT finish the line being written and exit 0."""
-    _run(lambda: _agent(ctx, host_root, all_, match, max_user),
-         lambda agent: run_stream(agent, Sink(output, int(output_mode, 8)), interval, count))
+    _run(lambda: _sampler(ctx, host_root, all_, match, max_user),
+         lambda sampler: run_stream(sampler, make_sink(output, int(output_mode, 8), sampler.warner.warn), interval, count))
 
 
 @app.command()
@@ -205,8 +206,8 @@ def once(
     max_user: Optional[int] = _max_user_option(),
 ) -> None:
     """Print one batch of records and exit (for cron and scripts)."""
-    _run(lambda: _agent(ctx, host_root, all_, match, max_user),
-         lambda agent: run_once(agent, Sink(output, int(output_mode, 8)), state, window))
+    _run(lambda: _sampler(ctx, host_root, all_, match, max_user),
+         lambda sampler: run_once(sampler, make_sink(output, int(output_mode, 8), sampler.warner.warn), state, window))
 
 
 @app.command()
@@ -219,7 +220,7 @@ def pid(
     """Print, for each PID, one JSON object: its cgroup path(s) and container.
 
     A PID with no process prints {"pid": N, "error": "no such process", ...}; exit 0."""
-    _run(lambda: _agent(ctx, host_root, False, None), lambda agent: run_pid(agent, pids))
+    _run(lambda: _sampler(ctx, host_root, False, None), lambda sampler: run_pid(sampler, pids))
 
 
 def main(argv: Optional[List[str]] = None) -> None:

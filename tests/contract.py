@@ -187,3 +187,11 @@ def check_rates(prev, cur):
         assert a is not None and b is not None and b >= a
         assert math.isclose(rate, (b - a) / dt * scale, rel_tol=1e-9, abs_tol=1e-9), (cur["cgroup"], rate)
     return True
+
+
+def roundtrip(records):
+    """Records as the JSON-lines sink writes them, one bytes line each (the contract is the
+    serialised form: what orjson and the control escaping make of a record)."""
+    from cgstat.outputs.jsonl import StdoutSink
+
+    return StdoutSink().serialise(records).splitlines()

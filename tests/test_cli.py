@@ -173,8 +173,8 @@ def test_host_without_gpu_or_runtimes_has_no_names_and_no_errors_about_them():
 
 
 def test_slow_tick_warns_once_and_skips_missed_slots(monkeypatch, capfd):
-    from cgstat.outputs.jsonl import Sink
-    from cgstat.pipeline import sampler as agent_mod
+    from cgstat.outputs.jsonl import StdoutSink
+    from cgstat.pipeline import modes
     from cgstat.pipeline.diagnostics import Warner
 
     class SlowAgent:
@@ -186,24 +186,16 @@ def test_slow_tick_warns_once_and_skips_missed_slots(monkeypatch, capfd):
         def tick(self):
             SlowAgent.ticks += 1
             time.sleep(0.25)  # makes the tick slow; the assertion is on the warning, not the time
-            return [b'{"n":%d}\n' % SlowAgent.ticks]
+            return [{"n": SlowAgent.ticks}]
 
-    monkeypatch.setattr(agent_mod, "_Stopper", lambda heartbeat_s=None: _NoSignals())
-    assert agent_mod.run_stream(SlowAgent(), Sink(None), 0.1, 4) == 0
+        def warm_up(self):
+            SlowAgent.ticks += 1
+
+    monkeypatch.setattr(modes.Schedule, "install_signals", lambda self: self)  # pytest keeps its own
+    assert modes.run_stream(SlowAgent(), StdoutSink(), 0.1, 4) == 0
     out, err = capfd.readouterr()
     assert [json.loads(x)["n"] for x in out.splitlines()] == [2, 3, 4, 5]  # every batch out
     assert err.count("longer than the 0.1 s interval") == 1
-
-
-class _NoSignals:
-    stop = False
-    reopen = False
-
-    def install(self):
-        pass
-
-    def sleep_until(self, deadline):
-        time.sleep(max(0.0, deadline - time.monotonic()))
 
 
 def test_sigterm_during_the_once_window_exits_quietly():

@@ -5,10 +5,11 @@ import os
 
 import orjson
 import pytest
-from cgstat.pipeline.sampler import Agent
-from cgstat.pipeline.diagnostics import Warner
-from contract import ROOT, validate
+from contract import ROOT, roundtrip, validate
 from synth import v2_cgroup, v2_host
+
+from cgstat.pipeline.diagnostics import Warner
+from cgstat.pipeline.sampler import Sampler
 
 CORPUS = os.path.join(ROOT, "tests", "corpus")
 CASES = sorted((f, c) for f in os.listdir(CORPUS) if os.path.isdir(os.path.join(CORPUS, f))
@@ -22,8 +23,8 @@ def test_corpus_case(tmp_path, fname, case):
     root = str(tmp_path)
     v2_host(root)
     v2_cgroup(root, "/x", {fname: content})
-    agent = Agent(root, all_cgroups=True, warner=Warner(io.StringIO()))
-    (rec,) = [r for r in map(orjson.loads, agent.tick()) if r["cgroup"] == "/x"]
+    agent = Sampler(root, all=True, warner=Warner(io.StringIO()))
+    (rec,) = [r for r in map(orjson.loads, roundtrip(agent.tick())) if r["cgroup"] == "/x"]
     validate(rec)
     assert rec["pids"]["limit"] == 50 or fname == "pids.max"  # other files untouched
     if fname != "cpu.stat":

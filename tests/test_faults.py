@@ -8,14 +8,14 @@ import io
 
 import orjson
 import pytest
-from contract import validate
+from contract import roundtrip, validate
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from synth import V2_FILES, v2_cgroup, v2_host
 
 from cgstat.kernel import parse
 from cgstat.pipeline.diagnostics import Warner
-from cgstat.pipeline.sampler import Agent
+from cgstat.pipeline.sampler import Sampler
 
 CORRUPTIONS = {
     "empty": "",
@@ -43,8 +43,8 @@ def _bad(name, kind):
 
 
 def _record(root, path="/x"):
-    agent = Agent(root, match=None, all_cgroups=True, warner=Warner(io.StringIO()))
-    lines = agent.tick()
+    agent = Sampler(root, match=None, all=True, warner=Warner(io.StringIO()))
+    lines = roundtrip(agent.tick())
     records = [orjson.loads(line) for line in lines]
     return {r["cgroup"]: r for r in records}[path]
 

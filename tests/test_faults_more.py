@@ -7,7 +7,7 @@ import os
 
 import orjson
 import pytest
-from contract import validate
+from contract import roundtrip, validate
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from synth import v1_cgroup, v1_host, v2_cgroup, v2_host, write
@@ -15,7 +15,7 @@ from synth import v1_cgroup, v1_host, v2_cgroup, v2_host, write
 from cgstat.naming import runtimes as containers
 from cgstat.outputs import jsonl as sinks
 from cgstat.pipeline.diagnostics import Warner
-from cgstat.pipeline.sampler import Agent
+from cgstat.pipeline.sampler import Sampler
 
 BAD = ["", "junk\n", "-1\n", f"{2**80}\n", b"\xff\xfe\x00", "1 2 3\n"]
 V1_FEEDS = {
@@ -31,8 +31,8 @@ V1_FEEDS = {
 
 
 def _records(root, **kw):
-    agent = Agent(root, all_cgroups=True, warner=Warner(io.StringIO()), **kw)
-    return {r["cgroup"]: r for r in (orjson.loads(x) for x in agent.tick())}
+    agent = Sampler(root, all=True, warner=Warner(io.StringIO()), **kw)
+    return {r["cgroup"]: r for r in (orjson.loads(x) for x in roundtrip(agent.tick()))}
 
 
 def test_v1_good_values(tmp_path):
@@ -147,7 +147,7 @@ def test_cgroup_removed_while_being_read_is_dropped(tmp_path, monkeypatch):
     v2_host(root)
     v2_cgroup(root, "/x")
     v2_cgroup(root, "/y")
-    agent = Agent(root, all_cgroups=True, warner=Warner(io.StringIO()))
+    agent = Sampler(root, all=True, warner=Warner(io.StringIO()))
     real = __import__("cgstat.kernel.cgroups", fromlist=["read_text"]).read_text
     import shutil
 
@@ -157,14 +157,14 @@ def test_cgroup_removed_while_being_read_is_dropped(tmp_path, monkeypatch):
         return real(path)
 
     monkeypatch.setattr("cgstat.kernel.cgroups.read_text", racing_read)
-    paths = [orjson.loads(line)["cgroup"] for line in agent.tick()]
+    paths = [orjson.loads(line)["cgroup"] for line in roundtrip(agent.tick())]
     assert "/x" not in paths and "/y" in paths
 
 
 def test_eio_truncates_the_partial_batch_and_retries(tmp_path, monkeypatch):
     out = tmp_path / "out.jsonl"
-    sink = sinks.Sink(str(out))
-    sink.write([b'{"a":1}\n'])
+    sink = sinks.FileSink(str(out))
+    sink.write_bytes(b'{"a":1}\n')
     real_write = os.write
     calls = {"n": 0}
 
@@ -177,9 +177,9 @@ def test_eio_truncates_the_partial_batch_and_retries(tmp_path, monkeypatch):
 
     monkeypatch.setattr(os, "write", flaky)
     with pytest.raises(sinks.SinkError, match="Input/output error"):
-        sink.write([b'{"b":2}\n', b'{"c":3}\n'])
+        sink.write_bytes(b'{"b":2}\n{"c":3}\n')
     assert out.read_bytes() == b'{"a":1}\n'  # the half line was cut back
-    sink.write([b'{"d":4}\n'])  # next tick: the kept batch goes first
+    sink.write_bytes(b'{"d":4}\n')  # next tick: the kept batch goes first
     assert out.read_bytes() == b'{"a":1}\n{"b":2}\n{"c":3}\n{"d":4}\n'
 
 
@@ -188,12 +188,12 @@ def test_wall_clock_jump_does_not_disturb_rates(monkeypatch):
     import re
     import time as time_mod
 
-    agent = Agent("/", match=re.compile("^/$"), warner=Warner(io.StringIO()))
+    agent = Sampler("/", match=re.compile("^/$"), warner=Warner(io.StringIO()))
     agent.tick()
     time_mod.sleep(0.2)  # an interval long enough for a meaningful rate (no timing assertion)
     real_time = time_mod.time
     monkeypatch.setattr(time_mod, "time", lambda: real_time() - 86400)  # a day back
-    (rec,) = [orjson.loads(x) for x in agent.tick()]
+    (rec,) = [orjson.loads(x) for x in roundtrip(agent.tick())]
     assert 0.15 < rec["interval_s"] < 5
     assert rec["cpu"]["percent"] is not None and 0 <= rec["cpu"]["percent"] <= 100 * os.cpu_count()
     assert rec["ts"] < time_mod.strftime("%Y-%m-%dT%H:%M:%S", time_mod.gmtime(real_time() - 3600))

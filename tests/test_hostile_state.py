@@ -18,14 +18,14 @@ import time
 
 import orjson
 import pytest
-from contract import ROOT, run_cgstat, validate
+from contract import ROOT, roundtrip, run_cgstat, validate
 from synth import v2_cgroup, write
 
 from cgstat.kernel.hostfs import HostFS, Malformed, Untrusted, read_untrusted
 from cgstat.naming import runtimes as containers
 from cgstat.naming.paths import classify
 from cgstat.pipeline.diagnostics import Warner
-from cgstat.pipeline.sampler import Agent
+from cgstat.pipeline.sampler import Sampler
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root (chown, mknod-free FIFOs owned by others)")
 
@@ -363,11 +363,11 @@ def test_docker_api_only_for_system_docker_cgroups(tmp_path):
 # --- when names are looked up ------------------------------------------------------------
 
 def _agent(root):
-    return Agent(root, all_cgroups=True, warner=Warner(io.StringIO()))
+    return Sampler(root, all=True, warner=Warner(io.StringIO()))
 
 
 def _tick(agent):
-    return {r["cgroup"]: r for r in (orjson.loads(x) for x in agent.tick())}
+    return {r["cgroup"]: r for r in (orjson.loads(x) for x in roundtrip(agent.tick()))}
 
 
 def test_new_container_named_at_once_and_unknown_retried_later(tmp_path, monkeypatch):
@@ -403,7 +403,7 @@ def test_time_budget_stops_reading_and_says_so_once(tmp_path, monkeypatch):
     root = _tree(tmp_path)
     monkeypatch.setattr(containers, "_BUDGET_S", 0.0)
     stream = io.StringIO()
-    agent = Agent(root, all_cgroups=True, warner=Warner(stream))
+    agent = Sampler(root, all=True, warner=Warner(stream))
     recs = _tick(agent)
     agent.tick()
     assert _name(recs[f"/system.slice/docker-{A_ID}.scope"]) is None

@@ -1,4 +1,9 @@
-"""Where records go: JSON lines on stdout or appended to a file.
+"""The JSON-lines sink: records serialised one line each, on stdout or appended to a file.
+
+Every sink has the same small interface: `open()` (fail at start, not silently later),
+`write(records)`, `reopen()` (SIGHUP) and `close()`. Serialising is done here, one
+`text.dumps_record` per record (orjson, then the controls orjson leaves raw escaped); a
+record that can't be serialised is dropped with a warning and the batch goes on.
 
 Every batch is written whole or not at all: a file that fails mid-write (ENOSPC, EIO) is
 truncated back to where the batch began, so a reader never sees half a line, and the
@@ -17,9 +22,10 @@ from __future__ import annotations
 import errno
 import os
 import stat
-from typing import List, Optional
+from typing import Any, Callable, Dict, Iterable, List, Optional
 
 from cgstat.errors import CgstatError, file_kind
+from cgstat.text import dumps_record, quote
 
 _PENDING_MAX_BYTES = 16 * 1024 * 1024
 
@@ -65,43 +71,37 @@ def open_output(path: str, mode: int = 0o600) -> int:
     return fd
 
 
-class Sink:
-    def __init__(self, path: Optional[str] = None, mode: int = 0o600):
-        self.path = path
-        self.mode = mode
-        self.fd: Optional[int] = None if path else 1
+class JsonLinesSink:
+    """The batching, backlog and serialising shared by the stdout and file sinks."""
+
+    def __init__(self, warn: Optional[Callable[[str, str], None]] = None):
+        self.warn = warn
         self._pending: List[bytes] = []
         self._pending_bytes = 0
         self.dropped_lines = 0
 
     def open(self) -> None:
         """Open the output now (at start), so a path that can't be used fails the run at once."""
-        self._open()
-
-    def _open(self) -> int:
-        if self.fd is None:
-            assert self.path is not None
-            self.fd = open_output(self.path, self.mode)
-        return self.fd
 
     def reopen(self) -> None:
         """After logrotate moved the file away: write to a new file at the same path."""
-        if self.path and self.fd is not None:
-            try:
-                os.close(self.fd)
-            except OSError:
-                pass
-            self.fd = None
 
     def close(self) -> None:
-        if self.path and self.fd is not None:
-            try:
-                os.close(self.fd)
-            except OSError:
-                pass
-            self.fd = None
+        pass
 
-    def write(self, lines: List[bytes]) -> None:
+    def serialise(self, records: Iterable[Dict[str, Any]]) -> bytes:
+        lines = []
+        for record in records:
+            line = dumps_record(record)
+            if line is None:
+                if self.warn is not None:
+                    self.warn("unserialisable", f"{quote(str(record.get('cgroup')))}: record dropped: "
+                                                "it cannot be written as JSON")
+                continue
+            lines.append(line)
+        return b"\n".join(lines) + b"\n" if lines else b""
+
+    def write(self, records: Iterable[Dict[str, Any]]) -> None:
         """Write this batch, after whatever earlier batches failed to go out.
 
         Batches go out oldest first, each whole or not at all; the first failure keeps it
@@ -109,8 +109,11 @@ class Sink:
         oldest batches are dropped (and counted), so a disk full for hours costs memory
         once, not for ever.
         """
-        if lines:
-            batch = b"".join(lines)
+        self.write_bytes(self.serialise(records))
+
+    def write_bytes(self, batch: bytes) -> None:
+        """Write already serialised whole lines (the same rules as write())."""
+        if batch:
             self._pending.append(batch)
             self._pending_bytes += len(batch)
         while self._pending_bytes > _PENDING_MAX_BYTES and len(self._pending) > 1:
@@ -118,14 +121,62 @@ class Sink:
             self._pending_bytes -= len(dropped)
             self.dropped_lines += dropped.count(b"\n")
         while self._pending:
-            fd = self._open()
-            if self.path:
-                self._write_file(fd, self._pending[0])
-            else:
-                self._write_stream(fd, self._pending[0])
+            self._write_one(self._pending[0])
             self._pending_bytes -= len(self._pending.pop(0))
 
-    def _write_file(self, fd: int, data: bytes) -> None:
+    def _write_one(self, data: bytes) -> None:
+        raise NotImplementedError
+
+
+class StdoutSink(JsonLinesSink):
+    """Lines on stdout (or another descriptor we were given); a reader gone ends the run."""
+
+    def __init__(self, warn: Optional[Callable[[str, str], None]] = None, fd: int = 1):
+        super().__init__(warn)
+        self.fd = fd
+
+    def _write_one(self, data: bytes) -> None:
+        view = memoryview(data)
+        try:
+            while view:
+                n = os.write(self.fd, view)
+                view = view[n:]
+        except OSError as exc:
+            if exc.errno in (errno.EPIPE, errno.EBADF):
+                raise ReaderGone() from None
+            raise SinkError(f"cannot write to stdout: {os.strerror(exc.errno)}") from None
+
+
+class FileSink(JsonLinesSink):
+    """Lines appended to a regular file, opened the safe way (see open_output)."""
+
+    def __init__(self, path: str, mode: int = 0o600, warn: Optional[Callable[[str, str], None]] = None):
+        super().__init__(warn)
+        self.path = path
+        self.mode = mode
+        self.fd: Optional[int] = None
+
+    def open(self) -> None:
+        self._fd()
+
+    def _fd(self) -> int:
+        if self.fd is None:
+            self.fd = open_output(self.path, self.mode)
+        return self.fd
+
+    def reopen(self) -> None:
+        self.close()
+
+    def close(self) -> None:
+        if self.fd is not None:
+            try:
+                os.close(self.fd)
+            except OSError:
+                pass
+            self.fd = None
+
+    def _write_one(self, data: bytes) -> None:
+        fd = self._fd()
         try:
             start = os.fstat(fd).st_size
         except OSError as exc:
@@ -143,13 +194,8 @@ class Sink:
                 pass
             raise SinkError(f"cannot write {self.path}: {os.strerror(exc.errno)}; will retry") from None
 
-    def _write_stream(self, fd: int, data: bytes) -> None:
-        view = memoryview(data)
-        try:
-            while view:
-                n = os.write(fd, view)
-                view = view[n:]
-        except OSError as exc:
-            if exc.errno in (errno.EPIPE, errno.EBADF):
-                raise ReaderGone() from None
-            raise SinkError(f"cannot write to stdout: {os.strerror(exc.errno)}") from None
+
+def make_sink(path: Optional[str], mode: int = 0o600,
+              warn: Optional[Callable[[str, str], None]] = None) -> JsonLinesSink:
+    """A file sink for `path`, or stdout when there is none."""
+    return FileSink(path, mode, warn) if path else StdoutSink(warn)

@@ -1,18 +1,20 @@
-"""The agent: one tick = discover cgroups, read them, derive rates, build records.
+"""The sampler: one tick = discover cgroups, read them, derive rates, name the workloads,
+build records (plain dicts, the objects that are streamed).
 
-Data flows one way: host files -> Sample (cgroups.py) -> Rates (model.py) -> record
-(record.py) -> sink (sinks.py). The agent keeps only what rates need between ticks: the
-previous Counters of each cgroup still present.
+Data flows one way: host files -> Sample (kernel/cgroups.py) -> Rates (pipeline/rates.py)
+-> who each workload is (naming/) -> record (pipeline/record.py); sinks and views
+(outputs/) only format the records. The sampler keeps only what rates need between
+ticks: the previous Counters of each cgroup still present.
+
+`Sampler` is also the Python API (`cgstat.Sampler`): `tick()` returns the records of one
+tick (the first tick's rates are null), `close()` releases what it holds.
 """
 
 from __future__ import annotations
 
 import os
-import signal
-import time
-from typing import Dict, List, Optional, Pattern, Tuple
+from typing import Any, Dict, List, Optional, Pattern, Tuple, Union
 
-from cgstat import sdnotify
 from cgstat.errors import CgstatError
 from cgstat.kernel.cgroups import read_cgroup
 from cgstat.kernel.discover import Discoverer
@@ -23,22 +25,34 @@ from cgstat.kernel.sample import Sample
 from cgstat.naming import runtimes as containers
 from cgstat.naming.devices import DeviceNames
 from cgstat.naming.paths import PathInfo, classify
-from cgstat.naming.pids import PidMapper, pid_namespace_note
-from cgstat.outputs.jsonl import ReaderGone, Sink, SinkError
-from cgstat.pipeline import state as statefile
+from cgstat.naming.pids import pid_namespace_note
 from cgstat.pipeline.diagnostics import Warner
 from cgstat.pipeline.rates import Counters, counters, derive
 from cgstat.pipeline.record import build
-from cgstat.pipeline.select import select
-from cgstat.text import dumps_record, quote
+from cgstat.pipeline.select import compile_match, select
+from cgstat.text import quote
 
 _QUIET_ERRORS = {"missing", "unavailable", "gone"}
 
 
-class Agent:
-    def __init__(self, host_root: str = "/", all_cgroups: bool = False,
-                 match: Optional[Pattern[str]] = None, warner: Optional[Warner] = None,
+class Sampler:
+    """Samples the host's cgroups, tick after tick.
+
+    `host_root`: where the host's / is (a recorded tree, or the host mounted in a
+    container). `all`: every cgroup, not only workloads. `match`: a regular expression
+    (string or compiled) on cgroup paths. `max_user_cgroups`: cgroups walked per user's
+    delegated subtree. Raises CgstatError (one line) when the host can't be read.
+    """
+
+    def __init__(self, host_root: str = "/", all: bool = False,
+                 match: Union[None, str, Pattern[str]] = None, warner: Optional[Warner] = None,
                  read_state: bool = True, max_user_cgroups: Optional[int] = 1000):
+        if isinstance(match, str):
+            try:
+                match = compile_match(match)
+            except ValueError as exc:
+                raise CgstatError(f"match: {exc}") from None
+        all_cgroups = all
         self.fs = HostFS(host_root)
         try:
             os.listdir(self.fs.root)
@@ -96,10 +110,14 @@ class Agent:
             out.append((sample, info, sandbox))
         return out
 
+    def advance(self, samples: List[Tuple[Sample, PathInfo, bool]]) -> Dict[str, Counters]:
+        """The counters of a warm-up sample: what the next tick's rates start from."""
+        return {sample.path: counters(sample) for sample, _, _ in samples}
+
     def render(self, samples: List[Tuple[Sample, PathInfo, bool]],
-               previous: Dict[str, Counters]) -> Tuple[List[bytes], Dict[str, Counters]]:
-        """Records as JSON lines, and the counters to compare the next tick with."""
-        lines = []
+               previous: Dict[str, Counters]) -> Tuple[List[Dict[str, Any]], Dict[str, Counters]]:
+        """The records, and the counters to compare the next tick with."""
+        records = []
         current: Dict[str, Counters] = {}
         for sample, info, sandbox in samples:
             c = counters(sample)
@@ -110,158 +128,18 @@ class Agent:
                 container["sandbox"] = True
             kind = "pod" if info.kind == "pod" else "cgroup"
             pod = container["pod"] if container is not None else self.identities.pod(info)
-            record = build(sample, rates, self.host, self.names, container, info.unit, kind, pod)
-            line = dumps_record(record)
-            if line is None:
-                self.warner.warn("unserialisable", f"{quote(sample.path)}: record dropped: it cannot be written as JSON")
-                continue
-            lines.append(line + b"\n")
-        return lines, current
+            records.append(build(sample, rates, self.host, self.names, container, info.unit, kind, pod))
+        return records, current
 
-    def tick(self) -> List[bytes]:
-        lines, self.previous = self.render(self.collect(), self.previous)
-        return lines
+    def warm_up(self) -> None:
+        """A tick that only advances the counters (no records are built)."""
+        self.previous = self.advance(self.collect())
 
+    def tick(self) -> List[Dict[str, Any]]:
+        """The records of one tick, with rates since the previous tick (null on the first)."""
+        records, self.previous = self.render(self.collect(), self.previous)
+        return records
 
-class _Stopper:
-    """SIGTERM/SIGINT end the stream after the line being written; SIGHUP reopens."""
-
-    def __init__(self, heartbeat_s: Optional[float] = None):
-        self.stop = False
-        self.reopen = False
-        self.sleeping = False
-        # Under a systemd watchdog: a sleep longer than half of WatchdogSec= (an --interval
-        # of minutes) still says "alive" in time; the pings between ticks are not the point
-        # (a hung tick is), so they come only that often.
-        self.heartbeat_s = heartbeat_s
-
-    def install(self) -> None:
-        signal.signal(signal.SIGTERM, self._on_stop)
-        signal.signal(signal.SIGINT, self._on_stop)
-        signal.signal(signal.SIGHUP, self._on_hup)
-
-    def _on_stop(self, signum, frame) -> None:
-        self.stop = True
-        if self.sleeping:
-            raise _Wake()
-
-    def _on_hup(self, signum, frame) -> None:
-        self.reopen = True
-
-    def sleep_until(self, deadline: float) -> None:
-        remaining = deadline - time.monotonic()
-        if remaining <= 0 or self.stop:
-            return
-        self.sleeping = True
-        try:
-            while remaining > 0 and not self.stop:
-                if self.heartbeat_s is not None and remaining > self.heartbeat_s:
-                    time.sleep(self.heartbeat_s)
-                    sdnotify.watchdog()
-                else:
-                    time.sleep(remaining)
-                remaining = deadline - time.monotonic()
-        except _Wake:
-            pass
-        finally:
-            self.sleeping = False
-
-
-class _Wake(Exception):
-    pass
-
-
-def run_stream(agent: Agent, sink: Sink, interval_s: float, count: Optional[int]) -> int:
-    """Batches every interval on a drift-free schedule (start + k * interval)."""
-    sink.open()  # an output that can't be opened fails the run now, not silently later
-    watchdog_s = sdnotify.watchdog_interval_s()
-    if watchdog_s is not None:
-        import faulthandler
-
-        faulthandler.enable()  # systemd's watchdog sends SIGABRT: where it hung goes to the journal
-    stopper = _Stopper(watchdog_s / 2 if watchdog_s else None)
-    stopper.install()
-    warner = agent.warner
-    start = time.monotonic()
-    agent.tick()  # prime: the first batch, one interval later, has rates
-    sdnotify.ready()  # Type=notify: started once the first sample is in
-    slot = 1
-    batches = 0
-    try:
-        while not stopper.stop:
-            stopper.sleep_until(start + slot * interval_s)
-            if stopper.stop:
-                break
-            if stopper.reopen:
-                stopper.reopen = False
-                sink.reopen()
-            began = time.monotonic()
-            lines = agent.tick()
-            try:
-                sink.write(lines)
-            except SinkError as exc:
-                warner.warn("sink", str(exc))
-            sdnotify.watchdog()  # a tick finished: a hung read or write stops these
-            batches += 1
-            if count is not None and batches >= count:
-                break
-            now = time.monotonic()
-            took = now - began
-            if took > interval_s:
-                warner.warn("slow", f"a tick took {took:.3f} s, longer than the {interval_s:g} s interval; "
-                                    "skipping the missed slots")
-            slot = max(slot + 1, int((now - start) / interval_s) + 1)
-    except ReaderGone:
-        return 0
-    finally:
-        sdnotify.stopping()
-        sink.close()
-    if sink.dropped_lines:
-        warner.warn("dropped", f"{sink.dropped_lines} lines dropped while the output failed")
-    return 0
-
-
-def run_once(agent: Agent, sink: Sink, state_path: Optional[str], window_s: float) -> int:
-    """One batch: rates against the saved state, or over a window of two samples.
-
-    SIGTERM/SIGINT during the window end the run quietly (nothing written); during the
-    write they let the batch finish, so a killed cron run never leaves half a line.
-    """
-    stopper = _Stopper()
-    stopper.install()
-    try:
-        sink.open()
-        if state_path:
-            # Checked, locked and ready to be replaced before anything is printed.
-            with statefile.StateFile(state_path) as state:
-                previous, why = state.load(agent.host.boot_id, agent.clock.monotonic())
-                if why:
-                    agent.warner.warn("state", why)
-                lines, current = agent.render(agent.collect(), previous)
-                sink.write(lines)
-                state.save(agent.host.boot_id, agent.fs.root, agent.clock.monotonic(), current)
-        else:
-            previous = {}
-            if window_s > 0:
-                _, previous = agent.render(agent.collect(), {})
-                stopper.sleep_until(time.monotonic() + window_s)
-                if stopper.stop:
-                    return 0
-            lines, _ = agent.render(agent.collect(), previous)
-            sink.write(lines)
-    except ReaderGone:
-        return 0
-    finally:
-        sink.close()
-    return 0
-
-
-def run_pid(agent: Agent, pids: List[int]) -> int:
-    """One JSON object per PID on stdout."""
-    mapper = PidMapper(agent.fs, agent.layout, agent.identities)
-    sink = Sink(None)
-    try:
-        sink.write([(dumps_record(mapper.describe(pid)) or b"{}") + b"\n" for pid in pids])
-    except ReaderGone:
-        return 0
-    return 0
+    def close(self) -> None:
+        """Forget the previous tick (the sampler holds no descriptors between ticks)."""
+        self.previous = {}

@@ -1,0 +1,84 @@
+"""The ways cgstat runs: stream (a batch every interval), once (one batch, for cron and
+scripts) and pid (PID -> cgroup and container). Each drives a Sampler, the one Schedule
+and a sink; none holds logic of its own beyond that order of events.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import List, Optional
+
+from cgstat import sdnotify
+from cgstat.naming.pids import PidMapper
+from cgstat.outputs.jsonl import JsonLinesSink, ReaderGone, SinkError, StdoutSink
+from cgstat.pipeline import state as statefile
+from cgstat.pipeline.sampler import Sampler
+from cgstat.pipeline.schedule import Schedule, watchdog_heartbeat_s
+
+
+def run_stream(sampler: Sampler, sink: JsonLinesSink, interval_s: float, count: Optional[int]) -> int:
+    """Batches every interval on a drift-free schedule; the first one interval after start."""
+    sink.open()  # an output that can't be opened fails the run now, not silently later
+    schedule = Schedule(interval_s, sampler.warner, watchdog_heartbeat_s()).install_signals()
+    sampler.warm_up()  # the first batch, one interval later, has rates
+    sdnotify.ready()  # Type=notify: started once the first sample is in
+    try:
+        for _ in schedule.ticks(count):
+            if schedule.take_reopen():
+                sink.reopen()
+            records = sampler.tick()
+            try:
+                sink.write(records)
+            except SinkError as exc:
+                sampler.warner.warn("sink", str(exc))
+            sdnotify.watchdog()  # a tick finished: a hung read or write stops these
+    except ReaderGone:
+        return 0
+    finally:
+        sdnotify.stopping()
+        sink.close()
+    if sink.dropped_lines:
+        sampler.warner.warn("dropped", f"{sink.dropped_lines} lines dropped while the output failed")
+    return 0
+
+
+def run_once(sampler: Sampler, sink: JsonLinesSink, state_path: Optional[str], window_s: float) -> int:
+    """One batch: rates against the saved state, or over a window of two samples.
+
+    SIGTERM/SIGINT during the window end the run quietly (nothing written); during the
+    write they let the batch finish, so a killed cron run never leaves half a line.
+    """
+    schedule = Schedule(window_s or 1.0, sampler.warner).install_signals()
+    try:
+        sink.open()
+        if state_path:
+            # Checked, locked and ready to be replaced before anything is printed.
+            with statefile.StateFile(state_path) as state:
+                previous, why = state.load(sampler.host.boot_id, sampler.clock.monotonic())
+                if why:
+                    sampler.warner.warn("state", why)
+                records, current = sampler.render(sampler.collect(), previous)
+                sink.write(records)
+                state.save(sampler.host.boot_id, sampler.fs.root, sampler.clock.monotonic(), current)
+        else:
+            if window_s > 0:
+                sampler.warm_up()
+                schedule.sleep_until(time.monotonic() + window_s)
+                if schedule.stop:
+                    return 0
+            sink.write(sampler.tick())
+    except ReaderGone:
+        return 0
+    finally:
+        sink.close()
+    return 0
+
+
+def run_pid(sampler: Sampler, pids: List[int]) -> int:
+    """One JSON object per PID on stdout."""
+    mapper = PidMapper(sampler.fs, sampler.layout, sampler.identities)
+    try:
+        StdoutSink(sampler.warner.warn).write([mapper.describe(pid) for pid in pids])
+    except ReaderGone:
+        return 0
+    return 0

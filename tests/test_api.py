@@ -1,0 +1,53 @@
+"""The Python API: `cgstat.Sampler(...).tick()` returns the records `cgstat stream` writes."""
+
+import io
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+import cgstat
+from contract import ROOT, validate
+from realcg import find
+
+V2 = os.path.join(ROOT, "tests", "fixtures", "v2-systemd")
+
+
+def test_sampler_over_a_recorded_tree_matches_the_cli():
+    from cgstat.pipeline.diagnostics import Warner
+
+    sampler = cgstat.Sampler(host_root=os.path.join(V2, "t1"), match="docker-5113",
+                             warner=Warner(io.StringIO()))
+    (record,) = sampler.tick()
+    validate(record)
+    assert record["container"]["name"] == "tf-training" and record["interval_s"] is None
+    sampler.close()
+
+
+def test_bad_match_is_a_cgstat_error():
+    with pytest.raises(cgstat.CgstatError, match="not a regular expression"):
+        cgstat.Sampler(match="(")
+
+
+@pytest.mark.realcg
+def test_sampler_reads_a_quota_burner_at_half_a_core(make_group, workload_bin):
+    g = make_group()
+    g.set_cpu_quota(50000, 100000)
+    g.start([workload_bin, "spin"]).wait_line("ready")
+    time.sleep(0.5)  # let it run into its quota a few times
+    sampler = cgstat.Sampler(match=g.name)
+    first = sampler.tick()
+    assert all(r["interval_s"] is None for r in first)
+    time.sleep(2)  # the window of the rate (quota edges move a 1 s window by 5 points)
+    rec = find(sampler.tick(), g.cgroup)
+    validate(rec)
+    assert rec["cpu"]["limit_cores"] == 0.5
+    assert rec["cpu"]["percent"] == pytest.approx(50.0, rel=0.10)
+
+
+def test_import_cgstat_stays_cheap():
+    code = "import sys, cgstat; print(sorted(m for m in sys.modules if m.startswith(('cgstat.', 'typer', 'orjson'))))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT).stdout
+    assert out.strip() == "[]"
