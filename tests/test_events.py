@@ -1,0 +1,385 @@
+"""Diagnostics events (cgstat/pipeline/events.py): synthetic sequences for every kind, exact
+episodes (raised once, resolved once, calm -> nothing), and the detector over real Sampler
+ticks of real cgroups (OOM kill, 0.5-core burner, growth, near limit, calm)."""
+
+import json
+import os
+import sys
+import time
+
+import pytest
+
+from cgstat.pipeline.events import EventDetector, Thresholds, fit_line, judge_runs, parse_ts, state_extras
+
+MiB = 1024 * 1024
+SCHEMA = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "cgstat", "event.schema.json")
+
+
+def validate(events):
+    jsonschema = pytest.importorskip("jsonschema")
+    with open(SCHEMA) as f:
+        schema = json.load(f)
+    for e in events:
+        jsonschema.validate(e, schema)
+        json.dumps(e)
+
+
+def rec(path="/docker/abc", t=0.0, interval=0.5, ws=100 * MiB, limit=1024 * MiB, oom=0, cpu_s=0.0,
+        periods=0, throttled=0, cores=None, gpu=None, name="trainer", typ="cgroup"):
+    whole = 1795000000 + int(t)
+    ms = int(round((t - int(t)) * 1000))
+    ts = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(whole)) + ".%03dZ" % ms
+    return {"schema": 1, "type": typ, "ts": ts, "host": "h", "cgroup": path, "interval_s": interval,
+            "unit": None, "pod": None,
+            "container": {"runtime": "docker", "id": "a" * 64, "short_id": "a" * 12, "name": name} if name else None,
+            "cpu": {"usage_seconds_total": cpu_s, "percent": None, "limit_cores": cores, "periods_total": periods,
+                    "throttled_periods_total": throttled},
+            "memory": {"working_set_bytes": ws, "limit_bytes": limit, "oom_kills_total": oom},
+            "gpu": gpu}
+
+
+def run(detector, seq):
+    """seq: list of lists of records; returns all events, and per tick."""
+    out = []
+    for i, tick in enumerate(seq):
+        out.extend(detector.observe(tick))
+    validate(out)
+    return out
+
+
+def kinds(events):
+    return [(e["kind"], e["resolves"]) for e in events]
+
+
+def test_calm_cgroup_raises_nothing():
+    d = EventDetector(window_s=4)
+    seq = [[rec(t=i * 0.5, ws=100 * MiB + (i % 3) * 4096, cpu_s=i * 0.01, periods=i * 5, throttled=0, cores=2.0)]
+           for i in range(200)]
+    assert run(d, seq) == []
+
+
+def test_oom_kill_once_per_episode():
+    d = EventDetector(window_s=4)
+    seq = []
+    oom = 0
+    for i in range(40):
+        if i == 10:
+            oom = 1
+        seq.append([rec(t=i * 0.5, ws=(900 if i < 10 else 10) * MiB, oom=oom)])
+    ev = run(d, seq)
+    assert kinds(ev) == [("oom_kill", None)]
+    e = ev[0]
+    assert e["severity"] == "critical"
+    assert e["evidence"]["kills"] == 1
+    assert e["evidence"]["working_set_bytes_before"] == 900 * MiB
+    assert e["evidence"]["limit_bytes"] == 1024 * MiB
+    assert "Killed" in e["message"] and "trainer" in e["message"]
+
+
+def test_oom_burst_is_one_episode_with_a_total():
+    d = EventDetector(window_s=2)
+    seq = [[rec(t=i * 0.5, oom=min(max(0, i - 4), 3))] for i in range(30)]
+    ev = run(d, seq)
+    assert kinds(ev) == [("oom_kill", None), ("resolved", "oom_kill")]
+    assert ev[1]["evidence"]["kills"] == 3
+
+
+def test_oom_first_sight_and_new_life_are_not_kills():
+    d = EventDetector(window_s=4)
+    seq = [[rec(t=0, interval=None, oom=5)], [rec(t=0.5, oom=5)],
+           [rec(t=1.0, interval=None, oom=7)],  # recreated: counters of another life
+           [rec(t=1.5, oom=7)]]
+    assert run(d, seq) == []
+
+
+def test_oom_deepest_cgroup_only():
+    d = EventDetector(window_s=4)
+    seq = [[rec("/kubepods/pod1", oom=0, name=None), rec("/kubepods/pod1/c1", oom=0)],
+           [rec("/kubepods/pod1", t=0.5, oom=1, name=None), rec("/kubepods/pod1/c1", t=0.5, oom=1)]]
+    ev = run(d, seq)
+    assert [(e["kind"], e["cgroup"]) for e in ev] == [("oom_kill", "/kubepods/pod1/c1")]
+
+
+def test_memory_near_limit_hysteresis():
+    d = EventDetector(window_s=4)
+    values = [50, 80, 91, 95, 89, 92, 88, 91, 60, 60, 93]  # % of the limit
+    seq = [[rec(t=i * 0.5, ws=v * 10 * MiB, limit=1000 * MiB)] for i, v in enumerate(values)]
+    ev = run(d, seq)
+    assert kinds(ev) == [("memory_near_limit", None), ("resolved", "memory_near_limit"), ("memory_near_limit", None)]
+    assert ev[0]["evidence"]["percent"] == pytest.approx(91.0)
+    assert ev[1]["since"] == ev[0]["ts"]
+
+
+def test_no_limit_never_near():
+    d = EventDetector(window_s=4)
+    assert run(d, [[rec(t=i * 0.5, ws=10 ** 12, limit=None)] for i in range(20)]) == []
+
+
+def test_memory_growth_slope_and_projection():
+    d = EventDetector(window_s=4)
+    seq = []
+    for i in range(60):
+        grow = 16 * MiB * 0.5 * min(i, 30)  # +16 MiB/s for 15 s, then flat
+        jitter = ((i * 7919) % 5 - 2) * 256 * 1024
+        seq.append([rec(t=i * 0.5, ws=100 * MiB + grow + jitter, limit=2048 * MiB)])
+    ev = run(d, seq)
+    assert kinds(ev) == [("memory_growth", None), ("resolved", "memory_growth")]
+    g = ev[0]["evidence"]
+    assert g["bytes_per_second"] == pytest.approx(16 * MiB, rel=0.1)
+    assert g["r2"] >= 0.8
+    assert g["seconds_to_limit"] == pytest.approx((2048 * MiB - g["working_set_bytes"]) / g["bytes_per_second"], rel=1e-3)
+    assert g["window_s"] >= 0.9 * 4
+    # raised only once the window is covered
+    assert parse_ts(ev[0]["ts"]) - parse_ts(seq[0][0]["ts"]) >= 3.5
+
+
+def test_memory_sawtooth_is_not_growth():
+    d = EventDetector(window_s=4)
+    seq = [[rec(t=i * 0.5, ws=100 * MiB + (i % 4) * 40 * MiB)] for i in range(80)]
+    assert run(d, seq) == []
+
+
+def test_slow_growth_under_minimum_is_quiet_and_threshold_changeable():
+    seq = [[rec(t=i * 0.5, ws=100 * MiB + i * 0.5 * 64 * 1024)] for i in range(40)]  # 64 KiB/s
+    assert run(EventDetector(window_s=4), seq) == []
+    ev = run(EventDetector(window_s=4, growth_min_bytes_per_second=32 * 1024), seq)
+    assert kinds(ev) == [("memory_growth", None)]
+
+
+def test_cpu_throttled_once_then_resolved():
+    d = EventDetector(window_s=4)
+    seq, cpu, periods, thr = [], 0.0, 0, 0
+    for i in range(60):
+        busy = 10 <= i < 40
+        cpu += 0.25 if busy else 0.001
+        periods += 5 if busy else 1
+        thr += 5 if busy else 0
+        seq.append([rec(t=i * 0.5, cpu_s=cpu, periods=periods, throttled=thr, cores=0.5)])
+    ev = run(d, seq)
+    assert kinds(ev) == [("cpu_throttled", None), ("resolved", "cpu_throttled")]
+    e = ev[0]["evidence"]
+    assert e["throttled_fraction"] > 0.5 and e["limit_cores"] == 0.5
+    assert 35 <= e["cpu_percent"] <= 55
+    # sustained: not before most of the window saw the throttling (busy from t=5 s)
+    assert parse_ts(ev[0]["ts"]) - parse_ts(seq[10][0]["ts"]) >= 0.75 * 4 - 0.5
+
+
+def gpu(sm, n=1):
+    return {"memory_bytes": 2 * 1024 * MiB, "sm_percent": sm, "devices": ["GPU-1"],
+            "processes": [{"pid": 100 + k, "name": "python", "gpu_index": 0, "gpu_uuid": "GPU-1",
+                           "type": "compute", "memory_bytes": 1024 * MiB, "sm_percent": sm / n}
+                          for k in range(n)]}
+
+
+def burner_seq(sm_at, n=60, cores=0.5):
+    seq, cpu, periods = [], 0.0, 0
+    for i in range(n):
+        cpu += 0.25
+        periods += 5
+        seq.append([rec(t=i * 0.5, cpu_s=cpu, periods=periods, throttled=periods, cores=cores, gpu=sm_at(i))])
+    return seq
+
+
+def test_gpu_idle_cpu_bound_and_input_pipeline_message():
+    d = EventDetector(window_s=4)
+    ev = run(d, burner_seq(lambda i: gpu(0.0 if i < 30 else 80.0)))
+    got = [k for k in kinds(ev) if k[0] == "gpu_idle_cpu_bound" or k[1] == "gpu_idle_cpu_bound"]
+    assert got == [("gpu_idle_cpu_bound", None), ("resolved", "gpu_idle_cpu_bound")]
+    e = [x for x in ev if x["kind"] == "gpu_idle_cpu_bound"][0]
+    assert "input pipeline" in e["message"] and "DataLoader" in e["message"] and "prefetch" in e["message"]
+    assert e["evidence"]["sm_percent"] == 0.0
+
+
+def test_gpu_busy_or_absent_is_not_input_bound():
+    for g in (lambda i: gpu(70.0), lambda i: None,
+              lambda i: {"memory_bytes": 0, "sm_percent": 0.0, "devices": [], "processes": []}):
+        ev = run(EventDetector(window_s=4), burner_seq(g))
+        assert "gpu_idle_cpu_bound" not in [e["kind"] for e in ev]
+
+
+def gpu_record(t, procs):
+    r = rec(t=t)
+    return {"schema": 1, "type": "gpu", "ts": r["ts"], "host": "h", "interval_s": 0.5,
+            "gpu": {"index": 0, "uuid": "GPU-1", "name": "H200"},
+            "processes": procs, "errors": []}
+
+
+def test_gpu_process_outside_container():
+    d = EventDetector(window_s=4)
+    inside = {"pid": 10, "name": "python", "memory_bytes": MiB, "cgroup": "/docker/abc",
+              "container": {"name": "trainer"}}
+    host = {"pid": 77, "name": "python3", "memory_bytes": 512 * MiB, "cgroup": "/user.slice", "container": None}
+    seq = []
+    for i in range(20):
+        procs = [inside] + ([host] if 4 <= i < 12 else [])
+        seq.append([rec(t=i * 0.5), gpu_record(i * 0.5, procs)])
+    ev = run(d, seq)
+    assert kinds(ev) == [("gpu_process_outside_container", None), ("resolved", "gpu_process_outside_container")]
+    assert ev[0]["evidence"]["pid"] == 77 and ev[0]["cgroup"] == "/user.slice" and ev[0]["container"] is None
+
+
+def test_vanished_cgroups_are_forgotten_and_memory_bounded():
+    d = EventDetector(window_s=4, max_samples=32)
+    for i in range(100):
+        d.observe([rec("/docker/c%d" % (i % 50 + (50 if i >= 50 else 0)), t=i * 0.5)])
+    assert len(d._cgroups) == 1
+    d2 = EventDetector(window_s=3600, max_samples=32)
+    for i in range(500):
+        d2.observe([rec(t=i * 0.1, interval=0.1)])
+    assert len(d2._cgroups["/docker/abc"].ring) <= 33
+
+
+def test_hostile_names_stay_data():
+    d = EventDetector(window_s=4)
+    name = "=cmd|' /C calc'!A0\x1b[2J\n<script>"
+    ev = run(d, [[rec(t=0, ws=950 * MiB, limit=1000 * MiB, name=name)]])
+    assert ev[0]["container"]["name"] == name
+
+
+def test_judge_runs_across_two_runs():
+    prev = state_extras([rec("/docker/a", oom=1, ws=500 * MiB), rec("/docker/b", oom=0, ws=950 * MiB, limit=1000 * MiB)])
+    prev = json.loads(json.dumps(prev))  # what a state file gives back
+    now = [rec("/docker/a", oom=3, ws=10 * MiB, interval=300.0),
+           rec("/docker/b", oom=0, ws=960 * MiB, limit=1000 * MiB, interval=300.0),
+           rec("/docker/c", oom=9, interval=None),  # new: nothing to compare
+           rec("/docker/d", ws=950 * MiB, limit=1000 * MiB, interval=None)]
+    ev = judge_runs(prev, now)
+    validate(ev)
+    got = sorted((e["kind"], e["cgroup"]) for e in ev)
+    assert got == [("memory_near_limit", "/docker/d"), ("oom_kill", "/docker/a")]
+    oom = [e for e in ev if e["kind"] == "oom_kill"][0]
+    assert oom["evidence"]["kills"] == 2 and oom["evidence"]["working_set_bytes_before"] == 500 * MiB
+    # full previous records work too
+    assert [e["kind"] for e in judge_runs({"/docker/a": rec("/docker/a", oom=1)}, now[:1])] == ["oom_kill"]
+
+
+def test_fit_line_and_thresholds():
+    slope, r2 = fit_line([(0, 0), (1, 2), (2, 4)])
+    assert slope == pytest.approx(2) and r2 == pytest.approx(1)
+    assert parse_ts("2026-11-29T20:10:12.807Z") == pytest.approx(1795983012.807)
+    with pytest.raises(ValueError):
+        Thresholds(window_s=0)
+    assert EventDetector(Thresholds(window_s=10), near_limit_percent=80).th.near_limit_percent == 80
+
+
+# -- real cgroups: the detector over real Sampler ticks ------------------------------------------
+
+
+def drive(group, seconds, interval=0.25, window=2.0, until=None, **kw):
+    """Sample the group every `interval` (pacing only) and feed the detector; all events."""
+    from cgstat.pipeline.sampler import Sampler
+
+    sampler = Sampler(match="^" + group.cgroup.replace("/", "\\/") + "$")
+    d = EventDetector(window_s=window, **kw)
+    events, records = [], []
+    sampler.warm_up()
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        time.sleep(interval)
+        tick = sampler.tick()
+        records.extend(tick)
+        events.extend(d.observe(tick))
+        if until is not None and until(events):
+            break
+    sampler.close()
+    validate(events)
+    return events, records
+
+
+@pytest.mark.realcg
+def test_real_oom_kill_raises_exactly_one(make_group, workload_bin):
+    g = make_group()
+    g.set_memory_limit(64 * MiB)
+    # a member process: on hybrid hosts the sampler finds the memory cgroup through it
+    keeper = g.start([workload_bin, "sleep"])
+    keeper.wait_line("ready")
+    started = []
+
+    def after_start(events):
+        if not started:
+            p = g.start([workload_bin, "alloc", "200"])
+            started.append(p)
+            assert p.wait(60) in (-9, 137)
+        return False
+
+    ev, records = drive(g, 3.0, until=after_start)
+    assert [e["kind"] for e in ev] == ["oom_kill"], ev
+    assert ev[0]["evidence"]["kills"] == 1
+    assert ev[0]["evidence"]["limit_bytes"] == 64 * MiB
+    keeper.kill()
+
+
+@pytest.mark.realcg
+def test_real_burner_at_quota_raises_cpu_throttled_once(make_group, workload_bin):
+    g = make_group()
+    g.set_cpu_quota(50000)
+    p = g.start([workload_bin, "spin"])
+    p.wait_line("ready")
+    ev, _ = drive(g, 4.0, window=2.0)
+    assert [e["kind"] for e in ev] == ["cpu_throttled"], ev
+    assert ev[0]["evidence"]["cpu_percent"] == pytest.approx(50, abs=10)
+    p.kill()
+
+
+@pytest.mark.realcg
+def test_real_burner_with_idle_gpu_process_is_input_bound(make_group, workload_bin):
+    """Real CPU figures of a 0.5-core burner, with the gpu object an idle NVML process gives."""
+    from cgstat.pipeline.sampler import Sampler
+
+    g = make_group()
+    g.set_cpu_quota(50000)
+    p = g.start([workload_bin, "spin"])
+    p.wait_line("ready")
+    sampler = Sampler(match="^" + g.cgroup.replace("/", "\\/") + "$")
+    d = EventDetector(window_s=2.0)
+    sampler.warm_up()
+    events = []
+    deadline = time.monotonic() + 4.0
+    while time.monotonic() < deadline:
+        time.sleep(0.25)
+        tick = sampler.tick()
+        for r in tick:
+            r["gpu"] = gpu(0.0)
+        events.extend(d.observe(tick))
+    validate(events)
+    idle = [e for e in events if e["kind"] == "gpu_idle_cpu_bound"]
+    assert len(idle) == 1 and "input pipeline" in idle[0]["message"]
+    p.kill()
+
+
+GROW = ("import sys, time\n"
+        "step = 1 << 20; rate = float(sys.argv[1]); held = []\n"
+        "print('ready', flush=True); t0 = time.monotonic()\n"
+        "while True:\n"
+        "    want = int((time.monotonic() - t0) * rate)\n"
+        "    while len(held) < want: held.append(b'\\x01' * step)\n"
+        "    time.sleep(0.01)\n")
+
+
+@pytest.mark.realcg
+def test_real_steady_growth_raises_one_memory_growth(make_group):
+    g = make_group()
+    g.set_memory_limit(1024 * MiB)
+    p = g.start([sys.executable, "-c", GROW, "16"])
+    p.wait_line("ready")
+    ev, _ = drive(g, 5.0, window=2.0)
+    assert [e["kind"] for e in ev] == ["memory_growth"], ev
+    assert ev[0]["evidence"]["bytes_per_second"] == pytest.approx(16 * MiB, rel=0.4)
+    p.kill()
+
+
+@pytest.mark.realcg
+def test_real_near_limit_and_calm(make_group, workload_bin):
+    g = make_group()
+    g.set_memory_limit(64 * MiB)
+    p = g.start([workload_bin, "hold", "60"])
+    p.wait_line("ready")
+    calm = make_group()
+    q = calm.start([workload_bin, "sleep"])
+    q.wait_line("ready")
+    ev, _ = drive(g, 3.0)
+    assert [e["kind"] for e in ev] == ["memory_near_limit"], ev
+    ev, _ = drive(calm, 3.0)
+    assert ev == []
+    p.kill()
+    q.kill()
