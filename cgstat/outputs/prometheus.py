@@ -1,0 +1,579 @@
+"""The Prometheus exposition of one tick: records (the Sampler's dicts) in, bytes out.
+
+Two formats from the same samples:
+
+- Prometheus text format 0.0.4 (`text/plain; version=0.0.4`): what every scraper reads.
+- OpenMetrics 1.0 (`application/openmetrics-text; version=1.0.0`): a counter family is
+  named without its `_total` suffix in `# HELP`/`# TYPE` (its samples keep it), `_info`
+  gauges are `info` families, timestamps are in seconds, and the body ends in `# EOF`.
+
+Names follow cAdvisor (google/cadvisor, metrics/prometheus.go) for every meaning
+cAdvisor has, with its units and labels (`id` = cgroup path, `name`, `image`, and the
+kubelet's `namespace`, `pod`, `container`; the container's labels as
+`container_label_<key>`), so dashboards and rules written for cAdvisor run unchanged.
+What cAdvisor lacks is under `cgstat_` (GPU per container, per process and per device,
+the OOM invocations, the exporter's own health). docs/prometheus.md lists every series.
+
+Rules:
+
+- Raw counters, never rates: the query side computes `rate()`.
+- A null in the record (unknown, unsupported, no limit) gives no sample; never a fake 0.
+- Samples of cgroups carry the time the cgroup was read (the record's `ts`), so
+  `rate()` is exact however the scrape and the tick are phased (cAdvisor does the same).
+- Names are hostile (docs/security.md): label values are escaped as the format requires
+  (backslash, double quote, newline), other control and bidi characters are written as
+  the text `\\xNN`/`\\uXXXX`; a container's labels are bounded in number and length, so
+  a user's label set cannot blow up the series.
+- Python 3.7 syntax, standard library only.
+"""
+
+from __future__ import annotations
+
+import calendar
+import math
+import re
+from typing import Any, Dict, Iterable, List, Optional, Tuple
+
+TEXT = "text"
+OPENMETRICS = "openmetrics"
+CONTENT_TYPES = {
+    TEXT: "text/plain; version=0.0.4; charset=utf-8",
+    OPENMETRICS: "application/openmetrics-text; version=1.0.0; charset=utf-8",
+}
+
+MAX_CONTAINER_LABELS = 32  # container_label_* per container; the rest are left out
+MAX_LABEL_NAME = 128  # characters of a sanitised label key
+MAX_LABEL_VALUE = 1024  # characters of a label value (a path, an image, a label)
+
+# --------------------------------------------------------------------------- escaping
+
+_UNSAFE = re.compile(
+    '[\\\\"\n\x00-\x09\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e'
+    '\u2066-\u2069\ud800-\udfff]')
+
+
+def _escape_one(m) -> str:
+    c = m.group(0)
+    if c == "\\":
+        return "\\\\"
+    if c == '"':
+        return '\\"'
+    if c == "\n":
+        return "\\n"
+    code = ord(c)
+    if 0xDC80 <= code <= 0xDCFF:  # an undecoded byte, as cgstat.text writes it
+        return "\\\\x%02x" % (code - 0xDC00)
+    if code <= 0xFF:
+        return "\\\\x%02x" % code
+    return "\\\\u%04x" % code
+
+
+def escape_value(value: Any) -> str:
+    """A label value as the exposition writes it between double quotes."""
+    text = value if isinstance(value, str) else str(value)
+    if len(text) > MAX_LABEL_VALUE:
+        text = text[:MAX_LABEL_VALUE]
+    if _UNSAFE.search(text) is None:
+        return text
+    return _UNSAFE.sub(_escape_one, text)
+
+
+_LABEL_NAME_BAD = re.compile(r"[^a-zA-Z0-9_]")
+
+
+def sanitize_label_name(key: str) -> str:
+    """cAdvisor's rule: every character outside [a-zA-Z0-9_] becomes '_'."""
+    return _LABEL_NAME_BAD.sub("_", key[:MAX_LABEL_NAME])
+
+
+def _num(v: Any) -> Optional[str]:
+    """A sample value, or None for what is not a number (left out)."""
+    if v is None or isinstance(v, bool):
+        return None
+    if isinstance(v, int):
+        return str(v)
+    if isinstance(v, float):
+        if v != v:
+            return "NaN"
+        if math.isinf(v):
+            return "+Inf" if v > 0 else "-Inf"
+        return repr(v)
+    return None
+
+
+# --------------------------------------------------------------------------- families
+
+class Family:
+    """One metric family: name (as the samples are named), kind, help, and where it
+    comes from (docs/prometheus.md is checked against these)."""
+
+    __slots__ = ("name", "kind", "help", "source", "cadvisor")
+
+    def __init__(self, name: str, kind: str, help: str, source: str, cadvisor: bool):
+        self.name = name
+        self.kind = kind  # counter, gauge, info
+        self.help = help
+        self.source = source
+        self.cadvisor = cadvisor
+
+    def header(self, fmt: str) -> str:
+        name = self.name
+        kind = self.kind
+        if fmt == OPENMETRICS:
+            if kind == "counter" and name.endswith("_total"):
+                name = name[:-6]
+            elif kind == "info":
+                name = name[:-5]
+        elif kind == "info":
+            kind = "gauge"
+        return "# HELP %s %s\n# TYPE %s %s\n" % (name, self.help, name, kind)
+
+
+FAMILIES: List[Family] = []
+
+
+def _family(name: str, kind: str, help: str, source: str) -> int:
+    FAMILIES.append(Family(name, kind, help, source, name.startswith("container_")))
+    return len(FAMILIES) - 1
+
+
+# The exporter's own health (no timestamps: they describe now).
+F_BUILD = _family("cgstat_build_info", "info", "cgstat version (always 1).", "cgstat.__version__")
+F_TICKS = _family("cgstat_ticks_total", "counter", "Ticks sampled since start.", "the sampling loop")
+F_TICK_SECONDS = _family("cgstat_tick_duration_seconds", "gauge",
+                         "Wall time the last tick took to read every cgroup.", "the sampling loop")
+F_RENDER_SECONDS = _family("cgstat_render_duration_seconds", "gauge",
+                           "Wall time the previous exposition took to render.", "the exporter")
+F_LAST_TICK = _family("cgstat_last_tick_timestamp_seconds", "gauge",
+                      "Unix time the last tick finished.", "the sampling loop")
+F_CGROUPS = _family("cgstat_cgroups", "gauge", "Cgroup and pod records in the last tick, by type.",
+                    "count of records")
+F_GPUS = _family("cgstat_gpus", "gauge", "GPU device records in the last tick.", "count of type gpu records")
+F_RECORD_ERRORS = _family("cgstat_record_errors", "gauge",
+                          "Read problems in the last tick's records, by error kind.", "records' errors[].error")
+# cgroups: the cAdvisor meanings
+F_LAST_SEEN = _family("container_last_seen", "gauge", "Last time a container was seen by the exporter.",
+                      "record ts")
+F_CPU_USAGE = _family("container_cpu_usage_seconds_total", "counter", "Cumulative cpu time consumed in seconds.",
+                      "cpu.usage_seconds_total")
+F_CPU_USER = _family("container_cpu_user_seconds_total", "counter",
+                     "Cumulative user cpu time consumed in seconds.", "cpu.user_seconds_total")
+F_CPU_SYSTEM = _family("container_cpu_system_seconds_total", "counter",
+                       "Cumulative system cpu time consumed in seconds.", "cpu.system_seconds_total")
+F_CFS_PERIODS = _family("container_cpu_cfs_periods_total", "counter",
+                        "Number of elapsed enforcement period intervals.", "cpu.periods_total")
+F_CFS_THROTTLED = _family("container_cpu_cfs_throttled_periods_total", "counter",
+                          "Number of throttled period intervals.", "cpu.throttled_periods_total")
+F_CFS_THROTTLED_S = _family("container_cpu_cfs_throttled_seconds_total", "counter",
+                            "Total time duration the container has been throttled.", "cpu.throttled_seconds_total")
+F_SPEC_QUOTA = _family("container_spec_cpu_quota", "gauge", "CPU quota of the container.",
+                       "cpu.quota_us, else cpu.limit_cores x 100000")
+F_SPEC_PERIOD = _family("container_spec_cpu_period", "gauge", "CPU period of the container.",
+                        "cpu.period_us, else 100000")
+F_MEM_USAGE = _family("container_memory_usage_bytes", "gauge",
+                      "Current memory usage in bytes, including all memory regardless of when it was accessed.",
+                      "memory.usage_bytes")
+F_MEM_WS = _family("container_memory_working_set_bytes", "gauge", "Current working set in bytes.",
+                   "memory.working_set_bytes")
+F_MEM_RSS = _family("container_memory_rss", "gauge", "Size of RSS in bytes.", "memory.anon_bytes")
+F_MEM_CACHE = _family("container_memory_cache", "gauge", "Number of bytes of page cache memory.",
+                      "memory.file_bytes")
+F_MEM_SWAP = _family("container_memory_swap", "gauge", "Container swap usage in bytes.", "memory.swap_bytes")
+F_MEM_INACTIVE = _family("container_memory_total_inactive_file_bytes", "gauge",
+                         "Current total inactive file in bytes.", "memory.inactive_file_bytes")
+F_SPEC_MEM = _family("container_spec_memory_limit_bytes", "gauge", "Memory limit for the container.",
+                     "memory.limit_bytes (no sample without a limit)")
+F_OOM = _family("container_oom_events_total", "counter",
+                "Count of out of memory events observed for the container.", "memory.oom_kills_total")
+F_MEM_SHMEM = _family("cgstat_memory_shmem_bytes", "gauge", "Shared memory (tmpfs, shm) in bytes.",
+                      "memory.shmem_bytes")
+F_MEM_OOM = _family("cgstat_memory_oom_total", "counter",
+                    "Times the cgroup hit its limit and the OOM killer was invoked (v2 memory.events oom).",
+                    "memory.oom_events_total")
+F_THREADS = _family("container_threads", "gauge", "Number of threads running inside the container.",
+                    "pids.current")
+F_THREADS_MAX = _family("container_threads_max", "gauge",
+                        "Maximum number of threads allowed inside the container.",
+                        "pids.limit (no sample without a limit)")
+F_PROCESSES = _family("container_processes", "gauge", "Number of processes running inside the container.",
+                      "pids.processes (when the record has it)")
+F_FS_READ_BYTES = _family("container_fs_reads_bytes_total", "counter", "Cumulative count of bytes read.",
+                          "io.devices[].read_bytes_total")
+F_FS_WRITE_BYTES = _family("container_fs_writes_bytes_total", "counter", "Cumulative count of bytes written.",
+                           "io.devices[].write_bytes_total")
+F_FS_READS = _family("container_fs_reads_total", "counter", "Cumulative count of reads completed.",
+                     "io.devices[].read_ops_total")
+F_FS_WRITES = _family("container_fs_writes_total", "counter", "Cumulative count of writes completed.",
+                      "io.devices[].write_ops_total")
+F_BLKIO = _family("container_blkio_device_usage_total", "counter", "Blkio Device bytes usage.",
+                  "io.devices[].read/write/discard_bytes_total")
+F_DISCARDS = _family("cgstat_fs_discards_total", "counter", "Cumulative count of discards completed.",
+                     "io.devices[].discard_ops_total")
+F_PSI = {}
+for _res in ("cpu", "memory", "io"):
+    F_PSI[(_res, "some")] = _family(
+        "container_pressure_%s_waiting_seconds_total" % _res, "counter",
+        "Total time duration tasks in the container have waited due to %s congestion." % _res.upper(),
+        "pressure.%s.some_seconds_total" % _res)
+    F_PSI[(_res, "full")] = _family(
+        "container_pressure_%s_stalled_seconds_total" % _res, "counter",
+        "Total time duration no tasks in the container could make progress due to %s congestion."
+        % _res.upper(), "pressure.%s.full_seconds_total" % _res)
+F_CGROUP_INFO = _family("cgstat_cgroup_info", "info",
+                        "What cgstat knows of a cgroup: record type, runtime, container ID, unit, pod QoS.",
+                        "record type, container, unit, pod")
+# GPU per container (issue 9's `gpu` object on cgroup and pod records)
+F_CGPU_MEM = _family("cgstat_container_gpu_memory_bytes", "gauge",
+                     "GPU memory used by the container's processes on one GPU.",
+                     "gpu.processes[] memory_bytes summed per GPU")
+F_CGPU_SM = _family("cgstat_container_gpu_sm_percent", "gauge",
+                    "SM utilisation of the container's processes on one GPU (100 = the whole GPU).",
+                    "gpu.processes[] sm_percent summed per GPU")
+F_CGPU_PMEM = _family("cgstat_container_gpu_process_memory_bytes", "gauge",
+                      "GPU memory used by one process of the container.", "gpu.processes[].memory_bytes")
+F_CGPU_PSM = _family("cgstat_container_gpu_process_sm_percent", "gauge",
+                     "SM utilisation of one process of the container (100 = the whole GPU).",
+                     "gpu.processes[].sm_percent")
+# GPU devices (issue 9's type "gpu" records)
+F_GPU_INFO = _family("cgstat_gpu_info", "info", "A GPU (or MIG device): model, MIG mode, parent.",
+                     "gpu.name, mig_mode, parent_uuid")
+F_GPU_UTIL = _family("cgstat_gpu_utilization_percent", "gauge", "GPU utilisation (NVML), percent.",
+                     "gpu.utilization_percent")
+F_GPU_MEM_UTIL = _family("cgstat_gpu_memory_utilization_percent", "gauge",
+                         "GPU memory controller utilisation (NVML), percent.", "gpu.memory_utilization_percent")
+F_GPU_MEM_TOTAL = _family("cgstat_gpu_memory_total_bytes", "gauge", "GPU memory size.", "gpu.memory_total_bytes")
+F_GPU_MEM_USED = _family("cgstat_gpu_memory_used_bytes", "gauge", "GPU memory used.", "gpu.memory_used_bytes")
+F_GPU_MEM_RES = _family("cgstat_gpu_memory_reserved_bytes", "gauge", "GPU memory reserved by the driver.",
+                        "gpu.memory_reserved_bytes")
+F_GPU_TEMP = _family("cgstat_gpu_temperature_celsius", "gauge", "GPU temperature.", "gpu.temperature_celsius")
+F_GPU_POWER = _family("cgstat_gpu_power_watts", "gauge", "GPU power draw.", "gpu.power_watts")
+F_GPU_PROCS = _family("cgstat_gpu_processes", "gauge", "Processes NVML lists on the GPU.",
+                      "len(processes)")
+F_GPU_UNATTR = _family("cgstat_gpu_unattributed_memory_bytes", "gauge",
+                       "GPU memory of processes no cgroup could be found for (exited, other PID namespace).",
+                       "processes[] with cgroup null, memory_bytes summed")
+
+_SCALARS: Tuple[Tuple[int, str, str], ...] = (
+    (F_CPU_USER, "cpu", "user_seconds_total"),
+    (F_CPU_SYSTEM, "cpu", "system_seconds_total"),
+    (F_CFS_PERIODS, "cpu", "periods_total"),
+    (F_CFS_THROTTLED, "cpu", "throttled_periods_total"),
+    (F_CFS_THROTTLED_S, "cpu", "throttled_seconds_total"),
+    (F_MEM_USAGE, "memory", "usage_bytes"),
+    (F_MEM_WS, "memory", "working_set_bytes"),
+    (F_MEM_RSS, "memory", "anon_bytes"),
+    (F_MEM_CACHE, "memory", "file_bytes"),
+    (F_MEM_SWAP, "memory", "swap_bytes"),
+    (F_MEM_INACTIVE, "memory", "inactive_file_bytes"),
+    (F_SPEC_MEM, "memory", "limit_bytes"),
+    (F_OOM, "memory", "oom_kills_total"),
+    (F_MEM_SHMEM, "memory", "shmem_bytes"),
+    (F_MEM_OOM, "memory", "oom_events_total"),
+    (F_THREADS, "pids", "current"),
+    (F_THREADS_MAX, "pids", "limit"),
+    (F_PROCESSES, "pids", "processes"),
+)
+
+_IO_DEVICE: Tuple[Tuple[int, str], ...] = (
+    (F_FS_READ_BYTES, "read_bytes_total"),
+    (F_FS_WRITE_BYTES, "write_bytes_total"),
+    (F_FS_READS, "read_ops_total"),
+    (F_FS_WRITES, "write_ops_total"),
+    (F_DISCARDS, "discard_ops_total"),
+)
+_BLKIO_OPS = (("Read", "read_bytes_total"), ("Write", "write_bytes_total"), ("Discard", "discard_bytes_total"))
+
+_GPU_DEVICE: Tuple[Tuple[int, str], ...] = (
+    (F_GPU_UTIL, "utilization_percent"),
+    (F_GPU_MEM_UTIL, "memory_utilization_percent"),
+    (F_GPU_MEM_TOTAL, "memory_total_bytes"),
+    (F_GPU_MEM_USED, "memory_used_bytes"),
+    (F_GPU_MEM_RES, "memory_reserved_bytes"),
+    (F_GPU_TEMP, "temperature_celsius"),
+    (F_GPU_POWER, "power_watts"),
+)
+
+DEFAULT_CPU_PERIOD_US = 100000  # the kernel's default CFS period
+
+
+# --------------------------------------------------------------------------- labels
+
+def _labels(pairs: Iterable[Tuple[str, Any]]) -> str:
+    """'a="x",b="y"' for the pairs whose value is neither None nor empty."""
+    out = []
+    for key, value in pairs:
+        if value is None or value == "":
+            continue
+        out.append('%s="%s"' % (key, escape_value(value)))
+    return ",".join(out)
+
+
+def base_labels(record: Dict[str, Any]) -> str:
+    """id, name, image, namespace, pod, container, container_label_* of a cgroup record.
+
+    As the kubelet's cAdvisor: `container` is the Kubernetes container name (empty for a
+    pod-level cgroup and outside Kubernetes), `name` the runtime's name (else its ID).
+    Empty values are left out, which PromQL reads the same as `label=""`.
+    """
+    container = record.get("container") or {}
+    pod = record.get("pod") or container.get("pod") or {}
+    name = container.get("name") or container.get("id")
+    pairs: List[Tuple[str, Any]] = [
+        ("id", record.get("cgroup")),
+        ("name", name),
+        ("image", container.get("image")),
+        ("namespace", pod.get("namespace")),
+        ("pod", pod.get("name")),
+        ("container", container.get("name") if pod and container else None),
+    ]
+    labels = container.get("labels")
+    if isinstance(labels, dict) and labels:
+        seen = set()
+        for key in sorted(labels)[:MAX_CONTAINER_LABELS * 2]:
+            if len(seen) >= MAX_CONTAINER_LABELS:
+                break
+            value = labels[key]
+            if not isinstance(key, str) or not isinstance(value, str):
+                continue
+            label = "container_label_" + sanitize_label_name(key)
+            if label in seen:
+                continue  # two keys sanitised alike: the first (sorted) wins
+            seen.add(label)
+            pairs.append((label, value))
+    return _labels(pairs)
+
+
+def _join(base: str, extra: str) -> str:
+    if not extra:
+        return base
+    if not base:
+        return extra
+    return base + "," + extra
+
+
+# --------------------------------------------------------------------------- time
+
+_EPOCH_CACHE: Dict[str, int] = {}
+
+
+def ts_millis(ts: Any) -> Optional[int]:
+    """'2026-11-29T20:10:12.807Z' as Unix milliseconds; None when not in that form."""
+    if not isinstance(ts, str) or len(ts) < 20 or ts[4] != "-" or ts[10] != "T":
+        return None
+    head = ts[:19]
+    seconds = _EPOCH_CACHE.get(head)
+    if seconds is None:
+        try:
+            seconds = calendar.timegm((int(ts[0:4]), int(ts[5:7]), int(ts[8:10]),
+                                       int(ts[11:13]), int(ts[14:16]), int(ts[17:19]), 0, 0, 0))
+        except ValueError:
+            return None
+        if len(_EPOCH_CACHE) > 4096:
+            _EPOCH_CACHE.clear()
+        _EPOCH_CACHE[head] = seconds
+    millis = 0
+    if len(ts) >= 23 and ts[19] == ".":
+        try:
+            millis = int(ts[20:23])
+        except ValueError:
+            millis = 0
+    return seconds * 1000 + millis
+
+
+def _ts_suffix(millis: Optional[int], fmt: str) -> str:
+    if millis is None:
+        return "\n"
+    if fmt == OPENMETRICS:
+        return " %d.%03d\n" % divmod(millis, 1000)
+    return " %d\n" % millis
+
+
+# --------------------------------------------------------------------------- rendering
+
+def _cgroup_samples(record: Dict[str, Any], out: List[List[str]], fmt: str, timestamps: bool) -> None:
+    base = base_labels(record)
+    millis = ts_millis(record.get("ts")) if timestamps else None
+    end = _ts_suffix(millis, fmt)
+    brace = "{" + base + "} " if base else " "
+
+    def add(family: int, value: Any, extra: str = "") -> None:
+        text = _num(value)
+        if text is None:
+            return
+        if extra:
+            lb = "{" + _join(base, extra) + "} "
+        else:
+            lb = brace
+        out[family].append(FAMILIES[family].name + lb + text + end)
+
+    if millis is not None:
+        add(F_LAST_SEEN, millis // 1000)
+    cpu = record.get("cpu") or {}
+    add(F_CPU_USAGE, cpu.get("usage_seconds_total"), 'cpu="total"')
+    sections = {"cpu": cpu, "memory": record.get("memory") or {}, "pids": record.get("pids") or {}}
+    for family, section, key in _SCALARS:
+        add(family, sections[section].get(key))
+    quota_us = cpu.get("quota_us")
+    period_us = cpu.get("period_us")
+    limit = cpu.get("limit_cores")
+    if quota_us is None and isinstance(limit, (int, float)) and not isinstance(limit, bool):
+        period_us = DEFAULT_CPU_PERIOD_US
+        quota_us = int(round(limit * DEFAULT_CPU_PERIOD_US))
+    if quota_us is not None:
+        add(F_SPEC_QUOTA, quota_us)
+        add(F_SPEC_PERIOD, period_us)
+
+    io = record.get("io") or {}
+    devices = io.get("devices")
+    if isinstance(devices, list):
+        for dev in devices:
+            if not isinstance(dev, dict):
+                continue
+            majmin = str(dev.get("device") or "")
+            major, _, minor = majmin.partition(":")
+            dname = dev.get("name")
+            device = "/dev/" + dname if dname else majmin
+            dlabel = 'device="%s"' % escape_value(device)
+            for family, key in _IO_DEVICE:
+                add(family, dev.get(key), dlabel)
+            blk = '%s,major="%s",minor="%s",operation=' % (dlabel, escape_value(major), escape_value(minor))
+            for op, key in _BLKIO_OPS:
+                add(F_BLKIO, dev.get(key), blk + '"' + op + '"')
+
+    pressure = record.get("pressure") or {}
+    for res in ("cpu", "memory", "io"):
+        psi = pressure.get(res)
+        if isinstance(psi, dict):
+            add(F_PSI[(res, "some")], psi.get("some_seconds_total"))
+            add(F_PSI[(res, "full")], psi.get("full_seconds_total"))
+
+    container = record.get("container") or {}
+    pod = record.get("pod") or container.get("pod") or {}
+    info = _labels((("type", record.get("type")), ("runtime", container.get("runtime")),
+                    ("container_id", container.get("id")), ("unit", record.get("unit")),
+                    ("qos", pod.get("qos")), ("sandbox", "true" if container.get("sandbox") else None)))
+    add(F_CGROUP_INFO, 1, info)
+
+    gpu = record.get("gpu")
+    if isinstance(gpu, dict):
+        _container_gpu(gpu, add)
+
+
+def _container_gpu(gpu: Dict[str, Any], add) -> None:
+    per_gpu: Dict[Tuple[str, str], List[Optional[float]]] = {}
+    processes = gpu.get("processes")
+    if not isinstance(processes, list):
+        return
+    for p in processes:
+        if not isinstance(p, dict):
+            continue
+        index = p.get("gpu_index")
+        uuid = p.get("gpu_uuid")
+        key = ("" if index is None else str(index), uuid or "")
+        sums = per_gpu.setdefault(key, [None, None])
+        mem = p.get("memory_bytes")
+        sm = p.get("sm_percent")
+        if _num(mem) is not None:
+            sums[0] = (sums[0] or 0) + mem
+        if _num(sm) is not None:
+            sums[1] = (sums[1] or 0) + sm
+        pid = p.get("pid")
+        extra = _labels((("gpu", key[0]), ("uuid", key[1]), ("pid", pid), ("process", p.get("name")),
+                         ("type", p.get("type"))))
+        add(F_CGPU_PMEM, mem, extra)
+        add(F_CGPU_PSM, sm, extra)
+    for (index, uuid), (mem, sm) in per_gpu.items():
+        extra = _labels((("gpu", index), ("uuid", uuid)))
+        add(F_CGPU_MEM, mem, extra)
+        add(F_CGPU_SM, sm, extra)
+
+
+def _gpu_samples(record: Dict[str, Any], out: List[List[str]], fmt: str, timestamps: bool) -> None:
+    gpu = record.get("gpu")
+    if not isinstance(gpu, dict):
+        return
+    index = gpu.get("index")
+    base = _labels((("gpu", "" if index is None else str(index)), ("uuid", gpu.get("uuid"))))
+    millis = ts_millis(record.get("ts")) if timestamps else None
+    end = _ts_suffix(millis, fmt)
+
+    def add(family: int, value: Any, extra: str = "") -> None:
+        text = _num(value)
+        if text is not None:
+            out[family].append(FAMILIES[family].name + "{" + _join(base, extra) + "} " + text + end)
+
+    add(F_GPU_INFO, 1, _labels((("model", gpu.get("name")), ("mig_mode", gpu.get("mig_mode")),
+                                ("parent_uuid", gpu.get("parent_uuid")))))
+    for family, key in _GPU_DEVICE:
+        add(family, gpu.get(key))
+    processes = record.get("processes")
+    if isinstance(processes, list):
+        add(F_GPU_PROCS, len(processes))
+        unattributed = 0
+        for p in processes:
+            if isinstance(p, dict) and p.get("cgroup") is None and _num(p.get("memory_bytes")) is not None:
+                unattributed += p["memory_bytes"]
+        add(F_GPU_UNATTR, unattributed)
+
+
+def _self_samples(self_metrics: Dict[str, Any], records: List[Dict[str, Any]], out: List[List[str]]) -> None:
+    def add(family: int, value: Any, labels: str = "") -> None:
+        text = _num(value)
+        if text is not None:
+            out[family].append(FAMILIES[family].name + ("{" + labels + "} " if labels else " ") + text + "\n")
+
+    add(F_BUILD, 1, _labels((("version", self_metrics.get("version")),)))
+    add(F_TICKS, self_metrics.get("ticks_total"))
+    add(F_TICK_SECONDS, self_metrics.get("tick_duration_seconds"))
+    add(F_RENDER_SECONDS, self_metrics.get("render_duration_seconds"))
+    add(F_LAST_TICK, self_metrics.get("last_tick_timestamp_seconds"))
+    counts: Dict[str, int] = {"cgroup": 0, "pod": 0}
+    errors: Dict[str, int] = {}
+    gpus = 0
+    for r in records:
+        kind = r.get("type")
+        if kind == "gpu":
+            gpus += 1
+        elif kind in counts:
+            counts[kind] += 1
+        for e in r.get("errors") or ():
+            code = e.get("error") if isinstance(e, dict) else None
+            if isinstance(code, str):
+                errors[code] = errors.get(code, 0) + 1
+    for kind in sorted(counts):
+        add(F_CGROUPS, counts[kind], 'type="%s"' % kind)
+    add(F_GPUS, gpus)
+    for code in sorted(errors):
+        add(F_RECORD_ERRORS, errors[code], 'error="%s"' % escape_value(code))
+
+
+def render(records: List[Dict[str, Any]], fmt: str = TEXT, self_metrics: Optional[Dict[str, Any]] = None,
+           timestamps: bool = True) -> bytes:
+    """The exposition of one tick.
+
+    `records`: the Sampler's records (types cgroup, pod, gpu; anything else is skipped).
+    `self_metrics`: the exporter's own figures (keys: version, ticks_total,
+    tick_duration_seconds, render_duration_seconds, last_tick_timestamp_seconds); None
+    renders the record-derived ones only. `timestamps`: stamp cgroup and GPU samples with
+    their record's `ts`.
+    """
+    if fmt not in CONTENT_TYPES:
+        raise ValueError("unknown exposition format %r" % (fmt,))
+    out: List[List[str]] = [[] for _ in FAMILIES]
+    _self_samples(self_metrics or {}, records, out)
+    for record in records:
+        if not isinstance(record, dict):
+            continue
+        kind = record.get("type")
+        if kind == "cgroup" or kind == "pod":
+            _cgroup_samples(record, out, fmt, timestamps)
+        elif kind == "gpu":
+            _gpu_samples(record, out, fmt, timestamps)
+    parts: List[str] = []
+    for family, lines in zip(FAMILIES, out):
+        if lines:
+            parts.append(family.header(fmt))
+            parts.extend(lines)
+    if fmt == OPENMETRICS:
+        parts.append("# EOF\n")
+    return "".join(parts).encode("utf-8", "backslashreplace")

@@ -1,0 +1,99 @@
+"""`cgstat serve`: the Prometheus endpoint, and the same endpoint beside `cgstat stream`.
+
+The sampling loop (the one Schedule) renders the exposition once per tick and hands the
+bytes to the HTTP server (cgstat/outputs/http.py), which serves the latest ones to every
+scrape. A scrape never triggers a read of the kernel and never waits for a tick; a tick
+never waits for a scraper.
+
+- `Exporter(listen)`: the server plus the renderer; `publish(records, tick_seconds)`
+  once per tick, `close()` at the end. `stream --listen` uses it beside its sink.
+- `run_serve(sampler, listen, interval_s, count)`: the serve mode, ordered like
+  run_stream: bind (a bad address fails now, exit 1), warm up, READY=1, then a tick per
+  interval with WATCHDOG=1 after each; SIGTERM/SIGINT end it with exit 0.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Dict, List, Optional
+
+from cgstat import __version__, sdnotify
+from cgstat.errors import CgstatError
+from cgstat.outputs import prometheus
+from cgstat.outputs.http import DEFAULT_LISTEN, MetricsServer, address_note
+from cgstat.pipeline.diagnostics import Warner
+
+
+class Exporter:
+    """Renders each tick's records and serves them on `listen` ('ADDR:PORT').
+
+    Raises CgstatError (one line) when the address is malformed or cannot be bound.
+    `stale_after_s`: /healthz answers 503 when no tick was published for that long.
+    """
+
+    def __init__(self, listen: str = DEFAULT_LISTEN, warner: Optional[Warner] = None,
+                 stale_after_s: float = 60.0, timestamps: bool = True):
+        self.warner = warner or Warner()
+        self.timestamps = timestamps
+        self.ticks = 0
+        self.render_s: Optional[float] = None
+        try:
+            self.server = MetricsServer(listen, stale_after_s=stale_after_s,
+                                        on_error=lambda m: self.warner.warn("http", m))
+        except ValueError as exc:
+            raise CgstatError(str(exc)) from None
+        try:
+            self.server.start()
+        except OSError as exc:
+            raise CgstatError("cannot listen on %s: %s" % (listen, exc.strerror or exc)) from None
+        host, port = self.server.address
+        note = address_note(self.server.host)
+        if note:
+            self.warner.once("listen", note)
+        self.address = "[%s]:%d" % (host, port) if ":" in host else "%s:%d" % (host, port)
+
+    def publish(self, records: List[Dict[str, Any]], tick_seconds: Optional[float] = None) -> None:
+        """Render `records` (one tick) and make them what /metrics serves from now on."""
+        began = time.monotonic()
+        self.ticks += 1
+        own: Dict[str, Any] = {
+            "version": __version__,
+            "ticks_total": self.ticks,
+            "tick_duration_seconds": tick_seconds,
+            "render_duration_seconds": self.render_s,
+            "last_tick_timestamp_seconds": round(time.time(), 3),
+        }
+        stamps = self.timestamps
+        text = prometheus.render(records, prometheus.TEXT, own, stamps)
+
+        def openmetrics() -> bytes:  # made on the first scrape that asks, in the server thread
+            return prometheus.render(records, prometheus.OPENMETRICS, own, stamps)
+
+        self.server.publish(text, openmetrics)
+        self.render_s = time.monotonic() - began
+
+    def close(self) -> None:
+        self.server.close()
+
+
+def run_serve(sampler, listen: str = DEFAULT_LISTEN, interval_s: float = 1.0,
+              count: Optional[int] = None) -> int:
+    """Sample every `interval_s` and serve the exposition on `listen` until stopped."""
+    from cgstat.pipeline.schedule import Schedule, watchdog_heartbeat_s
+
+    exporter = Exporter(listen, sampler.warner, stale_after_s=max(60.0, 5 * interval_s))
+    try:
+        schedule = Schedule(interval_s, sampler.warner, watchdog_heartbeat_s()).install_signals()
+        sampler.warm_up()
+        exporter.publish([], None)  # /metrics answers (self-metrics only) before the first tick
+        sdnotify.ready()
+        for _ in schedule.ticks(count):
+            schedule.take_reopen()  # SIGHUP: nothing to reopen here
+            began = time.monotonic()
+            records = sampler.tick()
+            exporter.publish(records, time.monotonic() - began)
+            sdnotify.watchdog()
+    finally:
+        sdnotify.stopping()
+        exporter.close()
+    return 0
