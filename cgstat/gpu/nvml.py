@@ -1,0 +1,448 @@
+"""The one NVML gateway: every call cgstat makes to the NVIDIA driver library goes through here.
+
+`pynvml` (the module of the nvidia-ml-py distribution) is imported, and NVML initialised, on
+first use only: importing cgstat never loads it. Every call goes through `Gateway._call`,
+which turns NOT_SUPPORTED and NOT_FOUND into None, a missing symbol (an older driver) into
+None plus one warning for the life of the process, and any other NVML error into a
+`Problem` on the device it concerns. `NVMLLibraryMismatchError` (raised by pynvml's
+unversioned wrappers when a versioned symbol is missing) is not an `NVMLError` and is caught
+too.
+
+Versioned symbols are probed once per initialisation, never per call:
+- process lists: `_v3` -> `_v2` -> unversioned (16-byte struct; drivers 430/440), the
+  way nvitop and gpustat fall back;
+- per-process utilization: `nvmlDeviceGetProcessesUtilizationInfo` (drivers >= 550; on
+  some recent GPUs the older call returns 0 for everything, Project-HAMi #2015), else
+  `nvmlDeviceGetProcessUtilization`;
+- memory: `nvmlDeviceGetMemoryInfo_v2` (its `used` excludes the reserved memory that v1
+  `used` includes on drivers >= 510, gpustat #141), else v1.
+
+A GPU that falls off the bus (GPU_IS_LOST) or a driver reload (stale handles) puts an error
+on that device and schedules a re-initialisation after `reinit_backoff_s`; the other devices
+are read as usual. No library, no driver, no GPU, no permission: the gateway is unavailable,
+`reason` says why in one line, and initialisation is tried again every `retry_s`.
+
+Times: `clock` (monotonic) for back-offs, `wallclock` (Unix seconds) for NVML's lastSeen
+timestamps; both can be replaced in tests.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import time
+from typing import Any, Callable, Dict, List, Optional, Tuple
+
+from cgstat.kernel.sample import Problem
+
+LIBRARY = "libnvidia-ml.so.1"
+
+# nvml.h return codes
+SUCCESS = 0
+UNINITIALIZED = 1
+NOT_SUPPORTED = 3
+NO_PERMISSION = 4
+NOT_FOUND = 6
+INSUFFICIENT_SIZE = 7
+DRIVER_NOT_LOADED = 9
+LIBRARY_NOT_FOUND = 12
+FUNCTION_NOT_FOUND = 13
+GPU_IS_LOST = 15
+RESET_REQUIRED = 16
+LIB_RM_VERSION_MISMATCH = 18
+UNKNOWN = 999
+
+# errors after which the library is shut down and initialised again (after the back-off)
+_REINIT_CODES = frozenset((UNINITIALIZED, DRIVER_NOT_LOADED, GPU_IS_LOST, RESET_REQUIRED,
+                           LIB_RM_VERSION_MISMATCH, UNKNOWN))
+
+# nvidia-ml-py releases that read the process lists with the wrong struct size: PIDs and
+# memory come out shuffled (nvitop #75, gpustat #161; gpustat requires >= 12.535.108)
+BAD_RELEASES = frozenset(("12.535.77",))
+_PROCESS_STRUCT_BYTES = 24  # nvmlProcessInfo_v2_t / _v3_t on every driver outside 535.43-535.86
+
+_VALUE_NOT_AVAILABLE = 0xFFFFFFFFFFFFFFFF  # usedGpuMemory "not available"
+
+_PROCESS_SYMBOLS = {
+    "compute": ("nvmlDeviceGetComputeRunningProcesses_v3", "nvmlDeviceGetComputeRunningProcesses_v2",
+                "nvmlDeviceGetComputeRunningProcesses"),
+    "graphics": ("nvmlDeviceGetGraphicsRunningProcesses_v3", "nvmlDeviceGetGraphicsRunningProcesses_v2",
+                 "nvmlDeviceGetGraphicsRunningProcesses"),
+}
+_UTIL_NEW = "nvmlDeviceGetProcessesUtilizationInfo"
+_UTIL_OLD = "nvmlDeviceGetProcessUtilization"
+_MEMORY_V2 = "nvmlDeviceGetMemoryInfo_v2"
+
+
+class _ProcessInfoV1(ctypes.Structure):
+    """nvmlProcessInfo_v1_t, the 16-byte struct of the unversioned process-list calls."""
+    _fields_ = [("pid", ctypes.c_uint), ("usedGpuMemory", ctypes.c_ulonglong)]
+
+
+def release_problem(version: Optional[str], process_struct_bytes: Optional[int] = None) -> Optional[str]:
+    """Why this pynvml cannot be used (None when it can): a release known to shuffle PIDs."""
+    if version in BAD_RELEASES:
+        return (f"nvidia-ml-py {version} reads GPU process lists with the wrong struct size "
+                "(PIDs and memory come out shuffled); install nvidia-ml-py >= 12.535.108")
+    if process_struct_bytes is not None and process_struct_bytes != _PROCESS_STRUCT_BYTES:
+        return (f"this pynvml uses a {process_struct_bytes}-byte process struct where the driver "
+                f"uses {_PROCESS_STRUCT_BYTES} (PIDs and memory would come out shuffled); "
+                "install nvidia-ml-py >= 12.535.108")
+    return None
+
+
+def _distribution_version() -> Optional[str]:
+    try:
+        from importlib import metadata  # Python >= 3.8
+    except ImportError:  # pragma: no cover - Python 3.7
+        try:
+            import importlib_metadata as metadata  # type: ignore
+        except ImportError:
+            return None
+    try:
+        return metadata.version("nvidia-ml-py")
+    except Exception:
+        return None  # a vendored or renamed copy: the struct-size check still applies
+
+
+class Gpu:
+    """One full GPU as enumerated at initialisation (handles stay valid until shutdown)."""
+
+    __slots__ = ("index", "handle", "uuid", "name", "problem")
+
+    def __init__(self, index: int, handle: Any, uuid: Optional[str], name: Optional[str],
+                 problem: Optional[Problem]):
+        self.index = index
+        self.handle = handle  # None when the GPU could not be opened (problem says why)
+        self.uuid = uuid
+        self.name = name
+        self.problem = problem  # set while the GPU is lost
+
+
+class Gateway:
+    def __init__(self, warn: Optional[Callable[[str, str], None]] = None,
+                 reinit_backoff_s: float = 30.0, retry_s: float = 60.0,
+                 clock: Callable[[], float] = time.monotonic,
+                 wallclock: Callable[[], float] = time.time):
+        self.warn = warn
+        self.reinit_backoff_s = reinit_backoff_s
+        self.retry_s = retry_s
+        self.clock = clock
+        self.wallclock = wallclock
+        self.reason: Optional[str] = "NVML not initialised yet"
+        self.driver_version: Optional[str] = None
+        self.process_symbols: Dict[str, Optional[str]] = {}  # kind -> the C symbol chosen
+        self.utilization_symbol: Optional[str] = None
+        self.memory_v2 = False
+        self.inits = 0  # successful initialisations (re-inits after a lost GPU included)
+        self._nv: Any = None  # the pynvml module
+        self._errors: Tuple[type, ...] = ()
+        self._ready = False
+        self._next_try = float("-inf")
+        self._reinit_at: Optional[float] = None
+        self._gpus: List[Gpu] = []
+        self._missing_said: set = set()
+        self._last_seen: Dict[str, int] = {}  # device uuid -> newest sample timestamp (µs)
+        self._process_fns: Dict[str, Callable[[Any], List[Tuple[int, Optional[int]]]]] = {}
+
+    # ---- life cycle -----------------------------------------------------------------
+
+    def available(self) -> bool:
+        """Initialise (or re-initialise after a lost GPU) when due; True when NVML can be read."""
+        now = self.clock()
+        if self._ready and self._reinit_at is not None and now >= self._reinit_at:
+            self._shutdown()
+            self._next_try = now
+        if not self._ready and now >= self._next_try:
+            self._init(now)
+        return self._ready
+
+    def gpus(self) -> List[Gpu]:
+        """The GPUs found at initialisation (empty while unavailable)."""
+        return self._gpus if self._ready else []
+
+    def close(self) -> None:
+        if self._ready:
+            self._shutdown()
+
+    def _unavailable(self, reason: str, now: float) -> None:
+        self._ready = False
+        self.reason = reason
+        self._next_try = now + self.retry_s
+        self._gpus = []
+
+    def _init(self, now: float) -> None:
+        if self._nv is None:
+            try:
+                import pynvml  # noqa: WPS433 - lazily, so that importing cgstat never loads it
+            except ImportError:
+                self._unavailable("pynvml is not installed (pip install nvidia-ml-py)", now)
+                return
+            problem = release_problem(_distribution_version(),
+                                      ctypes.sizeof(getattr(pynvml, "c_nvmlProcessInfo_v3_t",
+                                                            pynvml.c_nvmlProcessInfo_t)))
+            if problem:
+                self._unavailable(problem, now)
+                return
+            self._nv = pynvml
+            self._errors = (pynvml.NVMLError, pynvml.NVMLLibraryMismatchError)
+        nv = self._nv
+        try:
+            nv.nvmlInit()
+        except self._errors as exc:
+            self._unavailable(_init_reason(getattr(exc, "value", None), exc), now)
+            return
+        except OSError as exc:  # pragma: no cover - pynvml turns these into LibraryNotFound
+            self._unavailable(f"cannot load {LIBRARY}: {exc}", now)
+            return
+        self._ready = True
+        self._reinit_at = None
+        self.inits += 1
+        self.driver_version, _ = self._call("nvmlSystemGetDriverVersion", None, nv.nvmlSystemGetDriverVersion)
+        self._probe_symbols()
+        count, code = self._call("nvmlDeviceGetCount", None, nv.nvmlDeviceGetCount)
+        if count is None:
+            self._shutdown()
+            self._unavailable(_init_reason(code, "cannot count the GPUs"), now)
+            return
+        if count == 0:
+            self._shutdown()
+            self._unavailable("no NVIDIA GPU found (NVML lists none)", now)
+            return
+        self._gpus = [self._open(i) for i in range(count)]
+        self.reason = None
+
+    def _open(self, index: int) -> Gpu:
+        nv = self._nv
+        errors: List[Problem] = []
+        handle, _ = self._call("nvmlDeviceGetHandleByIndex", errors, nv.nvmlDeviceGetHandleByIndex, index)
+        if handle is None:
+            return Gpu(index, None, None, None, errors[0] if errors else
+                       Problem("nvmlDeviceGetHandleByIndex", "unavailable", f"GPU {index} cannot be opened"))
+        uuid, _ = self._call("nvmlDeviceGetUUID", errors, nv.nvmlDeviceGetUUID, handle)
+        name, _ = self._call("nvmlDeviceGetName", errors, nv.nvmlDeviceGetName, handle)
+        lost = [p for p in errors if p.error == "gpu_lost"]
+        return Gpu(index, None if lost else handle, uuid, name, lost[0] if lost else None)
+
+    def _shutdown(self) -> None:
+        self._ready = False
+        self._gpus = []
+        try:
+            self._nv.nvmlShutdown()
+        except self._errors:
+            pass  # a lost GPU or a reloaded driver can refuse; the next init starts afresh
+
+    def _probe_symbols(self) -> None:
+        """Pick, once per initialisation, the versioned symbols this driver has."""
+        self._process_fns = {}
+        for kind, names in _PROCESS_SYMBOLS.items():
+            chosen = next((n for n in names if self._has(n)), None)
+            self.process_symbols[kind] = chosen
+            if chosen is None:
+                self._say_missing(names[-1], f"no {kind} processes can be listed")
+            elif chosen != names[0]:
+                self._say_missing(names[0], f"using {chosen} (an older driver)")
+            self._process_fns[kind] = self._process_lister(chosen)
+        if self._has(_UTIL_NEW):
+            self.utilization_symbol = _UTIL_NEW
+        else:
+            self._say_missing(_UTIL_NEW, f"using {_UTIL_OLD} (an older driver)")
+            self.utilization_symbol = _UTIL_OLD if self._has(_UTIL_OLD) else None
+            if self.utilization_symbol is None:
+                self._say_missing(_UTIL_OLD, "no per-process utilization")
+        self.memory_v2 = self._has(_MEMORY_V2)
+        if not self.memory_v2:
+            self._say_missing(_MEMORY_V2, "memory used includes reserved memory and reserved is unknown")
+
+    def _has(self, symbol: str) -> bool:
+        try:
+            self._nv._nvmlGetFunctionPointer(symbol)
+            return True
+        except self._errors:
+            return False
+
+    def _say_missing(self, symbol: str, consequence: str) -> None:
+        if symbol in self._missing_said:
+            return
+        self._missing_said.add(symbol)
+        if self.warn is not None:
+            self.warn("nvml-missing:" + symbol, f"NVML has no {symbol}: {consequence}")
+
+    # ---- the one place every call goes through -----------------------------------------
+
+    def _call(self, source: str, errors: Optional[List[Problem]], fn: Callable, *args) -> Tuple[Any, int]:
+        """(value, 0) or (None, NVML return code); NOT_SUPPORTED/NOT_FOUND leave no problem."""
+        try:
+            return fn(*args), SUCCESS
+        except self._errors as exc:
+            code = getattr(exc, "value", FUNCTION_NOT_FOUND)  # LibraryMismatch: a missing symbol
+            text = str(exc)
+        if code in (NOT_SUPPORTED, NOT_FOUND):
+            return None, code
+        if code == FUNCTION_NOT_FOUND:
+            self._say_missing(source, "value left null")
+            return None, code
+        if code in _REINIT_CODES and self._reinit_at is None:
+            self._reinit_at = self.clock() + self.reinit_backoff_s
+        if errors is not None:
+            errors.append(Problem(source, _error_name(code), f"NVML error {code}: {text}"))
+        return None, code
+
+    # ---- per-device reads (errors: the device's problem list, appended to) ----------
+
+    def lost(self, gpu: Gpu, errors: List[Problem]) -> bool:
+        """True when the GPU was lost earlier (it is not called until the re-initialisation)."""
+        if gpu.handle is None:
+            errors.append(gpu.problem or Problem("nvml", "unavailable", f"GPU {gpu.index} not opened"))
+            return True
+        return False
+
+    def mark_lost(self, gpu: Gpu, errors: List[Problem]) -> None:
+        """After a GPU_IS_LOST on this GPU: stop calling it until the re-initialisation."""
+        for p in errors:
+            if p.error == "gpu_lost":
+                gpu.handle = None
+                gpu.problem = p
+                return
+
+    def uuid(self, handle: Any, errors: List[Problem]) -> Optional[str]:
+        return self._call("nvmlDeviceGetUUID", errors, self._nv.nvmlDeviceGetUUID, handle)[0]
+
+    def name(self, handle: Any, errors: List[Problem]) -> Optional[str]:
+        return self._call("nvmlDeviceGetName", errors, self._nv.nvmlDeviceGetName, handle)[0]
+
+    def memory(self, handle: Any, errors: List[Problem]) -> Tuple[Optional[int], Optional[int], Optional[int]]:
+        """(total, used, reserved) bytes; reserved None where only v1 exists."""
+        nv = self._nv
+        if self.memory_v2:
+            m, code = self._call(_MEMORY_V2, errors, nv.nvmlDeviceGetMemoryInfo, handle, nv.nvmlMemory_v2)
+            if m is not None:
+                return m.total, m.used, m.reserved
+            if code != NOT_SUPPORTED:
+                return None, None, None
+        m, _ = self._call("nvmlDeviceGetMemoryInfo", errors, nv.nvmlDeviceGetMemoryInfo, handle)
+        if m is None:
+            return None, None, None
+        return m.total, m.used, None
+
+    def utilization(self, handle: Any, errors: List[Problem]) -> Tuple[Optional[int], Optional[int]]:
+        """(gpu %, memory %) over the driver's last sample period."""
+        u, _ = self._call("nvmlDeviceGetUtilizationRates", errors, self._nv.nvmlDeviceGetUtilizationRates, handle)
+        return (None, None) if u is None else (u.gpu, u.memory)
+
+    def temperature(self, handle: Any, errors: List[Problem]) -> Optional[int]:
+        nv = self._nv
+        return self._call("nvmlDeviceGetTemperature", errors, nv.nvmlDeviceGetTemperature, handle,
+                          nv.NVML_TEMPERATURE_GPU)[0]
+
+    def power_mw(self, handle: Any, errors: List[Problem]) -> Optional[int]:
+        return self._call("nvmlDeviceGetPowerUsage", errors, self._nv.nvmlDeviceGetPowerUsage, handle)[0]
+
+    def mig_mode(self, handle: Any, errors: List[Problem]) -> Optional[bool]:
+        modes, _ = self._call("nvmlDeviceGetMigMode", errors, self._nv.nvmlDeviceGetMigMode, handle)
+        return None if modes is None else modes[0] == self._nv.NVML_DEVICE_MIG_ENABLE
+
+    def mig_devices(self, handle: Any, errors: List[Problem]) -> List[Tuple[int, Any]]:
+        """(slot, handle) of each MIG device of a MIG-enabled GPU."""
+        nv = self._nv
+        most, _ = self._call("nvmlDeviceGetMaxMigDeviceCount", errors, nv.nvmlDeviceGetMaxMigDeviceCount, handle)
+        found = []
+        for slot in range(most or 0):
+            h, _ = self._call("nvmlDeviceGetMigDeviceHandleByIndex", errors,
+                              nv.nvmlDeviceGetMigDeviceHandleByIndex, handle, slot)
+            if h is not None:  # NOT_FOUND: an empty slot
+                found.append((slot, h))
+        return found
+
+    def processes(self, handle: Any, kind: str, errors: List[Problem]) -> List[Tuple[int, Optional[int]]]:
+        """(pid, used memory bytes or None) of the `kind` ("compute"/"graphics") processes."""
+        fn = self._process_fns.get(kind)
+        if fn is None:
+            return []
+        procs, _ = self._call(self.process_symbols[kind] or kind, errors, fn, handle)
+        return procs or []
+
+    def process_utilization(self, handle: Any, key: str,
+                            errors: List[Problem]) -> Optional[Dict[int, Tuple[int, int, int, int]]]:
+        """pid -> (sm, mem, enc, dec) % of the newest sample since the previous call.
+
+        {} when no process was busy (NOT_FOUND: idle, 0 %); None where NVML cannot measure it
+        (MIG, unsupported, or an error, which is in `errors`). `key` (the device's UUID) keeps
+        the newest timestamp seen, passed as lastSeen next time (first call: now - 1 s).
+        """
+        symbol = self.utilization_symbol
+        if symbol is None:
+            return None
+        last = self._last_seen.get(key)
+        if last is None:
+            last = int((self.wallclock() - 1.0) * 1e6)
+        fn = (self._nv.nvmlDeviceGetProcessesUtilizationInfo if symbol == _UTIL_NEW
+              else self._nv.nvmlDeviceGetProcessUtilization)
+        samples, code = self._call(symbol, errors, fn, handle, last)
+        if samples is None:
+            if code == NOT_FOUND:
+                self._last_seen[key] = last
+                return {}
+            return None
+        newest: Dict[int, Any] = {}
+        top = last
+        for s in samples:
+            ts = s.timeStamp
+            if ts > top:
+                top = ts
+            old = newest.get(s.pid)
+            if old is None or ts > old.timeStamp:
+                newest[s.pid] = s
+        self._last_seen[key] = top
+        return {pid: (s.smUtil, s.memUtil, s.encUtil, s.decUtil) for pid, s in newest.items()}
+
+    # ---- process lists: the symbol chosen at initialisation ---------------------------
+
+    def _process_lister(self, symbol: Optional[str]) -> Optional[Callable[[Any], List[Tuple[int, Optional[int]]]]]:
+        if symbol is None:
+            return None
+        nv = self._nv
+        if symbol.endswith("_v3") or symbol.endswith("_v2"):
+            wrapper = getattr(nv, symbol)
+
+            def versioned(handle):
+                return [(p.pid, p.usedGpuMemory) for p in wrapper(handle)]
+            return versioned
+
+        def unversioned(handle):
+            # pynvml has no wrapper for the unversioned symbol with its 16-byte struct:
+            # the same two-call protocol, through pynvml's own function-pointer getter
+            fn = nv._nvmlGetFunctionPointer(symbol)
+            count = ctypes.c_uint(0)
+            ret = fn(handle, ctypes.byref(count), None)
+            if ret == SUCCESS:
+                return []
+            if ret != INSUFFICIENT_SIZE:
+                raise nv.NVMLError(ret)
+            count.value = count.value * 2 + 5
+            buf = (_ProcessInfoV1 * count.value)()
+            ret = fn(handle, ctypes.byref(count), buf)
+            if ret != SUCCESS:
+                raise nv.NVMLError(ret)
+            return [(p.pid, None if p.usedGpuMemory == _VALUE_NOT_AVAILABLE else p.usedGpuMemory)
+                    for p in buf[:count.value]]
+        return unversioned
+
+
+def _error_name(code: int) -> str:
+    if code == GPU_IS_LOST:
+        return "gpu_lost"
+    if code == NO_PERMISSION:
+        return "permission_denied"
+    return "read_failed"
+
+
+def _init_reason(code: Optional[int], exc: Any) -> str:
+    if code == LIBRARY_NOT_FOUND:
+        return f"NVIDIA driver library {LIBRARY} not found (no NVIDIA driver installed here)"
+    if code == DRIVER_NOT_LOADED:
+        return f"NVIDIA driver not loaded ({LIBRARY} is there, the nvidia kernel module is not running)"
+    if code == NO_PERMISSION:
+        return "no permission to use the NVIDIA devices (/dev/nvidia*)"
+    if code == LIB_RM_VERSION_MISMATCH:
+        return f"{LIBRARY} and the loaded NVIDIA kernel module are different versions (reboot or reload the driver)"
+    return f"NVML initialisation failed: {exc}"

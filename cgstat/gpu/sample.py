@@ -1,0 +1,139 @@
+"""What NVML says about each GPU and each GPU process at one moment: `read_gpus(gateway)`.
+
+Gauges, not counters (NVML keeps its own sample window), so nothing here needs a previous
+snapshot apart from the lastSeen timestamps the gateway keeps. None means unknown or not
+measurable (NVML says NOT_SUPPORTED, or the call failed: then `errors` says why), never a
+fake 0; the one 0 that is not read is a process with no utilization sample in the period
+(NVML only samples busy processes: idle, 0 %).
+
+PIDs are host PIDs as the driver reports them; nothing here reads /proc.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Dict, List, Optional, Tuple
+
+from cgstat.gpu.nvml import Gateway, Gpu
+from cgstat.kernel.sample import Problem
+
+
+@dataclass(frozen=True)
+class GpuDevice:
+    index: int  # NVML index of the GPU (for a MIG device: of its parent GPU)
+    uuid: Optional[str]  # "GPU-..." or, for a MIG device, "MIG-..."
+    name: Optional[str]
+    utilization_percent: Optional[int]  # null on MIG (NOT_SUPPORTED)
+    memory_utilization_percent: Optional[int]
+    memory_total_bytes: Optional[int]
+    memory_used_bytes: Optional[int]  # nvmlMemory_v2 used (v1 where v2 is missing: includes reserved)
+    memory_reserved_bytes: Optional[int]  # null where only v1 exists
+    temperature_celsius: Optional[int]
+    power_watts: Optional[float]
+    mig_mode: Optional[bool]  # MIG enabled; null where the GPU has no MIG; true on MIG devices
+    parent_uuid: Optional[str] = None  # MIG devices: the GPU they are part of
+    mig_index: Optional[int] = None  # MIG devices: the slot on the parent (nvidia-smi "MIG dev")
+    errors: Tuple[Problem, ...] = ()
+
+
+@dataclass(frozen=True)
+class GpuProcess:
+    pid: int  # host PID
+    gpu_index: int  # the GPU's index (for a process on a MIG device: the parent's)
+    gpu_uuid: Optional[str]  # the device it runs on: the GPU's UUID, or the MIG device's
+    type: str  # "compute" | "graphics" (a process in both lists: "compute")
+    memory_bytes: Optional[int]
+    sm_percent: Optional[int]  # null where NVML cannot measure it (MIG, unsupported, errors)
+    memory_percent: Optional[int]
+    encoder_percent: Optional[int]
+    decoder_percent: Optional[int]
+
+
+@dataclass(frozen=True)
+class GpuSnapshot:
+    available: bool
+    reason: Optional[str]  # why not available (one line), else None
+    devices: Tuple[GpuDevice, ...] = ()
+    processes: Tuple[GpuProcess, ...] = ()
+
+
+_IDLE = (0, 0, 0, 0)
+_UNMEASURED = (None, None, None, None)
+
+
+def read_gpus(gateway: Gateway) -> GpuSnapshot:
+    """One entry per GPU (and per MIG device where MIG is on) and one per GPU process."""
+    if not gateway.available():
+        return GpuSnapshot(False, gateway.reason)
+    devices: List[GpuDevice] = []
+    processes: List[GpuProcess] = []
+    for gpu in gateway.gpus():
+        _read_gpu(gateway, gpu, devices, processes)
+    return GpuSnapshot(True, None, tuple(devices), tuple(processes))
+
+
+def _read_gpu(gw: Gateway, gpu: Gpu, devices: List[GpuDevice], processes: List[GpuProcess]) -> None:
+    errors: List[Problem] = []
+    if gw.lost(gpu, errors):
+        devices.append(GpuDevice(gpu.index, gpu.uuid, gpu.name, None, None, None, None, None, None,
+                                 None, None, errors=tuple(errors)))
+        return
+    h = gpu.handle
+    mig = gw.mig_mode(h, errors)
+    util, mem_util = gw.utilization(h, errors)
+    total, used, reserved = gw.memory(h, errors)
+    temp = gw.temperature(h, errors)
+    mw = gw.power_mw(h, errors)
+    mine: List[GpuProcess] = []
+    migs: List[GpuDevice] = []
+    if mig:
+        for slot, mh in gw.mig_devices(h, errors):
+            _read_mig(gw, gpu, slot, mh, migs, mine)
+        seen = {p.pid for p in mine}
+        # the parent lists every instance's processes: add only what no MIG device listed
+        for pid, mem, kind in _listed(gw, h, errors):
+            if pid not in seen:
+                mine.append(GpuProcess(pid, gpu.index, gpu.uuid, kind, mem, *_UNMEASURED))
+    else:
+        listed = _listed(gw, h, errors)
+        usage = gw.process_utilization(h, gpu.uuid or str(gpu.index), errors) if listed else {}
+        for pid, mem, kind in listed:
+            figures = _UNMEASURED if usage is None else usage.get(pid, _IDLE)
+            mine.append(GpuProcess(pid, gpu.index, gpu.uuid, kind, mem, *figures))
+    gw.mark_lost(gpu, errors)
+    errors = _one_lost(errors)
+    devices.append(GpuDevice(gpu.index, gpu.uuid, gpu.name, util, mem_util, total, used, reserved, temp,
+                             None if mw is None else mw / 1000.0, mig, errors=tuple(errors)))
+    devices.extend(migs)
+    processes.extend(mine)
+
+
+def _read_mig(gw: Gateway, gpu: Gpu, slot: int, h, devices: List[GpuDevice], mine: List[GpuProcess]) -> None:
+    errors: List[Problem] = []
+    uuid = gw.uuid(h, errors)
+    name = gw.name(h, errors)
+    total, used, reserved = gw.memory(h, errors)
+    # device and per-process utilization are not supported on MIG devices
+    for pid, mem, kind in _listed(gw, h, errors):
+        mine.append(GpuProcess(pid, gpu.index, uuid, kind, mem, *_UNMEASURED))
+    devices.append(GpuDevice(gpu.index, uuid, name, None, None, total, used, reserved, None, None, True,
+                             parent_uuid=gpu.uuid, mig_index=slot, errors=tuple(errors)))
+
+
+def _one_lost(errors: List[Problem]) -> List[Problem]:
+    """A lost GPU fails every call: say it once."""
+    lost = [p for p in errors if p.error == "gpu_lost"]
+    return errors if len(lost) < 2 else [lost[0]] + [p for p in errors if p.error != "gpu_lost"]
+
+
+def _listed(gw: Gateway, h, errors: List[Problem]) -> List[Tuple[int, Optional[int], str]]:
+    """(pid, memory, type) of every process on the device; a PID in both lists once, as compute."""
+    out: Dict[int, Tuple[int, Optional[int], str]] = {}
+    for kind in ("compute", "graphics"):
+        for pid, mem in gw.processes(h, kind, errors):
+            old = out.get(pid)
+            if old is None:
+                out[pid] = (pid, mem, kind)
+            elif old[1] is None or (mem is not None and mem > old[1]):
+                out[pid] = (pid, mem, old[2])
+    return list(out.values())

@@ -1,0 +1,206 @@
+"""The NVML test double (tests/nvml/nvml_double.c): build it, write scenarios, run against it.
+
+pynvml loads `libnvidia-ml.so.1` by soname, so the double is put on LD_LIBRARY_PATH of a
+*new* process: `env()` gives that environment, `run_python()` and `run_reads()` start one.
+
+    lib = build("full")                      # or "v2" (no _v3/ProcessesUtilizationInfo), "old"
+    path = write_scenario(tmp_path / "s.txt", Scenario().gpu(0, util_gpu=40).proc(0, 4242, 1 << 30))
+    subprocess.run([...], env=env(path, "full"))
+
+Variants are built with gcc into a cache folder keyed by the source's hash and the flags,
+so a changed double is rebuilt and parallel runs never see half-written files.
+
+Run as a script (`python tests/nvmldouble.py PLAN.json`, inside the environment above), it
+is the reader `run_reads()` drives: it writes each step's scenario, advances a fake
+monotonic clock, calls `read_gpus` and prints every snapshot as one JSON document.
+"""
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from typing import Any, Dict, List, Optional
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(HERE)
+SOURCE = os.path.join(HERE, "nvml", "nvml_double.c")
+SONAME = "libnvidia-ml.so.1"
+
+VARIANTS = {
+    "full": [],
+    # a driver between 450 and 510: _v2 process lists, ProcessUtilization, memory v1 and v2
+    "v2": ["-DNO_V3", "-DNO_PUI"],
+    # drivers 430/440: only the unversioned (16-byte) process lists and memory v1
+    "old": ["-DNO_V3", "-DNO_V2", "-DNO_PUI", "-DNO_MEMV2"],
+}
+
+
+def cache_dir() -> str:
+    base = os.environ.get("NVML_DOUBLE_CACHE") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"),
+        "cgstat-nvml-double")
+    return base
+
+
+def build(variant: str = "full") -> str:
+    """The folder holding libnvidia-ml.so.1 of that variant (built when missing or stale)."""
+    flags = VARIANTS[variant]
+    with open(SOURCE, "rb") as f:
+        digest = hashlib.sha256(f.read() + " ".join(flags).encode()).hexdigest()[:16]
+    folder = os.path.join(cache_dir(), f"{variant}-{digest}")
+    lib = os.path.join(folder, SONAME)
+    if os.path.exists(lib):
+        return folder
+    cc = os.environ.get("CC") or shutil.which("gcc") or shutil.which("cc")
+    if not cc:
+        raise RuntimeError("no C compiler (gcc) to build the NVML double")
+    os.makedirs(cache_dir(), exist_ok=True)
+    tmp = tempfile.mkdtemp(prefix=f".{variant}-", dir=cache_dir())
+    try:
+        subprocess.run([cc, "-O2", "-Wall", "-shared", "-fPIC", f"-Wl,-soname,{SONAME}", *flags,
+                        "-o", os.path.join(tmp, SONAME), SOURCE], check=True)
+        try:
+            os.rename(tmp, folder)
+        except OSError:  # another process built it first
+            if not os.path.exists(lib):
+                raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return folder
+
+
+def _fmt(value: Any) -> str:
+    if isinstance(value, str) and (" " in value or not value):
+        return '"' + value + '"'
+    return str(value)
+
+
+class Scenario:
+    """A scenario file's lines (format: tests/nvml/README.md), built by method calls."""
+
+    def __init__(self, init: str = "ok", driver: str = "550.54.15"):
+        self.lines: List[str] = [f"init {init}", f"driver {driver}"]
+
+    def line(self, text: str) -> "Scenario":
+        self.lines.append(text)
+        return self
+
+    def _add(self, word: str, fields: Dict[str, Any]) -> "Scenario":
+        parts = [word] + [f"{k}={_fmt(v)}" for k, v in fields.items() if v is not None]
+        self.lines.append(" ".join(parts))
+        return self
+
+    def gpu(self, index: int, **fields) -> "Scenario":
+        """gpu(0, uuid=..., name=..., mem_total=, mem_used=, mem_reserved=, util_gpu=, util_mem=,
+        temp=, power_mw=, mig=0|1|"unsupported", procutil=, compute=, graphics=, lost=1, handle=)"""
+        return self._add("gpu", dict(index=index, **fields))
+
+    def mig(self, gpu: int, index: int, **fields) -> "Scenario":
+        """mig(0, slot, uuid=, name=, mem_total=, mem_used=, mem_reserved=, gi=, ci=)"""
+        return self._add("mig", dict(gpu=gpu, index=index, **fields))
+
+    def proc(self, gpu: int, pid: int, mem: Any, type: str = "compute", mig: Optional[int] = None) -> "Scenario":
+        return self._add("proc", dict(gpu=gpu, pid=pid, mem=mem, type=type, mig=mig))
+
+    def sample(self, gpu: int, pid: int, sm: int = 0, mem: int = 0, enc: int = 0, dec: int = 0,
+               ts: Any = "busy", jpg: int = 0, ofa: int = 0) -> "Scenario":
+        """ts: "busy" (new on every call), "busy-N" (now - N µs), "once", or µs since the epoch."""
+        return self._add("sample", dict(gpu=gpu, pid=pid, sm=sm, mem=mem, enc=enc, dec=dec, jpg=jpg,
+                                        ofa=ofa, ts=ts))
+
+    def text(self) -> str:
+        return "\n".join(self.lines) + "\n"
+
+
+def write_scenario(path, scenario) -> str:
+    """Replace the scenario file atomically (a new inode: the double notices it at once)."""
+    path = str(path)
+    text = scenario.text() if isinstance(scenario, Scenario) else str(scenario)
+    tmp = f"{path}.tmp{os.getpid()}"
+    with open(tmp, "w") as f:
+        f.write(text)
+    os.replace(tmp, path)
+    return path
+
+
+def env(scenario_path: Optional[str], variant: Optional[str] = "full",
+        base: Optional[Dict[str, str]] = None) -> Dict[str, str]:
+    """Environment for a subprocess that loads the double (variant None: no library at all)."""
+    e = dict(os.environ if base is None else base)
+    e["LD_LIBRARY_PATH"] = build(variant) if variant else ""
+    if scenario_path is not None:
+        e["NVML_DOUBLE_SCENARIO"] = str(scenario_path)
+    else:
+        e.pop("NVML_DOUBLE_SCENARIO", None)
+    e["PYTHONPATH"] = REPO + (os.pathsep + e["PYTHONPATH"] if e.get("PYTHONPATH") else "")
+    return e
+
+
+def run_python(code: str, scenario_path: Optional[str], variant: Optional[str] = "full",
+               timeout: float = 60.0, args: Optional[List[str]] = None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", code, *(args or [])], env=env(scenario_path, variant),
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True,
+                          timeout=timeout, cwd=REPO)
+
+
+def run_reads(folder, steps: List[Dict[str, Any]], variant: Optional[str] = "full",
+              timeout: float = 60.0, **gateway) -> Dict[str, Any]:
+    """Read the GPUs once per step in one process, against the double.
+
+    steps: [{"scenario": Scenario or text (optional: written before this read),
+             "advance": seconds added to the fake monotonic clock before this read}]
+    gateway: Gateway keyword arguments (reinit_backoff_s, retry_s).
+    Returns {"snapshots": [asdict(GpuSnapshot)...], "warnings": [...], "inits": n,
+             "symbols": {...}, "pynvml_on_import": bool}.
+    """
+    folder = str(folder)
+    scenario_path = os.path.join(folder, "scenario.txt")
+    plan = {"scenario_path": scenario_path, "gateway": gateway, "steps": [
+        {"scenario": (s["scenario"].text() if isinstance(s.get("scenario"), Scenario) else s.get("scenario")),
+         "advance": s.get("advance", 0)} for s in steps]}
+    if plan["steps"] and plan["steps"][0]["scenario"] is not None:
+        write_scenario(scenario_path, plan["steps"][0]["scenario"])
+    plan_path = os.path.join(folder, "plan.json")
+    with open(plan_path, "w") as f:
+        json.dump(plan, f)
+    proc = subprocess.run([sys.executable, os.path.abspath(__file__), plan_path],
+                          env=env(scenario_path, variant), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                          universal_newlines=True, timeout=timeout, cwd=REPO)
+    if proc.returncode != 0:
+        raise AssertionError(f"reader failed ({proc.returncode}):\n{proc.stderr}")
+    result = json.loads(proc.stdout)
+    result["stderr"] = proc.stderr
+    return result
+
+
+def _main(plan_path: str) -> None:
+    import dataclasses
+
+    import cgstat.gpu.sample  # noqa: F401
+    on_import = "pynvml" in sys.modules
+    from cgstat.gpu.nvml import Gateway
+    from cgstat.gpu.sample import read_gpus
+
+    with open(plan_path) as f:
+        plan = json.load(f)
+    now = [1000.0]
+    warnings: List[str] = []
+    gw = Gateway(warn=lambda key, message: warnings.append(message), clock=lambda: now[0],
+                 **plan["gateway"])
+    snapshots = []
+    for step in plan["steps"]:
+        if step["scenario"] is not None:
+            write_scenario(plan["scenario_path"], step["scenario"])
+        now[0] += step["advance"]
+        snapshots.append(dataclasses.asdict(read_gpus(gw)))
+    json.dump({"snapshots": snapshots, "warnings": warnings, "inits": gw.inits,
+               "symbols": {"processes": gw.process_symbols, "utilization": gw.utilization_symbol,
+                           "memory_v2": gw.memory_v2, "driver": gw.driver_version},
+               "pynvml_on_import": on_import}, sys.stdout)
+
+
+if __name__ == "__main__":
+    _main(sys.argv[1])
