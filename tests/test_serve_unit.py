@@ -1,0 +1,135 @@
+"""Checks of systemd/cgstat-serve.service (the Prometheus endpoint) with systemd-analyze.
+
+As tests/test_systemd_unit.py does for the stream unit: `verify` in a scratch root with
+a stub at ExecStart's path (no warning about the unit may be printed), the offline
+security exposure at most 2.0, and the sandbox: the same as the stream unit's except the
+network, which is loopback only (IPAddressDeny=any + IPAddressAllow=localhost, binding
+limited to the default port) and AF_INET/AF_INET6 allowed for the listening socket. The
+drop-in shown in the unit's header (another address, a Prometheus server allowed) must
+verify too.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Dict, List, Optional, Tuple
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+UNIT = REPO / "systemd" / "cgstat-serve.service"
+STREAM_UNIT = REPO / "systemd" / "cgstat.service"
+MAX_EXPOSURE = 2.0
+SYSTEM_UNIT_DIRS = (Path("/usr/lib/systemd/system"), Path("/lib/systemd/system"))
+ANALYZE = shutil.which("systemd-analyze")
+needs_analyze = pytest.mark.skipif(ANALYZE is None, reason="systemd-analyze is not installed")
+
+
+def settings(path: Path = UNIT) -> List[Tuple[str, str, str]]:
+    section, out = "", []
+    for raw in path.read_text().splitlines():
+        line = raw.strip()
+        if not line or line[0] in "#;":
+            continue
+        if line.startswith("[") and line.endswith("]"):
+            section = line[1:-1]
+            continue
+        key, _, value = line.partition("=")
+        out.append((section, key.strip(), value.strip()))
+    return out
+
+
+def values(key: str, path: Path = UNIT) -> List[str]:
+    return [v for s, k, v in settings(path) if s == "Service" and k == key]
+
+
+def header_dropin() -> str:
+    """The commented drop-in in the unit's header, uncommented."""
+    lines = UNIT.read_text().splitlines()
+    start = lines.index("#   [Service]")
+    block = []
+    for line in lines[start:]:
+        if not line.startswith("#   "):
+            break
+        block.append(line[4:])
+    return "\n".join(block) + "\n"
+
+
+def verify(tmp_path: Path, dropin: Optional[str] = None) -> None:
+    system_dir = next((d for d in SYSTEM_UNIT_DIRS if (d / "sysinit.target").exists()), None)
+    if system_dir is None:
+        pytest.skip("no systemd unit directory with sysinit.target on this machine")
+    root = tmp_path / "root"
+    shutil.copytree(system_dir, root / system_dir.relative_to("/"), symlinks=True)
+    unit_dir = root / "etc/systemd/system"
+    unit_dir.mkdir(parents=True)
+    shutil.copy(UNIT, unit_dir / UNIT.name)
+    if dropin:
+        (unit_dir / (UNIT.name + ".d")).mkdir()
+        (unit_dir / (UNIT.name + ".d") / "listen.conf").write_text(dropin)
+    for value in values("ExecStart"):
+        stub = root / value.split()[0].lstrip("-@:+!").lstrip("/")
+        stub.parent.mkdir(parents=True, exist_ok=True)
+        stub.write_text("#!/bin/sh\nexit 0\n")
+        stub.chmod(0o755)
+    proc = subprocess.run([ANALYZE, "verify", "--root=%s" % root, "/etc/systemd/system/" + UNIT.name],
+                          capture_output=True, text=True, timeout=60, check=False)
+    output = proc.stdout + proc.stderr
+    assert proc.returncode == 0, output
+    assert not [line for line in output.splitlines() if UNIT.name in line], output
+
+
+@needs_analyze
+def test_verify_passes_without_warnings(tmp_path: Path) -> None:
+    verify(tmp_path)
+
+
+@needs_analyze
+def test_the_documented_listen_dropin_verifies(tmp_path: Path) -> None:
+    dropin = header_dropin()
+    assert "CGSTAT_LISTEN=0.0.0.0:17923" in dropin and "IPAddressAllow=" in dropin
+    verify(tmp_path, dropin)
+
+
+@needs_analyze
+def test_security_exposure_at_most_2() -> None:
+    proc = subprocess.run([ANALYZE, "security", "--offline=yes", "--no-pager", str(UNIT)],
+                          capture_output=True, text=True, timeout=60, check=False)
+    output = proc.stdout + proc.stderr
+    match = re.search(r"Overall exposure level for \S+: ([0-9]+(?:\.[0-9]+)?)", output)
+    assert match, output
+    print("exposure score: %s" % match.group(1))
+    assert float(match.group(1)) <= MAX_EXPOSURE, output
+
+
+def test_network_is_loopback_only_by_default() -> None:
+    assert values("PrivateNetwork") in ([], ["no"])
+    assert values("IPAddressDeny") == ["any"]
+    assert values("IPAddressAllow") == ["localhost"]
+    families = " ".join(values("RestrictAddressFamilies")).split()
+    assert sorted(families) == ["AF_INET", "AF_INET6", "AF_UNIX"]
+    assert values("SocketBindDeny") == ["any"] and values("SocketBindAllow") == ["tcp:17923"]
+    env = " ".join(values("Environment"))
+    assert "CGSTAT_LISTEN=127.0.0.1:17923" in env
+    assert values("ExecStart") == ["/usr/local/bin/cgstat serve"]
+
+
+def test_same_sandbox_as_the_stream_unit_apart_from_network_and_logs() -> None:
+    differ = {"PrivateNetwork", "IPAddressAllow", "RestrictAddressFamilies", "SocketBindDeny",
+              "SocketBindAllow", "ExecStart", "ExecReload", "Environment", "LogsDirectory",
+              "LogsDirectoryMode"}
+    stream: Dict[str, List[str]] = {}
+    serve: Dict[str, List[str]] = {}
+    for s, k, v in settings(STREAM_UNIT):
+        if s == "Service" and k not in differ:
+            stream.setdefault(k, []).append(v)
+    for s, k, v in settings(UNIT):
+        if s == "Service" and k not in differ:
+            serve.setdefault(k, []).append(v)
+    assert serve == stream
+    # serve writes nothing: no writable directory at all
+    assert not values("LogsDirectory") and not values("StateDirectory") and not values("ReadWritePaths")
+    assert values("ProtectSystem") == ["strict"]
