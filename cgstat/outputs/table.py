@@ -1,0 +1,334 @@
+"""`--format table` and `--format csv`: the same records, for people and spreadsheets.
+
+- table: one block per batch, laid out as `docker stats --no-stream` prints it (a header,
+  columns padded the way Go's tabwriter does there: at least 10 wide, 3 spaces apart),
+  sizes in docker's units: `units.BytesSize` (binary, "%.4g" + B/KiB/MiB/GiB...) for
+  memory, `units.HumanSizeWithPrecision(x, 3)` (decimal, kB/MB/GB) for network and block
+  IO, percentages with two decimals and "%". A null figure prints "--". MEM USAGE is the
+  working set; with no limit the host's memory stands in (as docker does), found from
+  `memory.percent`. Events in the batch follow the table, one line each.
+- csv: a header, then one row per cgroup/pod record and per event, always the same fixed
+  columns (CSV_COLUMNS, dotted names such as `cpu.percent`), so every row has the same
+  width whatever the record holds. GPU device records (`type: "gpu"`) are not rows.
+
+Names are hostile (any byte but '/' and NUL is a valid cgroup name): control, bidi and
+line-separator characters are written as `\\xNN`/`\\uXXXX` (text.escape_controls) in both
+formats; in CSV every text cell is quoted and one that starts with `=`, `+`, `-`, `@`,
+tab or CR gets a leading `'` so that spreadsheets don't run it as a formula (OWASP, "CSV
+Injection").
+
+Both sinks are the JSON-lines sinks with another serialiser, so opening, SIGHUP reopening,
+backlog on a failing disk and a closed stdout behave exactly as there.
+"""
+
+from __future__ import annotations
+
+import os
+import unicodedata
+from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence
+
+from cgstat.outputs.jsonl import FileSink, JsonLinesSink, StdoutSink
+from cgstat.text import escape_controls
+
+# -- docker's units (github.com/docker/go-units, size.go) ------------------------------------
+
+_BINARY = ("B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB", "ZiB", "YiB")
+_DECIMAL = ("B", "kB", "MB", "GB", "TB", "PB", "EB", "ZB", "YB")
+
+
+def _scaled(size: float, base: float, names: Sequence[str]):
+    i = 0
+    while size >= base and i < len(names) - 1:
+        size /= base
+        i += 1
+    return size, names[i]
+
+
+def bytes_size(size: Optional[float]) -> str:
+    """docker's units.BytesSize: 1024-based, 4 significant digits ("24.65MiB", "64MiB")."""
+    if size is None:
+        return "--"
+    value, unit = _scaled(float(size), 1024.0, _BINARY)
+    return "%.4g%s" % (value, unit)
+
+
+def human_size(size: Optional[float], precision: int = 3) -> str:
+    """docker's units.HumanSizeWithPrecision: 1000-based ("1.2MB", "0B")."""
+    if size is None:
+        return "--"
+    value, unit = _scaled(float(size), 1000.0, _DECIMAL)
+    return "%.*g%s" % (precision, value, unit)
+
+
+def percent(value: Optional[float]) -> str:
+    return "--" if value is None else "%.2f%%" % value
+
+
+# -- reading a record ------------------------------------------------------------------------
+
+def _get(record: Any, dotted: str) -> Any:
+    obj = record
+    for key in dotted.split("."):
+        if not isinstance(obj, dict):
+            return None
+        obj = obj.get(key)
+    return obj
+
+
+def _number(value: Any) -> Optional[float]:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return value
+
+
+def display_name(record: Dict[str, Any]) -> str:
+    """The container's name, else the systemd unit, else the cgroup path; controls escaped.
+
+    A pod-level record (`type: "pod"`) is named `namespace/pod` when the pod is known.
+    """
+    name = _get(record, "container.name")
+    if not name and record.get("type") == "pod" and _get(record, "pod.name"):
+        name = "%s/%s" % (_get(record, "pod.namespace") or "", _get(record, "pod.name"))
+    name = name or record.get("unit") or record.get("cgroup") or "--"
+    return escape_controls(str(name))
+
+
+def _width(text: str) -> int:
+    """Terminal columns of `text` (wide East Asian characters take two, combining none)."""
+    if text.isascii():
+        return len(text)
+    w = 0
+    for ch in text:
+        if unicodedata.combining(ch):
+            continue
+        w += 2 if unicodedata.east_asian_width(ch) in ("W", "F") else 1
+    return w
+
+
+TABLE_HEADER = ("NAME", "CPU %", "MEM USAGE / LIMIT", "MEM %", "NET I/O", "BLOCK I/O", "PIDS", "GPU MEM",
+                "GPU SM %")
+
+
+def table_row(record: Dict[str, Any]) -> List[str]:
+    """The cells of one record, formatted as docker stats formats them."""
+    ws = _number(_get(record, "memory.working_set_bytes"))
+    limit = _number(_get(record, "memory.limit_bytes"))
+    mem_pct = _number(_get(record, "memory.percent"))
+    if limit is None and ws and mem_pct:
+        limit = ws * 100.0 / mem_pct  # docker shows the host's memory for an unlimited container
+    mem = "-- / --" if ws is None else "%s / %s" % (bytes_size(ws), bytes_size(limit))
+    net = record.get("network")
+    if isinstance(net, dict):
+        net_io = "%s / %s" % (human_size(_number(net.get("rx_bytes_total"))),
+                              human_size(_number(net.get("tx_bytes_total"))))
+    else:
+        net_io = "--"
+    rd, wr = _number(_get(record, "io.read_bytes_total")), _number(_get(record, "io.write_bytes_total"))
+    block = "--" if rd is None and wr is None else "%s / %s" % (human_size(rd), human_size(wr))
+    pids = _number(_get(record, "pids.current"))
+    gpu = record.get("gpu")
+    gpu_mem = gpu_sm = "--"
+    if isinstance(gpu, dict):
+        gpu_mem = bytes_size(_number(gpu.get("memory_bytes")))
+        gpu_sm = percent(_number(gpu.get("sm_percent")))
+    return [display_name(record), percent(_number(_get(record, "cpu.percent"))), mem, percent(mem_pct), net_io,
+            block, "--" if pids is None else "%d" % pids, gpu_mem, gpu_sm]
+
+
+def render_table(rows: Sequence[Sequence[str]], header: Sequence[str] = TABLE_HEADER) -> str:
+    """Columns as Go's tabwriter(minwidth 10, padding 3) lays out docker's table."""
+    widths = [0] * len(header)
+    for row in [header] + list(rows):
+        for i, cell in enumerate(row):
+            widths[i] = max(widths[i], _width(cell))
+    lines = []
+    for row in [header] + list(rows):
+        out = []
+        for i, cell in enumerate(row):
+            if i == len(row) - 1:
+                out.append(cell)
+            else:
+                out.append(cell + " " * (max(10, widths[i] + 3) - _width(cell)))
+        lines.append("".join(out).rstrip())
+    return "\n".join(lines) + "\n"
+
+
+def _is_workload(record: Any) -> bool:
+    return isinstance(record, dict) and record.get("type") in ("cgroup", "pod")
+
+
+def format_table(records: Iterable[Dict[str, Any]]) -> str:
+    """One batch: the table, then one line per event ("! severity kind name: message")."""
+    records = list(records)
+    rows = [table_row(r) for r in records if _is_workload(r)]
+    text = render_table(rows)
+    for e in records:
+        if isinstance(e, dict) and e.get("type") == "event":
+            who = _get(e, "container.name") or e.get("cgroup") or "--"
+            text += "! %s %s %s: %s\n" % (escape_controls(str(e.get("severity"))), escape_controls(str(e.get("kind"))),
+                                          escape_controls(str(who)), escape_controls(str(e.get("message"))))
+    return text
+
+
+# -- CSV --------------------------------------------------------------------------------------
+
+CSV_COLUMNS = (
+    "type", "ts", "host", "cgroup", "name", "unit", "interval_s",
+    "container.runtime", "container.id", "container.name", "container.image",
+    "pod.namespace", "pod.name", "pod.uid", "pod.qos",
+    "cpu.percent", "cpu.limit_cores", "cpu.usage_seconds_total", "cpu.user_seconds_total",
+    "cpu.system_seconds_total", "cpu.periods_total", "cpu.throttled_periods_total",
+    "cpu.throttled_seconds_total", "cpu.throttled_percent",
+    "memory.working_set_bytes", "memory.limit_bytes", "memory.percent", "memory.usage_bytes",
+    "memory.anon_bytes", "memory.file_bytes", "memory.inactive_file_bytes", "memory.shmem_bytes",
+    "memory.swap_bytes", "memory.oom_kills_total", "memory.oom_events_total",
+    "io.read_bytes_total", "io.write_bytes_total", "io.read_ops_total", "io.write_ops_total",
+    "io.read_bytes_per_second", "io.write_bytes_per_second", "io.read_ops_per_second",
+    "io.write_ops_per_second",
+    "network.rx_bytes_total", "network.tx_bytes_total", "network.rx_bytes_per_second",
+    "network.tx_bytes_per_second",
+    "pids.current", "pids.limit",
+    "pressure.cpu.some_avg10", "pressure.memory.some_avg10", "pressure.memory.full_avg10",
+    "pressure.io.some_avg10", "pressure.io.full_avg10",
+    "gpu.memory_bytes", "gpu.sm_percent", "gpu.devices", "gpu.processes",
+    "event.kind", "event.severity", "event.resolves", "event.message",
+    "errors",
+)
+
+_FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+
+
+def csv_text(value: str) -> str:
+    """A text cell: controls escaped, a formula start defused with ', quoted, " doubled."""
+    value = escape_controls(value)
+    if value.startswith(_FORMULA_START):
+        value = "'" + value
+    return '"' + value.replace('"', '""') + '"'
+
+
+def csv_cell(value: Any) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        return repr(value) if value == value and value not in (float("inf"), float("-inf")) else ""
+    return csv_text(str(value))
+
+
+def csv_values(record: Dict[str, Any]) -> List[Any]:
+    """The CSV_COLUMNS values of one record (cgroup, pod or event)."""
+    event = record.get("type") == "event"
+    values: List[Any] = []
+    for col in CSV_COLUMNS:
+        if col == "name":
+            v = display_name(record) if not event else (_get(record, "container.name") or record.get("cgroup"))
+        elif col.startswith("event."):
+            v = record.get(col[6:]) if event else None
+        elif col == "gpu.devices":
+            devs = _get(record, "gpu.devices")
+            v = " ".join(str(d) for d in devs) if isinstance(devs, list) else None
+        elif col == "gpu.processes":
+            procs = _get(record, "gpu.processes")
+            v = len(procs) if isinstance(procs, list) else None
+        elif col == "errors":
+            errs = record.get("errors")
+            v = ";".join("%s:%s" % (e.get("source"), e.get("error")) for e in errs
+                         if isinstance(e, dict)) if errs and isinstance(errs, list) else None
+        elif event and col.split(".")[0] in ("cpu", "memory", "io", "network", "pids", "pressure", "gpu", "pod"):
+            v = None
+        else:
+            v = _get(record, col)
+            if isinstance(v, (dict, list)):
+                v = None
+        values.append(v)
+    return values
+
+
+def csv_header() -> str:
+    return ",".join(CSV_COLUMNS) + "\r\n"
+
+
+def csv_rows(records: Iterable[Dict[str, Any]]) -> str:
+    """RFC 4180 rows (CRLF) for the cgroup, pod and event records of a batch."""
+    out = []
+    for r in records:
+        if _is_workload(r) or (isinstance(r, dict) and r.get("type") == "event"):
+            out.append(",".join(csv_cell(v) for v in csv_values(r)))
+    return "\r\n".join(out) + "\r\n" if out else ""
+
+
+# -- sinks ------------------------------------------------------------------------------------
+
+class _TableFormat:
+    """Serialiser mixin: a table per batch (a blank line between batches)."""
+
+    _batches = 0
+
+    def serialise(self, records: Iterable[Dict[str, Any]]) -> bytes:
+        text = format_table(records)
+        if self._batches:
+            text = "\n" + text
+        self._batches += 1
+        return text.encode("utf-8", "backslashreplace")
+
+
+class _CsvFormat:
+    """Serialiser mixin: the header once per output (again after a reopen onto a new file)."""
+
+    _header_due = True
+
+    def _output_empty(self) -> bool:
+        return True
+
+    def serialise(self, records: Iterable[Dict[str, Any]]) -> bytes:
+        text = csv_rows(records)
+        if self._header_due and self._output_empty():
+            text = csv_header() + text
+        self._header_due = False
+        return text.encode("utf-8", "backslashreplace")
+
+
+class TableStdoutSink(_TableFormat, StdoutSink):
+    pass
+
+
+class TableFileSink(_TableFormat, FileSink):
+    pass
+
+
+class CsvStdoutSink(_CsvFormat, StdoutSink):
+    pass
+
+
+class CsvFileSink(_CsvFormat, FileSink):
+    """Appends rows; the header only when the file is new or empty (and after logrotate)."""
+
+    def _output_empty(self) -> bool:
+        if self._pending:
+            return False
+        try:
+            return os.fstat(self._fd()).st_size == 0
+        except OSError:
+            return True
+
+    def reopen(self) -> None:
+        super().reopen()
+        self._header_due = True
+
+
+FORMATS = ("jsonl", "table", "csv")
+
+
+def make_format_sink(fmt: str, path: Optional[str], mode: int = 0o600,
+                     warn: Optional[Callable[[str, str], None]] = None) -> JsonLinesSink:
+    """The sink for `--format FMT` (jsonl, table, csv) on `path` or stdout."""
+    if fmt == "jsonl":
+        return FileSink(path, mode, warn) if path else StdoutSink(warn)
+    if fmt == "table":
+        return TableFileSink(path, mode, warn) if path else TableStdoutSink(warn)
+    if fmt == "csv":
+        return CsvFileSink(path, mode, warn) if path else CsvStdoutSink(warn)
+    raise ValueError("unknown format %r (jsonl, table or csv)" % (fmt,))
