@@ -1,0 +1,89 @@
+"""CPU time one `read_gpus` call adds to a tick, against the NVML test double.
+
+    python3 bench/gpu_cost.py                 # 8 GPUs x 50 busy processes, 200 reads
+    python3 bench/gpu_cost.py --gpus 8 --procs 50 --reads 500 --variant old --json
+
+The double (tests/nvml/nvml_double.c, built with gcc into a cache) stands in for the
+driver, so this measures cgstat + pynvml + ctypes, plus the double's own small work (a
+stat() of the scenario file per call): a real driver's ioctls cost more, and are not ours
+to reduce. The issue's budget is < 5 ms of CPU per tick. Needs no GPU and no root.
+"""
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(REPO, "tests"))
+
+from nvmldouble import Scenario, env, write_scenario  # noqa: E402
+
+_CHILD = r"""
+import json, sys, time
+from cgstat.gpu.nvml import Gateway
+from cgstat.gpu.sample import read_gpus
+reads, warm = int(sys.argv[1]), int(sys.argv[2])
+gw = Gateway()
+for _ in range(warm):
+    snap = read_gpus(gw)
+assert snap.available, snap.reason
+costs = []
+for _ in range(reads):
+    t0 = time.process_time()
+    snap = read_gpus(gw)
+    costs.append(time.process_time() - t0)
+costs.sort()
+t0 = time.process_time(); w0 = time.perf_counter()
+for _ in range(reads):
+    read_gpus(gw)
+total = time.process_time() - t0
+print(json.dumps({"devices": len(snap.devices), "processes": len(snap.processes),
+                  "busy": sum(1 for p in snap.processes if p.sm_percent),
+                  "mean_cpu_ms": total / reads * 1e3,
+                  "wall_ms": (time.perf_counter() - w0) / reads * 1e3,
+                  "median_cpu_ms": costs[len(costs) // 2] * 1e3,
+                  "p95_cpu_ms": costs[int(len(costs) * 0.95)] * 1e3}))
+"""
+
+
+def scenario(gpus: int, procs: int) -> Scenario:
+    s = Scenario()
+    for g in range(gpus):
+        s.gpu(g, uuid=f"GPU-bench000-0000-0000-0000-{g:012d}", name="NVIDIA H100 80GB HBM3",
+              mem_total=80 << 30, mem_used=40 << 30, mem_reserved=1 << 29, util_gpu=90, util_mem=40,
+              temp=60, power_mw=500000)
+        for p in range(procs):
+            pid = 100000 + g * 1000 + p
+            s.proc(g, pid, (p + 1) << 24)
+            s.sample(g, pid, sm=1 + p % 99, mem=p % 50, ts="busy")
+    return s
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--gpus", type=int, default=8)
+    ap.add_argument("--procs", type=int, default=50, help="busy processes per GPU")
+    ap.add_argument("--reads", type=int, default=200)
+    ap.add_argument("--variant", default="full", choices=("full", "v2", "old"))
+    ap.add_argument("--json", action="store_true")
+    a = ap.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        path = write_scenario(os.path.join(tmp, "scenario.txt"), scenario(a.gpus, a.procs))
+        out = subprocess.run([sys.executable, "-c", _CHILD, str(a.reads), "3"], env=env(path, a.variant),
+                             stdout=subprocess.PIPE, universal_newlines=True, check=True, cwd=REPO)
+    result = json.loads(out.stdout)
+    result.update(gpus=a.gpus, procs_per_gpu=a.procs, variant=a.variant, reads=a.reads, budget_ms=5.0)
+    if a.json:
+        print(json.dumps(result))
+    else:
+        print(f"read_gpus, {a.gpus} GPUs x {a.procs} busy processes ({a.variant} symbols, {a.reads} reads): "
+              f"{result['mean_cpu_ms']:.2f} ms CPU per call (median {result['median_cpu_ms']:.2f}, "
+              f"p95 {result['p95_cpu_ms']:.2f}; wall {result['wall_ms']:.2f} ms); budget 5 ms")
+    return 0 if result["mean_cpu_ms"] < 5.0 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
