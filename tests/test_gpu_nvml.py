@@ -8,7 +8,6 @@ stepped, never slept.
 import shutil
 
 import pytest
-
 from nvmldouble import Scenario, run_reads
 
 pytestmark = pytest.mark.skipif(not (shutil.which("gcc") or shutil.which("cc")),
