@@ -391,10 +391,10 @@ class EventDetector:
             return
         cores = st.ring[-1][_CORES]
         cpu_pct = _cpu_percent(window)
-        msg = ("%s was throttled in %.0f %% of its CPU periods over the last %s (running at %s of its %s-core "
+        msg = ("%s was throttled in %.0f %% of its CPU periods over the last %s (using %s cores of its %s-core "
                "quota): it needs more CPU than its limit; raise the quota or use fewer threads/workers." % (
                    _name(r), frac * 100, _duration(window[-1][_T] - window[0][_T]),
-                   "unknown" if cpu_pct is None else "%.0f %%" % cpu_pct, "?" if cores is None else "%g" % cores))
+                   "?" if cpu_pct is None else "%.2f" % (cpu_pct / 100), "?" if cores is None else "%g" % cores))
         self._raise(st, r, "cpu_throttled", "warning", _cap(msg),
                     {"throttled_fraction": round(frac, 4), "periods": periods, "throttled_periods": throttled,
                      "cpu_percent": None if cpu_pct is None else round(cpu_pct, 2), "limit_cores": cores,
@@ -424,10 +424,10 @@ class EventDetector:
                 or sm_mean > th.gpu_idle_sm_percent or not cores or cpu_pct is None
                 or cpu_pct < th.cpu_at_limit_fraction * cores * 100):
             return
-        msg = ("%s's GPU sits idle (%.0f %% SM) while its CPU runs at its limit (%.0f %% of %g cores): the input "
+        msg = ("%s's GPU sits idle (%.0f %% SM) while its CPU runs at its limit (%.2f of %g cores): the input "
                "pipeline starves the GPU; use more DataLoader workers (num_workers) and pin_memory=True, "
                "tf.data prefetch/parallel map, or raise the CPU quota." % (
-                   _name(r), sm_mean, cpu_pct, cores))
+                   _name(r), sm_mean, cpu_pct / 100, cores))
         self._raise(st, r, "gpu_idle_cpu_bound", "warning", _cap(msg),
                     {"sm_percent": round(sm_mean, 2), "cpu_percent": round(cpu_pct, 2), "limit_cores": cores,
                      "gpu_processes": st.ring[-1][_GPROCS], "window_s": round(window[-1][_T] - window[0][_T], 3)},

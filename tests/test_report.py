@@ -1,0 +1,197 @@
+"""`cgstat report` (cgstat/outputs/report.py): a self-contained HTML report from a recorded
+stream, checked for content, bounds and hostile names, and rendered in real headless
+Chromium (Debian's `chromium`): it renders, every workload has its SVG charts, events are
+marked, and a screenshot is taken."""
+
+import gzip
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+
+import orjson
+import pytest
+
+from cgstat.errors import CgstatError
+from cgstat.outputs.report import build_report, read_stream
+from cgstat.pipeline.events import EventDetector
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(HERE)
+MiB = 1024 * 1024
+END = 1795982620.0
+HOSTILE = "<script>alert(1)</script>\x1b[2J\u202e\"'&"
+
+
+def _ts(t):
+    whole = int(t)
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(whole)) + ".%03dZ" % int((t - whole) * 1000)
+
+
+def workload_record(t, i, name, cpu_pct, ws, limit, cores=None, oom=0, gpu=None, cpu_total=0.0,
+                    periods=0, throttled=0):
+    return {"schema": 1, "type": "cgroup", "ts": _ts(t), "host": "node-1", "cgroup": "/docker/%064x" % i,
+            "paths": {}, "interval_s": 1.0, "unit": None, "pod": None,
+            "container": {"runtime": "docker", "id": "%064x" % i, "short_id": "%012x" % i, "name": name,
+                          "image": None, "labels": None, "pod": None, "sandbox": False},
+            "cpu": {"usage_seconds_total": cpu_total, "percent": cpu_pct, "limit_cores": cores,
+                    "periods_total": periods, "throttled_periods_total": throttled, "throttled_percent": None},
+            "memory": {"working_set_bytes": ws, "limit_bytes": limit,
+                       "percent": ws / (limit or 64 * 1024 * MiB) * 100, "oom_kills_total": oom},
+            "io": {"read_bytes_total": int(t) * 1000, "write_bytes_total": int(t) * 5000,
+                   "read_bytes_per_second": 1000.0 + (t % 7) * 100, "write_bytes_per_second": 5000.0},
+            "pids": {"current": 3, "limit": None}, "pressure": {}, "gpu": gpu, "errors": []}
+
+
+def write_stream(path, seconds=600, interval=1.0, extra=0, detect=True):
+    """A recorded stream: a leaking trainer, an input-bound trainer (CPU at quota, idle GPU),
+    a job OOM-killed once, a calm one with a hostile name, and `extra` calm containers."""
+    det = EventDetector(window_s=30)
+    t0 = END - seconds  # ends just before the recorded v2 tree's snapshots (2026-11-29T20:03:48Z)
+    n = int(seconds / interval)
+    with open(path, "wb") as f:
+        for k in range(n):
+            t = t0 + k * interval
+            recs = [
+                workload_record(t, 1, "leaky-trainer", 80.0 + (k % 5), 200 * MiB + k * interval * 2 * MiB,
+                                4096 * MiB, cores=2.0, cpu_total=k * 0.8),
+                workload_record(t, 2, "input-bound", 49.5 + (k % 3) * 0.3, 1024 * MiB, 8192 * MiB, cores=0.5,
+                                cpu_total=k * interval * 0.5, periods=k * 10, throttled=k * 10,
+                                gpu={"memory_bytes": 3 * 1024 * MiB, "sm_percent": 0.0 if k < n // 2 else 70.0,
+                                     "devices": ["GPU-1"],
+                                     "processes": [{"pid": 42, "name": "python", "sm_percent": 0.0}]}),
+                workload_record(t, 3, "batch-job", 20.0, (950 if k < n // 3 else 50) * MiB, 1024 * MiB, cores=1.0,
+                                oom=0 if k < n // 3 else 1, cpu_total=k * 0.2),
+                workload_record(t, 4, HOSTILE, 1.0, 30 * MiB, None, cpu_total=k * 0.01),
+            ]
+            for j in range(extra):
+                recs.append(workload_record(t, 100 + j, "calm-%d" % j, 0.5 + (j % 10), (50 + j % 100) * MiB,
+                                            2048 * MiB, cpu_total=k * 0.005))
+            events = det.observe(recs) if detect else []
+            f.write(b"".join(orjson.dumps(r) + b"\n" for r in recs + events))
+    return path
+
+
+@pytest.fixture(scope="module")
+def report(tmp_path_factory):
+    d = tmp_path_factory.mktemp("report")
+    src = write_stream(str(d / "stream.jsonl"))
+    # real records of a recorded v2 tree too (once, two snapshots)
+    for snap in ("t0", "t1"):
+        out = subprocess.run([sys.executable, "-m", "cgstat", "once", "--host-root",
+                              os.path.join(HERE, "fixtures", "v2-systemd", snap), "--window", "0"],
+                             cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, check=True).stdout
+        with open(src, "ab") as f:
+            f.write(out)
+    out = str(d / "report.html")
+    build_report(src, out)
+    with open(out, encoding="utf-8") as f:
+        return src, out, f.read()
+
+
+def test_report_content(report):
+    src, out, text = report
+    assert text.startswith("<!DOCTYPE html>")
+    # self-contained: no external resource of any kind
+    assert not re.search(r"""(src|href)\s*=\s*["']?(https?:|//)""", text)
+    assert "http://" not in text and "https://" not in text and "@import" not in text
+    # hostile names are data, not markup
+    assert "<script>alert" not in text and "\x1b" not in text and "\u202e" not in text
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;\\x1b[2J\\u202e&quot;&#x27;&amp;" in text
+    assert text.count("<script>") == 1
+    for name in ("leaky-trainer", "input-bound", "batch-job", "tf-training"):
+        assert name in text
+    # events of the stream are in the report
+    for kind in ("memory_growth", "gpu_idle_cpu_bound", "oom_kill", "cpu_throttled", "memory_near_limit"):
+        assert kind in text, kind
+    assert 'class="ev critical"' in text and 'class="episode"' in text
+
+
+def test_report_bad_input(tmp_path):
+    p = tmp_path / "x.jsonl"
+    p.write_bytes(b"hello\nworld\n")
+    with pytest.raises(CgstatError) as e:
+        build_report(str(p), str(tmp_path / "r.html"))
+    assert "not a cgstat" in str(e.value) and "\n" not in str(e.value)
+    with pytest.raises(CgstatError):
+        build_report(str(tmp_path / "missing.jsonl"), str(tmp_path / "r.html"))
+    good = write_stream(str(tmp_path / "s.jsonl"), seconds=20)
+    with pytest.raises(CgstatError):
+        build_report(good, str(tmp_path / "no" / "such" / "dir" / "r.html"))
+    # junk lines among good ones are counted, not fatal; .gz input works
+    with open(good, "ab") as f:
+        f.write(b"{not json\n\xff\xfe\n[1,2]\n")
+    with open(good, "rb") as f, gzip.open(str(tmp_path / "s.jsonl.gz"), "wb") as g:
+        g.write(f.read())
+    build_report(str(tmp_path / "s.jsonl.gz"), str(tmp_path / "r.html"))
+    assert "3 lines were not cgstat records" in (tmp_path / "r.html").read_text()
+
+
+def test_report_bounded_for_a_long_stream_of_many_containers(tmp_path):
+    """2 h at 5 s of 60 containers (86k records, 1440 ticks: the grid merges): bounded buckets,
+    points per chart, size."""
+    src = write_stream(str(tmp_path / "big.jsonl"), seconds=2 * 3600, interval=5.0, extra=56, detect=False)
+    t = time.process_time()
+    d = read_stream(src)
+    read_s = time.process_time() - t
+    for w in d.workloads.values():
+        assert len(w.buckets[0]) <= 2 * 500
+    out = str(tmp_path / "big.html")
+    build_report(src, out)
+    size = os.path.getsize(out)
+    text = open(out, encoding="utf-8").read()
+    assert text.count("<svg") >= 60 * 3
+    longest = max(len(m) for m in re.findall(r' d="M[^"]*"', text))
+    assert longest < 500 * 16  # at most ~500 points per path
+    assert size < 12 * MiB, size
+    print("big stream: %d records, %.1f MiB in, report %.2f MiB, %.1f s CPU to read" % (
+        sum(1 for _ in open(src, "rb")), os.path.getsize(src) / MiB, size / MiB, read_s))
+
+
+def chromium():
+    for name in ("chromium", "chromium-browser", "google-chrome"):
+        path = shutil.which(name)
+        if path:
+            return path
+    pytest.skip("no chromium (Debian: apt-get install chromium)")
+
+
+def run_chromium(args, timeout=120):
+    home = os.environ.get("TMPDIR", "/tmp")
+    return subprocess.run([chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
+                           "--disable-extensions", "--disable-dev-shm-usage", "--user-data-dir=" + os.path.join(
+                               home, "cgstat-chromium-%d" % os.getpid())] + args,
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=timeout)
+
+
+def test_report_renders_in_headless_chromium(report, tmp_path):
+    src, out, text = report
+    r = run_chromium(["--dump-dom", "file://" + out])
+    dom = r.stdout.decode("utf-8", "replace")
+    assert r.returncode == 0 and "</html>" in dom, r.stderr[-2000:]
+    # every charted workload has its SVG charts (CPU, memory, IO; GPU where it has GPU figures)
+    sections = re.findall(r'<section class="w" id="(w\d+)".*?</section>', dom, re.S)
+    assert len(sections) >= 4 + 10
+    for sec in re.findall(r'<section class="w".*?</section>', dom, re.S):
+        assert sec.count("<svg") >= 2
+    gpu_sec = [s for s in re.findall(r'<section class="w".*?</section>', dom, re.S) if "input-bound" in s][0]
+    assert gpu_sec.count("<svg") == 5 and "GPU SM %" in gpu_sec
+    # events marked on the charts of the workloads they concern
+    oom_sec = [s for s in re.findall(r'<section class="w".*?</section>', dom, re.S) if "batch-job" in s][0]
+    assert 'class="ev critical" data-kind="oom_kill"' in oom_sec
+    leak = [s for s in re.findall(r'<section class="w".*?</section>', dom, re.S) if "leaky-trainer" in s][0]
+    assert 'data-kind="memory_growth"' in leak
+    # the inline script ran without replacing anything, and no hostile markup became elements
+    assert "<script>alert" not in dom
+    shot = str(tmp_path / "report.png")
+    r = run_chromium(["--screenshot=" + shot, "--window-size=1400,2400", "--hide-scrollbars",
+                      "file://" + out])
+    assert r.returncode == 0 and os.path.getsize(shot) > 20000, r.stderr[-2000:]
+    with open(shot, "rb") as f:
+        assert f.read(8) == b"\x89PNG\r\n\x1a\n"
+    keep = os.environ.get("CGSTAT_REPORT_SCREENSHOT")
+    if keep:
+        shutil.copy(shot, keep)
