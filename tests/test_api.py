@@ -7,10 +7,10 @@ import sys
 import time
 
 import pytest
-
-import cgstat
 from contract import ROOT, validate
 from realcg import find
+
+import cgstat
 
 V2 = os.path.join(ROOT, "tests", "fixtures", "v2-systemd")
 

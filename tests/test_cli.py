@@ -134,7 +134,7 @@ def test_once_state_rates_and_corrupt_state(tmp_path):
     (lambda s: {**s, "version": 99}, "format version"),
     (lambda s: {**s, "boot_id": "another-boot"}, "another boot"),
     (lambda s: {**s, "time_s": s["time_s"] + 10**6}, "future"),
-    (lambda s: {**s, "cgroups": {"/x": {"identity": "junk"}}}, "corrupt"),
+    (lambda s: {**s, "cgroups": {"/x": {"inodes": "junk"}}}, "corrupt"),
     (lambda s: {**s, "time_s": "soon"}, "corrupt"),
 ])
 def test_untrusted_state_is_reported_and_replaced(tmp_path, edit, needle):

@@ -39,9 +39,9 @@ def rec(path="/docker/abc", t=0.0, interval=0.5, ws=100 * MiB, limit=1024 * MiB,
 
 
 def run(detector, seq):
-    """seq: list of lists of records; returns all events, and per tick."""
+    """seq: list of lists of records (one per tick); returns all events."""
     out = []
-    for i, tick in enumerate(seq):
+    for tick in seq:
         out.extend(detector.observe(tick))
     validate(out)
     return out

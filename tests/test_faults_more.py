@@ -123,7 +123,14 @@ JSONISH = st.recursive(st.none() | st.booleans() | st.integers() | st.text(max_s
 def test_runtime_state_parsers_take_any_json(doc):
     for entry in (containers._from_docker_config(doc), containers._from_oci_annotations(doc, "containerd"),
                   containers._from_oci_annotations(doc, "cri-o")):
-        assert entry is None or isinstance(entry, dict)
+        if entry is None:
+            continue
+        assert isinstance(entry, containers.ContainerEntry)
+        assert all(v is None or isinstance(v, str) for v in (entry.runtime, entry.name, entry.image,
+                                                              entry.k8s_container))
+        assert entry.labels is None or all(isinstance(k, str) and isinstance(v, str)
+                                           for k, v in entry.labels.items())
+        assert isinstance(entry.sandbox, bool)
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])

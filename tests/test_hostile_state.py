@@ -214,8 +214,7 @@ def test_store_entry_found_across_chunk_boundary_and_after_decoys(tmp_path):
         found = containers._scan_store(fd, {X_ID, Y_ID}, containers._Budget(10))
     finally:
         os.close(fd)
-    assert found == {X_ID: {"runtime": "podman", "name": "wanted", "image": "img:1", "labels": None,
-                            "sandbox": False}}
+    assert found == {X_ID: containers.ContainerEntry(runtime="podman", name="wanted", image="img:1")}
 
 
 # --- spoofing ----------------------------------------------------------------------------

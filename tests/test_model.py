@@ -7,13 +7,13 @@ from cgstat.pipeline.rates import NO_RATES, Counters, derive
 ID = (("unified", 42),)
 
 
-def c(t, cpu=None, periods=None, throttled=None, io=None, identity=ID):
-    return Counters(identity, t, cpu, periods, throttled, io)
+def c(t, cpu=None, periods=None, throttled=None, io=None, inodes=ID):
+    return Counters(inodes, t, cpu, periods, throttled, io)
 
 
 def test_first_sample_and_recreated_cgroup_have_no_rates():
     assert derive(None, c(1.0, 5.0), 4) is NO_RATES
-    assert derive(c(0.0, 1.0), c(1.0, 2.0, identity=(("unified", 43),)), 4) is NO_RATES
+    assert derive(c(0.0, 1.0), c(1.0, 2.0, inodes=(("unified", 43),)), 4) is NO_RATES
 
 
 def test_cpu_percent_is_delta_over_time():

@@ -14,8 +14,8 @@ from contract import ROOT, run_cgstat
 
 from cgstat.kernel.hierarchy import detect
 from cgstat.kernel.hostfs import HostFS
-from cgstat.naming.pids import PidMapper
-from cgstat.naming.runtimes import Identities, docker_api
+from cgstat.naming.runtimes import docker_api
+from cgstat.naming.workload import Namer
 
 FIX = os.path.join(ROOT, "tests", "fixtures")
 
@@ -49,8 +49,8 @@ def test_pid_reuse_is_not_trusted_from_the_cache(tmp_path):
     root = _copy(tmp_path)
     fs = HostFS(root)
     layout = detect(fs)
-    mapper = PidMapper(fs, layout, Identities(fs))
-    first = mapper.describe(216)
+    mapper = Namer(fs, layout)
+    first = mapper.describe_pid(216)
     assert first["container"]["name"] == "tf-training"
     # PID 216 exits and the number is reused by a process in another cgroup, started later
     stat = os.path.join(root, "proc/216/stat")
@@ -58,16 +58,16 @@ def test_pid_reuse_is_not_trusted_from_the_cache(tmp_path):
     fields[21] = str(int(fields[21]) + 500)  # a new start time
     open(stat, "w").write(" ".join(fields))
     open(os.path.join(root, "proc/216/cgroup"), "w").write("0::/system.slice/cron.service\n")
-    again = mapper.describe(216)
+    again = mapper.describe_pid(216)
     assert again["cgroup"] == "/system.slice/cron.service" and again["container"] is None
 
 
 def test_pid_that_exits_while_being_looked_up(tmp_path):
     root = _copy(tmp_path)
     fs = HostFS(root)
-    mapper = PidMapper(fs, detect(fs), Identities(fs))
+    mapper = Namer(fs, detect(fs))
     os.remove(os.path.join(root, "proc/216/cgroup"))  # stat still there, cgroup gone
-    assert mapper.describe(216)["error"] == "no such process"
+    assert mapper.describe_pid(216)["error"] == "no such process"
 
 
 @pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("unshare"), reason="needs root and unshare")
@@ -117,7 +117,7 @@ def test_docker_api_fallback_when_state_is_missing(tmp_path):
                          {"Id": cid, "Name": "/fio-bench", "Config": {"Image": "fio:3", "Labels": {"a": "b"}}})
     server.start()
     try:
-        assert docker_api(HostFS(root), cid)["name"] == "fio-bench"
+        assert docker_api(HostFS(root), cid).name == "fio-bench"
         records, _, _ = run_cgstat("once", "--window", "0", "--host-root", root, "--match", cid[:16])
     finally:
         server.sock.close()

@@ -4,7 +4,6 @@ Chromium (Debian's `chromium`): it renders, every workload has its SVG charts, e
 marked, and a screenshot is taken."""
 
 import gzip
-import json
 import os
 import re
 import shutil

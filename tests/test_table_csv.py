@@ -11,8 +11,21 @@ import sys
 import pytest
 
 from cgstat.outputs.table import (
-    CSV_COLUMNS, CsvFileSink, CsvStdoutSink, TABLE_HEADER, TableStdoutSink, bytes_size, csv_cell, csv_header,
-    csv_rows, format_table, human_size, make_format_sink, render_table, table_row)
+    CSV_COLUMNS,
+    TABLE_HEADER,
+    CsvFileSink,
+    CsvStdoutSink,
+    TableStdoutSink,
+    bytes_size,
+    csv_cell,
+    csv_header,
+    csv_rows,
+    format_table,
+    human_size,
+    make_format_sink,
+    render_table,
+    table_row,
+)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)

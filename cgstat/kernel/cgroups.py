@@ -17,7 +17,6 @@ from __future__ import annotations
 from typing import Callable, Dict, List, Optional, TypeVar
 
 from cgstat.kernel import parse
-from cgstat.kernel.discover import Cgroup, Folder
 from cgstat.kernel.hierarchy import Layout
 from cgstat.kernel.hostfs import Gone, ReadError, read_text
 from cgstat.kernel.sample import (
@@ -31,6 +30,7 @@ from cgstat.kernel.sample import (
     Problem,
     Sample,
 )
+from cgstat.kernel.tree import Cgroup, Folder
 
 T = TypeVar("T")
 USER_HZ = 100  # cpuacct.stat is in USER_HZ ticks, 100 on every Linux ABI (see times(2))
@@ -320,5 +320,5 @@ def read_cgroup(cg: Cgroup, layout: Layout, time_s: float, wall_s: float) -> Sam
     ):
         problems.append(Problem("pressure", "unavailable", "no PSI files for this cgroup (cgroup v1, or kernel without PSI)"))
 
-    return Sample(cg.path, cg.paths, cg.identity, time_s, wall_s, cpu, memory, io, pids,
+    return Sample(cg.path, cg.paths, cg.inodes, time_s, wall_s, cpu, memory, io, pids,
                   pressure, tuple(problems), gone=r.gone)

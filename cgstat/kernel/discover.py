@@ -41,12 +41,12 @@ import heapq
 import os
 import re
 import time
-from dataclasses import dataclass
 from typing import Callable, Dict, FrozenSet, Iterator, List, Optional, Tuple
 
-from cgstat.kernel import parse
 from cgstat.kernel.hierarchy import Hierarchy, Layout
-from cgstat.kernel.hostfs import HostFS, ReadError, read_bytes, read_text
+from cgstat.kernel.hostfs import HostFS, ReadError
+from cgstat.kernel.procs import member_pids, pid_paths
+from cgstat.kernel.tree import Cgroup, Folder
 from cgstat.text import decode_name, quote
 
 _MEMBERS_TRIED = 3
@@ -58,40 +58,6 @@ _EMPTY_RECHECK_S = 10.0
 # delegation point (a folder of that name deeper down was made by the user).
 _DELEGATED = re.compile(r"^user@[0-9]+\.service$")
 MAX_USER_CGROUPS = 1000  # folders walked below one user@<UID>.service, per hierarchy
-
-
-@dataclass(frozen=True)
-class Folder:
-    """One cgroup folder in one hierarchy."""
-
-    __slots__ = ("hierarchy", "path", "local", "inode", "files")  # one per folder per tick
-    hierarchy: Hierarchy
-    path: str  # cgroup path in that hierarchy, "/" for its root; printable (text.decode_name)
-    local: str  # where to read it: the real name (undecodable bytes surrogate-escaped)
-    inode: int  # the folder's inode: a recreated cgroup gets a new one
-    files: FrozenSet[str]  # shared between folders with the same file names
-
-
-@dataclass(frozen=True)
-class Cgroup:
-    """One workload: its name (path) and its folder in each hierarchy it has one in."""
-
-    path: str
-    folders: Tuple[Folder, ...]
-
-    def folder(self, hierarchy: Hierarchy) -> Optional[Folder]:
-        for f in self.folders:
-            if f.hierarchy is hierarchy:
-                return f
-        return None
-
-    @property
-    def identity(self) -> Tuple[Tuple[str, int], ...]:
-        return tuple((f.hierarchy.name, f.inode) for f in self.folders)
-
-    @property
-    def paths(self) -> Dict[str, str]:
-        return {f.hierarchy.name: f.path for f in self.folders}
 
 
 def load_inode_manifest(fs: HostFS) -> Dict[str, int]:
@@ -226,22 +192,14 @@ class Discoverer:
             return None
         found: Optional[Dict[str, str]] = None
         try:
-            pids = parse.parse_pid_list(read_text(os.path.join(folder.local, "cgroup.procs")))
+            pids = member_pids(folder.local)
         except (ReadError, ValueError):
             pids = []
         for pid in pids[:_MEMBERS_TRIED]:
             try:
-                # Bytes: a path may hold a name that is not UTF-8; parse decodes it as
-                # the walk decodes folder names.
-                lines = parse.parse_proc_cgroup(read_bytes(self.fs.path(f"/proc/{pid}/cgroup")))
+                found = pid_paths(self.fs, self.layout, pid)
             except (ReadError, ValueError):
                 continue  # exited meanwhile: try the next member
-            found = {}
-            for controllers, path in lines:
-                names = set(controllers.split(","))
-                for h in self.layout.hierarchies:
-                    if (h.version == 2 and controllers == "") or (h.version == 1 and h.controllers & names):
-                        found[h.name] = path
             break
         if found is None:
             self._memberless[folder.inode] = time.monotonic()

@@ -91,7 +91,7 @@ PRESSURE_RESOURCES = ("cpu", "memory", "io")
 class Sample:
     path: str
     paths: Dict[str, str]  # hierarchy name -> path read there
-    identity: Tuple[Tuple[str, int], ...]  # (hierarchy, folder inode) pairs
+    inodes: Tuple[Tuple[str, int], ...]  # (hierarchy, folder inode) pairs
     time_s: float  # host monotonic seconds (CLOCK_BOOTTIME)
     wall_s: float  # Unix time, for `ts` only
     cpu: CpuSample

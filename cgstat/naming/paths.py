@@ -182,3 +182,12 @@ def _unit(component: str) -> Optional[str]:
     if _UNIT.match(component):
         return unescape_unit(component)
     return None
+
+
+def container_root(path: str, cid: str) -> str:
+    """The path of the container `cid` that `path` is in or below."""
+    parts = path.split("/")
+    for i, part in enumerate(parts):
+        if cid in part:
+            return "/".join(parts[: i + 1])
+    return path

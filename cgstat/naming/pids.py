@@ -1,4 +1,4 @@
-"""PID -> cgroup -> container, for `cgstat pid` and for joining NVML's process list.
+"""PID -> cgroups, for `cgstat pid` and for joining NVML's process list (naming/workload.py).
 
 Reads /proc/<pid>/cgroup (v1 lines and the v2 '0::' line), /proc/<pid>/stat (the start
 time, field 22, which tells a reused PID from the process we saw before) and
@@ -13,13 +13,12 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import Any, Dict, Optional, Tuple
+from typing import Dict, Iterable, Optional, Tuple
 
 from cgstat.kernel import parse
 from cgstat.kernel.hierarchy import Layout
-from cgstat.kernel.hostfs import Gone, HostFS, ReadError, read_bytes
-from cgstat.naming.paths import classify
-from cgstat.naming.runtimes import Identities
+from cgstat.kernel.hostfs import Gone, HostFS, ReadError
+from cgstat.kernel.procs import pid_paths
 
 
 @dataclass(frozen=True)
@@ -40,26 +39,18 @@ def start_ticks(fs: HostFS, pid: int) -> int:
 def read_pid(fs: HostFS, layout: Layout, pid: int) -> PidCgroups:
     """Where `pid` sits in each hierarchy; raises Gone when there is no such process."""
     before = start_ticks(fs, pid)
-    # Bytes: a cgroup name need not be UTF-8; parse decodes paths as the walk does.
-    lines = parse.parse_proc_cgroup(read_bytes(fs.path(f"/proc/{pid}/cgroup")))
+    paths = pid_paths(fs, layout, pid)
     if start_ticks(fs, pid) != before:
         raise Gone(f"/proc/{pid}", "process exited and the PID was reused while reading")
-    paths: Dict[str, str] = {}
-    for controllers, path in lines:
-        for h in layout.hierarchies:
-            if (h.version == 2 and controllers == "") or (
-                    h.version == 1 and h.controllers & set(controllers.split(","))):
-                paths[h.name] = path
     return PidCgroups(pid, before, paths.get(layout.anchor.name), paths)
 
 
 class PidMapper:
-    """Cached PID -> container, never trusting a cache entry whose start time changed."""
+    """Cached PID -> cgroups, never trusting a cache entry whose start time changed."""
 
-    def __init__(self, fs: HostFS, layout: Layout, identities: Identities):
+    def __init__(self, fs: HostFS, layout: Layout):
         self.fs = fs
         self.layout = layout
-        self.identities = identities
         self._cache: Dict[int, Tuple[int, PidCgroups]] = {}
 
     def lookup(self, pid: int) -> PidCgroups:
@@ -80,32 +71,10 @@ class PidMapper:
         self._cache[pid] = (found.start_ticks, found)
         return found
 
-    def describe(self, pid: int) -> Dict[str, Any]:
-        """The JSON object `cgstat pid` prints for one PID."""
-        try:
-            found = self.lookup(pid)
-        except Gone:
-            return {"pid": pid, "error": "no such process", "cgroup": None, "paths": None,
-                    "unit": None, "container": None}
-        except ReadError as exc:
-            return {"pid": pid, "error": exc.detail, "cgroup": None, "paths": None,
-                    "unit": None, "container": None}
-        info = classify(found.cgroup or "/")
-        if info.inside_container and info.id:
-            # A process in a container's sub-cgroup (rootless Podman's "container" leaf):
-            # it belongs to that container.
-            info = classify(_container_root(found.cgroup or "/", info.id))
-        self.identities.refresh_if_new([info])
-        return {"pid": pid, "error": None, "cgroup": found.cgroup, "paths": found.paths,
-                "unit": info.unit, "container": self.identities.container(info)}
-
-
-def _container_root(path: str, cid: str) -> str:
-    parts = path.split("/")
-    for i, part in enumerate(parts):
-        if cid in part:
-            return "/".join(parts[: i + 1])
-    return path
+    def retain(self, live: Iterable[int]) -> None:
+        """Forget PIDs no longer asked about (the GPU join asks every tick)."""
+        keep = set(live)
+        self._cache = {k: v for k, v in self._cache.items() if k in keep}
 
 
 # The initial PID namespace always has this inode (PROC_PID_INIT_INO, include/linux/proc_ns.h).

@@ -55,6 +55,7 @@ import json
 import os
 import re
 import time
+from dataclasses import dataclass, replace
 from typing import Any, Callable, Dict, Iterable, List, Optional, Set, Tuple
 
 import orjson
@@ -98,29 +99,41 @@ _ROOTLESS_DOCKER = (".local", "share", "docker", "containers")
 Key = Tuple[Optional[int], str]  # (uid of the user subtree or None for the system, container ID)
 
 
+@dataclass(frozen=True)
+class ContainerEntry:
+    """What a runtime's state says about one container."""
+
+    runtime: Optional[str] = None
+    name: Optional[str] = None
+    image: Optional[str] = None
+    labels: Optional[Dict[str, str]] = None
+    sandbox: bool = False  # a pod's sandbox ("pause") container, by the runtime's own word
+    k8s_container: Optional[str] = None  # the Kubernetes container name, for pod members
+    k8s_pod: Optional[Tuple[Optional[str], Optional[str]]] = None  # (namespace, pod name)
+
+
 def _str_dict(value: Any) -> Optional[Dict[str, str]]:
     if not isinstance(value, dict):
         return None
     return {str(k): str(v) for k, v in value.items() if isinstance(v, (str, int, float))}
 
 
-def _from_docker_config(obj: Any) -> Optional[Dict[str, Any]]:
+def _from_docker_config(obj: Any) -> Optional[ContainerEntry]:
     if not isinstance(obj, dict):
         return None
     config = obj.get("Config") if isinstance(obj.get("Config"), dict) else {}
     labels = _str_dict(config.get("Labels")) or {}
     name = obj.get("Name")
-    entry = {
-        "runtime": "docker",
-        "name": name.lstrip("/") if isinstance(name, str) and name.strip("/") else None,
-        "image": config.get("Image") if isinstance(config.get("Image"), str) else None,
-        "labels": labels,
-        "sandbox": labels.get("io.kubernetes.docker.type") == "podsandbox",
-    }
-    if "io.kubernetes.pod.name" in labels:
-        entry["k8s_container"] = labels.get("io.kubernetes.container.name")
-        entry["k8s_pod"] = (labels.get("io.kubernetes.pod.namespace"), labels.get("io.kubernetes.pod.name"))
-    return entry
+    k8s = "io.kubernetes.pod.name" in labels  # dockershim's labels
+    return ContainerEntry(
+        runtime="docker",
+        name=name.lstrip("/") if isinstance(name, str) and name.strip("/") else None,
+        image=config.get("Image") if isinstance(config.get("Image"), str) else None,
+        labels=labels,
+        sandbox=labels.get("io.kubernetes.docker.type") == "podsandbox",
+        k8s_container=labels.get("io.kubernetes.container.name") if k8s else None,
+        k8s_pod=(labels.get("io.kubernetes.pod.namespace"), labels.get("io.kubernetes.pod.name")) if k8s else None,
+    )
 
 
 # The CRI annotations each runtime puts in a container's OCI spec:
@@ -134,7 +147,7 @@ _CRI_ANNOTATIONS = {
 }
 
 
-def _from_oci_annotations(obj: Any, runtime: str) -> Optional[Dict[str, Any]]:
+def _from_oci_annotations(obj: Any, runtime: str) -> Optional[ContainerEntry]:
     if not isinstance(obj, dict):
         return None
     ann = _str_dict(obj.get("annotations")) or {}
@@ -144,14 +157,12 @@ def _from_oci_annotations(obj: Any, runtime: str) -> Optional[Dict[str, Any]]:
         # Not a CRI container: Podman keeps its own containers' OCI specs in the same
         # store as CRI-O (userdata/config.json); those are named from containers.json.
         return None
-    return {
-        "runtime": runtime, "name": ann.get(name_key), "image": ann.get(image_key), "labels": None,
-        "sandbox": kind == "sandbox", "k8s_container": ann.get(name_key),
-        "k8s_pod": (ann.get(ns_key), ann.get(pod_key)),
-    }
+    return ContainerEntry(runtime=runtime, name=ann.get(name_key), image=ann.get(image_key),
+                          sandbox=kind == "sandbox", k8s_container=ann.get(name_key),
+                          k8s_pod=(ann.get(ns_key), ann.get(pod_key)))
 
 
-def _from_podman_item(item: Any) -> Optional[Dict[str, Any]]:
+def _from_podman_item(item: Any) -> Optional[ContainerEntry]:
     """One containers.json entry: {"id", "names": [...], "metadata": "<JSON string>"}."""
     if not isinstance(item, dict) or not isinstance(item.get("id"), str):
         return None
@@ -167,8 +178,7 @@ def _from_podman_item(item: Any) -> Optional[Dict[str, Any]]:
     image = meta.get("image-name") if isinstance(meta.get("image-name"), str) else None
     # CRI-O keeps its containers in the same store: its metadata names the pod.
     runtime = "cri-o" if "pod-name" in meta else "podman"
-    return {"runtime": runtime, "name": name if isinstance(name, str) else None,
-            "image": image, "labels": None, "sandbox": False}
+    return ContainerEntry(runtime=runtime, name=name if isinstance(name, str) else None, image=image)
 
 
 class _Budget:
@@ -189,7 +199,7 @@ class _Pass:
 
     def __init__(self, budget: _Budget):
         self.budget = budget
-        self.found: Dict[Key, Dict[str, Any]] = {}
+        self.found: Dict[Key, ContainerEntry] = {}
         self.denied: Dict[str, str] = {}  # folder -> runtime, for the one-time warning
 
     def read(self, base: str, parts: Iterable[str], what: str, owners=None) -> Any:
@@ -271,7 +281,7 @@ def _object_around(fd: int, hit: int, cid: str) -> Optional[Dict[str, Any]]:
     return None
 
 
-def _scan_store(fd: int, wanted: Set[str], budget: _Budget) -> Dict[str, Dict[str, Any]]:
+def _scan_store(fd: int, wanted: Set[str], budget: _Budget) -> Dict[str, ContainerEntry]:
     """Entries of a containers.json for the wanted IDs, read in bounded chunks.
 
     The file is never parsed whole: a user's 16 MiB file of a million tiny entries took
@@ -279,7 +289,7 @@ def _scan_store(fd: int, wanted: Set[str], budget: _Budget) -> Dict[str, Dict[st
     string "<id>" (Go's encoding/json writes `"id":"<id>"`; whitespace is allowed), and
     only the object around a hit is decoded.
     """
-    found: Dict[str, Dict[str, Any]] = {}
+    found: Dict[str, ContainerEntry] = {}
     needles = {cid: b'"' + cid.encode() + b'"' for cid in wanted}
     overlap = 65  # one byte short of a needle: a hit is never seen twice
     offset, tail = 0, b""
@@ -367,7 +377,7 @@ class DockerAPI:
         self.fs = fs
         self.paused_until = 0.0
 
-    def lookup(self, cid: str, budget_deadline: float) -> Optional[Dict[str, Any]]:
+    def lookup(self, cid: str, budget_deadline: float) -> Optional[ContainerEntry]:
         now = time.monotonic()
         if now < self.paused_until or now >= budget_deadline:
             return None
@@ -435,7 +445,7 @@ def _content_length(head: bytes) -> Optional[int]:
     return None
 
 
-def docker_api(fs: HostFS, cid: str, timeout_s: float = _API_TIMEOUT_S) -> Optional[Dict[str, Any]]:
+def docker_api(fs: HostFS, cid: str, timeout_s: float = _API_TIMEOUT_S) -> Optional[ContainerEntry]:
     """One GET /containers/<id>/json (no budget, no pause): the entry, or None."""
     status, body = _docker_get(fs, cid, timeout_s)
     if status != 200:
@@ -454,7 +464,7 @@ class Identities:
         self.fs = fs
         self.warn = warn
         self.read_state = read_state  # False: IDs from paths only (what naming costs, bench/)
-        self._names: Dict[Key, Dict[str, Any]] = {}
+        self._names: Dict[Key, ContainerEntry] = {}
         self._tried: Dict[Key, float] = {}  # looked up, nothing found: when
         self._pods: Dict[str, Tuple[str, str]] = {}  # system pod uid -> (namespace, name)
         self._pod_dirs: Dict[str, List[str]] = {}  # pod uid -> kubelet container log folders
@@ -581,7 +591,7 @@ class Identities:
                 missing.discard(cid)
 
     def _scan(self, lookup: _Pass, base: str, parts: List[str], wanted: Set[str],
-              owners) -> Dict[str, Dict[str, Any]]:
+              owners) -> Dict[str, ContainerEntry]:
         try:
             fd_dir = open_dir_under(base, parts[:-1], owners)
         except ReadError as exc:
@@ -639,12 +649,9 @@ class Identities:
                 if not m or m.group("id") not in ids:
                     continue
                 key = (None, m.group("id"))
-                entry = lookup.found.setdefault(key, {"runtime": None, "name": None, "image": None,
-                                                      "labels": None, "sandbox": False})
-                if not entry.get("k8s_container"):
-                    entry["k8s_container"] = m.group("container")
-                if not entry.get("name"):
-                    entry["name"] = m.group("container")
+                entry = lookup.found.get(key) or ContainerEntry()
+                lookup.found[key] = replace(entry, k8s_container=entry.k8s_container or m.group("container"),
+                                            name=entry.name or m.group("container"))
         if not pods or not lookup.budget.left():
             return
         base = fs.path("/var/log/pods")
@@ -685,7 +692,7 @@ class Identities:
         self._pod_dirs = {k: v for k, v in self._pod_dirs.items() if k in live}
         self._pods_tried = {k: v for k, v in self._pods_tried.items() if k in live}
 
-    def _entry(self, info: PathInfo) -> Optional[Dict[str, Any]]:
+    def _entry(self, info: PathInfo) -> Optional[ContainerEntry]:
         return self._names.get((info.user_uid, info.id or ""))
 
     def is_sandbox(self, info: PathInfo, folder_local: Optional[str] = None) -> bool:
@@ -697,8 +704,8 @@ class Identities:
         if info.kind != "container" or not info.id:
             return False
         entry = self._entry(info)
-        if entry is not None and (entry.get("sandbox") or entry.get("k8s_container")):
-            return bool(entry.get("sandbox"))
+        if entry is not None and (entry.sandbox or entry.k8s_container):
+            return entry.sandbox
         if info.pod_uid is None or folder_local is None:
             return False
         key = (info.user_uid, info.id)
@@ -731,23 +738,23 @@ class Identities:
         if info.kind != "container":
             return None
         cid = info.id or ""
-        entry = self._entry(info) or {}
+        entry = self._entry(info) or ContainerEntry()
         is_hex = len(cid) == 64
         pod = self.pod(info)
-        if pod is not None and entry.get("k8s_pod") and pod["name"] is None:
-            ns, name = entry["k8s_pod"]
+        if pod is not None and entry.k8s_pod and pod["name"] is None:
+            ns, name = entry.k8s_pod
             pod["namespace"], pod["name"] = ns, name
-        name = entry.get("k8s_container") if pod is not None else None
+        name = entry.k8s_container if pod is not None else None
         if pod is not None and name is None:
             name = self._only_container_name(info)
-        name = name or entry.get("name") or (None if is_hex else cid)
+        name = name or entry.name or (None if is_hex else cid)
         out = {
-            "runtime": info.runtime or entry.get("runtime"),
+            "runtime": info.runtime or entry.runtime,
             "id": cid,
             "short_id": cid[:12] if is_hex else None,
             "name": name,
-            "image": entry.get("image"),
-            "labels": entry.get("labels"),
+            "image": entry.image,
+            "labels": entry.labels,
             "pod": pod,
             "sandbox": False,
         }

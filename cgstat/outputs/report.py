@@ -482,7 +482,7 @@ class _Chart:
                               '<line x1="%.1f" x2="%.1f" y1="%d" y2="%d"/><path d="M%.1f %d l-4 -7 h8 z"/></g>'
                               % (sev, _e(kind), _e(_clock(t)), _e(kind), _e(message), x, x, _PADT,
                                  _H - _PADB, x, _PADT + 7))
-        for kind, start in open_at.items():  # still open at the end of the stream
+        for start in open_at.values():  # still open at the end of the stream
             x0 = self.xt(start)
             self.parts.append('<rect class="episode" x="%.1f" y="%d" width="%.1f" height="%d"/>' % (
                 x0, _PADT, max(_W - 4 - x0, 1.0), _H - _PADB - _PADT))

@@ -9,7 +9,6 @@ import time
 from typing import List, Optional
 
 from cgstat import sdnotify
-from cgstat.naming.pids import PidMapper
 from cgstat.outputs.jsonl import JsonLinesSink, ReaderGone, SinkError, StdoutSink
 from cgstat.pipeline import state as statefile
 from cgstat.pipeline.sampler import Sampler
@@ -76,9 +75,8 @@ def run_once(sampler: Sampler, sink: JsonLinesSink, state_path: Optional[str], w
 
 def run_pid(sampler: Sampler, pids: List[int]) -> int:
     """One JSON object per PID on stdout."""
-    mapper = PidMapper(sampler.fs, sampler.layout, sampler.identities)
     try:
-        StdoutSink(sampler.warner.warn).write([mapper.describe(pid) for pid in pids])
+        StdoutSink(sampler.warner.warn).write([sampler.namer.describe_pid(pid) for pid in pids])
     except ReaderGone:
         return 0
     return 0

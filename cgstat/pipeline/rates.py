@@ -15,16 +15,23 @@ cron runs.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Dict, Optional, Tuple
+from typing import Dict, NamedTuple, Optional, Tuple
 
 from cgstat.kernel.sample import Sample
 
-IoRow = Tuple[Optional[int], Optional[int], Optional[int], Optional[int]]  # rb, wb, rops, wops
+
+class IoRow(NamedTuple):
+    """One device's IO counters, as rates need them."""
+
+    read_bytes: Optional[int]
+    write_bytes: Optional[int]
+    read_ops: Optional[int]
+    write_ops: Optional[int]
 
 
 @dataclass(frozen=True)
 class Counters:
-    identity: Tuple[Tuple[str, int], ...]
+    inodes: Tuple[Tuple[str, int], ...]  # (hierarchy, folder inode): one life of the cgroup
     time_s: float
     cpu_usage_seconds: Optional[float]
     cpu_periods: Optional[int]
@@ -33,7 +40,7 @@ class Counters:
 
     def to_json(self) -> dict:
         return {
-            "identity": [list(i) for i in self.identity],
+            "inodes": [list(i) for i in self.inodes],
             "time_s": self.time_s,
             "cpu_usage_seconds": self.cpu_usage_seconds,
             "cpu_periods": self.cpu_periods,
@@ -44,7 +51,9 @@ class Counters:
     @staticmethod
     def from_json(obj: dict) -> "Counters":
         """Inverse of to_json; raises ValueError/TypeError/KeyError on a foreign shape."""
-        identity = tuple((str(name), int(ino)) for name, ino in obj["identity"])
+        # "identity": what cgstat 0.1 called the inodes
+        pairs = obj["inodes"] if "inodes" in obj else obj["identity"]
+        inodes = tuple((str(name), int(ino)) for name, ino in pairs)
         io = obj["io"]
         rows = None
         if io is not None:
@@ -52,8 +61,8 @@ class Counters:
             for dev, row in io.items():
                 if len(row) != 4:
                     raise ValueError("io row of wrong length")
-                rows[str(dev)] = tuple(_opt_int(v) for v in row)
-        return Counters(identity, float(obj["time_s"]), _opt_float(obj["cpu_usage_seconds"]),
+                rows[str(dev)] = IoRow(*(_opt_int(v) for v in row))
+        return Counters(inodes, float(obj["time_s"]), _opt_float(obj["cpu_usage_seconds"]),
                         _opt_int(obj["cpu_periods"]), _opt_int(obj["cpu_throttled_periods"]), rows)
 
 
@@ -76,10 +85,22 @@ def _opt_float(v) -> Optional[float]:
 def counters(sample: Sample) -> Counters:
     io = None
     if sample.io.devices is not None:
-        io = {d.device: (d.read_bytes_total, d.write_bytes_total, d.read_ops_total, d.write_ops_total)
+        io = {d.device: IoRow(d.read_bytes_total, d.write_bytes_total, d.read_ops_total, d.write_ops_total)
               for d in sample.io.devices}
-    return Counters(sample.identity, sample.time_s, sample.cpu.usage_seconds_total,
+    return Counters(sample.inodes, sample.time_s, sample.cpu.usage_seconds_total,
                     sample.cpu.periods_total, sample.cpu.throttled_periods_total, io)
+
+
+class IoRates(NamedTuple):
+    """One device's IO rates (per second), None where no rate can be given."""
+
+    read_bytes_per_second: Optional[float] = None
+    write_bytes_per_second: Optional[float] = None
+    read_ops_per_second: Optional[float] = None
+    write_ops_per_second: Optional[float] = None
+
+
+NO_IO_RATES = IoRates()
 
 
 @dataclass(frozen=True)
@@ -91,7 +112,7 @@ class Rates:
     write_bytes_per_second: Optional[float] = None
     read_ops_per_second: Optional[float] = None
     write_ops_per_second: Optional[float] = None
-    devices: Optional[Dict[str, Tuple[Optional[float], ...]]] = None  # dev -> rates of IoRow
+    devices: Optional[Dict[str, IoRates]] = None  # MAJ:MIN -> that device's rates
 
 
 NO_RATES = Rates()
@@ -115,7 +136,7 @@ def _sum(rows, i):
 
 def derive(prev: Optional[Counters], cur: Counters, cpus: Optional[int]) -> Rates:
     """Rates between two samples of one cgroup, or NO_RATES when they can't be compared."""
-    if prev is None or prev.identity != cur.identity:
+    if prev is None or prev.inodes != cur.inodes:
         return NO_RATES
     dt = cur.time_s - prev.time_s
     if not dt > 0:
@@ -138,19 +159,23 @@ def derive(prev: Optional[Counters], cur: Counters, cpus: Optional[int]) -> Rate
         throttled = dtp / dp * 100.0
     elif dp == 0 and dtp == 0:
         throttled = 0.0
-    rates = {"read_bytes_per_second": None, "write_bytes_per_second": None,
-             "read_ops_per_second": None, "write_ops_per_second": None}
-    devices = None
+    totals = NO_IO_RATES
+    devices: Optional[Dict[str, IoRates]] = None
     if prev.io is not None and cur.io is not None:
         devices = {}
         for dev, row in cur.io.items():
             old = prev.io.get(dev)
-            if old is None:
-                devices[dev] = (None, None, None, None)  # no earlier reading of this device
-                continue
-            devices[dev] = tuple(_per_second(old[i], row[i], dt) for i in range(4))
+            # a device without an earlier reading has no rate yet
+            devices[dev] = NO_IO_RATES if old is None else _io_rates(old, row, dt)
         if set(prev.io) <= set(cur.io):
-            names = list(rates)
-            for i, name in enumerate(names):
-                rates[name] = _per_second(_sum(prev.io.values(), i), _sum(cur.io.values(), i), dt)
-    return Rates(dt, cpu_percent, throttled, devices=devices, **rates)
+            totals = _io_rates(_sums(prev.io.values()), _sums(cur.io.values()), dt)
+    return Rates(dt, cpu_percent, throttled, *totals, devices=devices)
+
+
+def _io_rates(old: IoRow, new: IoRow, dt: float) -> IoRates:
+    return IoRates(*(_per_second(a, b, dt) for a, b in zip(old, new)))
+
+
+def _sums(rows) -> IoRow:
+    rows = list(rows)
+    return IoRow(*(_sum(rows, i) for i in range(4)))

@@ -1,18 +1,19 @@
 """The JSON record: one object per cgroup per tick (the contract, docs/schema.md).
 
-Assembles a Sample, its Rates and the host facts into the documented shape. Nothing here
-reads files; units are in the names, unknown is None (JSON null), never a fake 0.
+Assembles a Sample, its Rates, its Workload (who it is: naming/workload.py) and the host
+facts into the documented shape. Nothing here reads files; units are in the names,
+unknown is None (JSON null), never a fake 0.
 """
 
 from __future__ import annotations
 
 import time
-from typing import Any, Dict, Optional
+from typing import Any, Dict
 
 from cgstat.kernel.host import HostInfo
 from cgstat.kernel.sample import PRESSURE_RESOURCES, Sample
-from cgstat.naming.devices import DeviceNames
-from cgstat.pipeline.rates import Rates
+from cgstat.naming.workload import Workload
+from cgstat.pipeline.rates import NO_IO_RATES, Rates
 
 SCHEMA_VERSION = 1
 
@@ -23,9 +24,7 @@ def rfc3339(wall_s: float) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(whole)) + f".{ms:03d}Z"
 
 
-def build(sample: Sample, rates: Rates, host: HostInfo, names: DeviceNames,
-          container: Optional[Dict[str, Any]] = None, unit: Optional[str] = None,
-          kind: str = "cgroup", pod: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
+def build(sample: Sample, rates: Rates, workload: Workload, host: HostInfo) -> Dict[str, Any]:
     cpu, mem, io, pids = sample.cpu, sample.memory, sample.io, sample.pids
     limit = mem.limit_bytes
     # docker stats: MEM % = usage / limit, with the host's MemTotal standing in for an
@@ -41,20 +40,20 @@ def build(sample: Sample, rates: Rates, host: HostInfo, names: DeviceNames,
     if io.devices is not None:
         devices = []
         for d in io.devices:
-            dev_rates = (rates.devices or {}).get(d.device, (None, None, None, None))
+            dev_rates = (rates.devices or {}).get(d.device, NO_IO_RATES)
             devices.append({
                 "device": d.device,
-                "name": names.name(d.device),
+                "name": workload.device_names.get(d.device),
                 "read_bytes_total": d.read_bytes_total,
                 "write_bytes_total": d.write_bytes_total,
                 "read_ops_total": d.read_ops_total,
                 "write_ops_total": d.write_ops_total,
                 "discard_bytes_total": d.discard_bytes_total,
                 "discard_ops_total": d.discard_ops_total,
-                "read_bytes_per_second": dev_rates[0],
-                "write_bytes_per_second": dev_rates[1],
-                "read_ops_per_second": dev_rates[2],
-                "write_ops_per_second": dev_rates[3],
+                "read_bytes_per_second": dev_rates.read_bytes_per_second,
+                "write_bytes_per_second": dev_rates.write_bytes_per_second,
+                "read_ops_per_second": dev_rates.read_ops_per_second,
+                "write_ops_per_second": dev_rates.write_ops_per_second,
             })
 
     pressure = {}
@@ -69,15 +68,15 @@ def build(sample: Sample, rates: Rates, host: HostInfo, names: DeviceNames,
 
     return {
         "schema": SCHEMA_VERSION,
-        "type": kind,
+        "type": workload.kind,
         "ts": rfc3339(sample.wall_s),
         "host": host.hostname,
         "cgroup": sample.path,
         "paths": sample.paths,
         "interval_s": rates.interval_s,
-        "unit": unit,
-        "pod": pod,
-        "container": container,
+        "unit": workload.unit,
+        "pod": workload.pod,
+        "container": workload.container,
         "cpu": {
             "usage_seconds_total": cpu.usage_seconds_total,
             "user_seconds_total": cpu.user_seconds_total,

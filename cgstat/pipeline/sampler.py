@@ -22,10 +22,9 @@ from cgstat.kernel.hierarchy import NoCgroupFS, detect
 from cgstat.kernel.host import HostClock, host_root_note, read_host
 from cgstat.kernel.hostfs import HostFS
 from cgstat.kernel.sample import Sample
-from cgstat.naming import runtimes as containers
-from cgstat.naming.devices import DeviceNames
 from cgstat.naming.paths import PathInfo, classify
 from cgstat.naming.pids import pid_namespace_note
+from cgstat.naming.workload import Namer, Workload
 from cgstat.pipeline.diagnostics import Warner
 from cgstat.pipeline.rates import Counters, counters, derive
 from cgstat.pipeline.record import build
@@ -67,10 +66,9 @@ class Sampler:
         self.warner = warner or Warner()
         self.discoverer = Discoverer(self.fs, self.layout, max_user_cgroups=max_user_cgroups,
                                      warn=self.warner.once)
-        self.names = DeviceNames(self.fs)
         self.all_cgroups = all_cgroups
         self.match = match
-        self.identities = containers.Identities(self.fs, self.warner.once, read_state)
+        self.namer = Namer(self.fs, self.layout, self.warner.once, read_state)
         self.previous: Dict[str, Counters] = {}
         self._classified: Dict[str, PathInfo] = {}
         note = pid_namespace_note(self.fs)
@@ -80,9 +78,9 @@ class Sampler:
         if note:
             self.warner.once("hostroot", note)
 
-    def collect(self) -> List[Tuple[Sample, PathInfo, bool]]:
-        """Read every selected cgroup once."""
-        ids = self.identities
+    def collect(self) -> List[Tuple[Sample, Workload]]:
+        """Read every selected cgroup once, and say who each one's workload is."""
+        namer = self.namer
         self.clock.start_tick()
         cgroups = self.discoverer.join()
         # What each path says, kept only for the cgroups that still exist (a cache that
@@ -90,16 +88,11 @@ class Sampler:
         known = self._classified
         self._classified = {cg.path: known.get(cg.path) or classify(cg.path) for cg in cgroups}
         classified = [(cg, self._classified[cg.path]) for cg in cgroups]
-        ids.retain(x for _, info in classified for x in (info.id, info.pod_uid) if x)
-        ids.refresh_if_new(info for _, info in classified)
-        ids.note_pod_members(info for cg, info in classified
-                             if info.pod_uid and not ids.is_sandbox(info, cg.folders[0].local))
-        selected, what = select(classified, self.all_cgroups, self.match,
-                                lambda cg, info: ids.is_sandbox(info, cg.folders[0].local))
+        namer.begin_tick(classified)
+        selected, what = select(classified, self.all_cgroups, self.match, namer.is_sandbox)
         self.warner.once("selection", f"{self.layout.kind} cgroup layout; showing {what}")
         out = []
         for cg, info in selected:
-            sandbox = ids.is_sandbox(info, cg.folders[0].local)
             now = self.clock.monotonic()
             sample = read_cgroup(cg, self.layout, now, self.clock.wall(now))
             if sample.gone and not all(os.path.isdir(f.local) for f in cg.folders):
@@ -107,28 +100,23 @@ class Sampler:
             for p in sample.errors:
                 if p.error not in _QUIET_ERRORS:
                     self.warner.warn(f"{p.source}:{p.error}", f"{quote(cg.path)}: {p.source}: {p.error}: {p.detail}")
-            out.append((sample, info, sandbox))
+            out.append((sample, namer.workload(cg, info, sample)))
         return out
 
-    def advance(self, samples: List[Tuple[Sample, PathInfo, bool]]) -> Dict[str, Counters]:
+    def advance(self, samples: List[Tuple[Sample, Workload]]) -> Dict[str, Counters]:
         """The counters of a warm-up sample: what the next tick's rates start from."""
-        return {sample.path: counters(sample) for sample, _, _ in samples}
+        return {sample.path: counters(sample) for sample, _ in samples}
 
-    def render(self, samples: List[Tuple[Sample, PathInfo, bool]],
+    def render(self, samples: List[Tuple[Sample, Workload]],
                previous: Dict[str, Counters]) -> Tuple[List[Dict[str, Any]], Dict[str, Counters]]:
         """The records, and the counters to compare the next tick with."""
         records = []
         current: Dict[str, Counters] = {}
-        for sample, info, sandbox in samples:
+        for sample, workload in samples:
             c = counters(sample)
             current[sample.path] = c
             rates = derive(previous.get(sample.path), c, self.host.cpus_online)
-            container = self.identities.container(info)
-            if container is not None and sandbox:
-                container["sandbox"] = True
-            kind = "pod" if info.kind == "pod" else "cgroup"
-            pod = container["pod"] if container is not None else self.identities.pod(info)
-            records.append(build(sample, rates, self.host, self.names, container, info.unit, kind, pod))
+            records.append(build(sample, rates, workload, self.host))
         return records, current
 
     def warm_up(self) -> None:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 from typing import Callable, List, Optional, Pattern, Tuple
 
-from cgstat.kernel.discover import Cgroup
+from cgstat.kernel.tree import Cgroup
 from cgstat.naming.paths import PathInfo
 
 Selected = List[Tuple[Cgroup, PathInfo]]

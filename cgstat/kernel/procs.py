@@ -1,0 +1,38 @@
+"""Processes and cgroups: the members of a cgroup, and where a process sits in each hierarchy.
+
+Reads `cgroup.procs` of a cgroup folder and /proc/<pid>/cgroup (v1 lines
+"ID:controllers:path" and the v2 line "0::path"). Used by the cross-hierarchy join
+(kernel/discover.py), pod sandbox detection and PID lookups (naming/).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Dict, List
+
+from cgstat.kernel import parse
+from cgstat.kernel.hierarchy import Layout
+from cgstat.kernel.hostfs import HostFS, read_bytes, read_text
+
+
+def member_pids(folder_local: str) -> List[int]:
+    """The PIDs in a cgroup folder (its own members, not its children's).
+
+    Raises ReadError (gone, denied...) or ValueError (malformed)."""
+    return parse.parse_pid_list(read_text(os.path.join(folder_local, "cgroup.procs")))
+
+
+def pid_paths(fs: HostFS, layout: Layout, pid: int) -> Dict[str, str]:
+    """Hierarchy name -> the path of `pid` in it, for the hierarchies cgstat reads.
+
+    Read as bytes: a cgroup name need not be UTF-8, and parse decodes paths the way the
+    walk decodes folder names, so the two still match. Raises ReadError or ValueError.
+    """
+    lines = parse.parse_proc_cgroup(read_bytes(fs.path(f"/proc/{pid}/cgroup")))
+    found: Dict[str, str] = {}
+    for controllers, path in lines:
+        names = set(controllers.split(","))
+        for h in layout.hierarchies:
+            if (h.version == 2 and controllers == "") or (h.version == 1 and h.controllers & names):
+                found[h.name] = path
+    return found

@@ -1,0 +1,109 @@
+"""The naming stage: who each workload is, resolved once per cgroup per tick.
+
+Everything a record says about a workload's identity comes from here: what its path says
+(naming/paths.py: container runtime and ID, pod UID and QoS, systemd unit, monitors), what
+the runtimes' state says (naming/runtimes.py: names, images, labels, pods, sandboxes),
+block device names (naming/devices.py), and, for a PID, which cgroup and container it is
+in (naming/pids.py). This is the only stage that reads runtime state; the record builder
+(pipeline/record.py) reads nothing.
+
+Reads, through the modules above: runtime state files and the Docker socket, kubelet log
+folders, /proc/<pid>/comm of pod members (pause detection), /proc/<pid>/cgroup and
+/proc/<pid>/stat (PID lookups), /sys/dev/block and /proc/partitions (device names).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple
+
+from cgstat.kernel.hierarchy import Layout
+from cgstat.kernel.hostfs import Gone, HostFS, ReadError
+from cgstat.kernel.sample import Sample
+from cgstat.kernel.tree import Cgroup
+from cgstat.naming.devices import DeviceNames
+from cgstat.naming.paths import PathInfo, classify, container_root
+from cgstat.naming.pids import PidCgroups, PidMapper
+from cgstat.naming.runtimes import Identities
+
+
+@dataclass(frozen=True)
+class Workload:
+    """Who one cgroup's workload is, as its record says it."""
+
+    kind: str  # the record's type: "cgroup", or "pod" for a Kubernetes pod's cgroup
+    unit: Optional[str]  # decoded systemd unit of the last path component
+    container: Optional[Dict[str, Any]]  # the record's container object (null: none)
+    pod: Optional[Dict[str, Any]]  # the record's pod object (null: not in a pod)
+    sandbox: bool  # a pod's sandbox ("pause") container
+    device_names: Dict[str, Optional[str]]  # MAJ:MIN -> block device name, for its IO rows
+
+
+class Namer:
+    """Resolves workloads; caches runtime answers per container ID, pruned to live ones."""
+
+    def __init__(self, fs: HostFS, layout: Layout, warn: Optional[Callable[[str, str], None]] = None,
+                 read_state: bool = True):
+        self.fs = fs
+        self.runtimes = Identities(fs, warn, read_state)
+        self.devices = DeviceNames(fs)
+        self.pids = PidMapper(fs, layout)
+        self._sandbox: Dict[str, bool] = {}  # this tick: cgroup path -> is a pod sandbox
+
+    def begin_tick(self, classified: List[Tuple[Cgroup, PathInfo]]) -> None:
+        """Look up what this tick's new containers and pods are; forget the gone ones."""
+        ids = self.runtimes
+        ids.retain(x for _, info in classified for x in (info.id, info.pod_uid) if x)
+        ids.refresh_if_new(info for _, info in classified)
+        self._sandbox = {cg.path: ids.is_sandbox(info, cg.folders[0].local)
+                         for cg, info in classified if info.kind == "container"}
+        ids.note_pod_members(info for cg, info in classified
+                             if info.pod_uid and not self._sandbox.get(cg.path, False))
+
+    def is_sandbox(self, cg: Cgroup, info: PathInfo) -> bool:
+        """A pod's sandbox container (left out of the default selection)."""
+        return self._sandbox.get(cg.path, False)
+
+    def workload(self, cg: Cgroup, info: PathInfo, sample: Sample) -> Workload:
+        sandbox = self._sandbox.get(cg.path, False)
+        container = self.runtimes.container(info)
+        if container is not None:
+            container["sandbox"] = sandbox
+        pod = container["pod"] if container is not None else self.runtimes.pod(info)
+        names: Dict[str, Optional[str]] = {}
+        for dev in sample.io.devices or ():
+            names[dev.device] = self.devices.name(dev.device)
+        return Workload("pod" if info.kind == "pod" else "cgroup", info.unit, container, pod, sandbox, names)
+
+    def lookup_pid(self, pid: int) -> PidCgroups:
+        """Where a host PID is (checked against its start time); raises Gone or ReadError."""
+        return self.pids.lookup(pid)
+
+    def describe_pid(self, pid: int) -> Dict[str, Any]:
+        """The JSON object `cgstat pid` prints for one PID: its cgroup path(s) and container."""
+        try:
+            found = self.pids.lookup(pid)
+        except Gone:
+            return _no_pid(pid, "no such process")
+        except ReadError as exc:
+            return _no_pid(pid, exc.detail)
+        info = self.owner_of(found.cgroup or "/")
+        self.runtimes.refresh_if_new([info])
+        return {"pid": pid, "error": None, "cgroup": found.cgroup, "paths": found.paths,
+                "unit": info.unit, "container": self.runtimes.container(info)}
+
+    @staticmethod
+    def owner_of(cgroup: str) -> PathInfo:
+        """What a process's cgroup path says, rolled up to its container: a process in a
+        container's own sub-cgroup (rootless Podman's "container" leaf) belongs to it."""
+        info = classify(cgroup)
+        if info.inside_container and info.id:
+            info = classify(container_root(cgroup, info.id))
+        return info
+
+    def retain_pids(self, live: Iterable[int]) -> None:
+        self.pids.retain(live)
+
+
+def _no_pid(pid: int, error: str) -> Dict[str, Any]:
+    return {"pid": pid, "error": error, "cgroup": None, "paths": None, "unit": None, "container": None}
