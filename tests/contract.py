@@ -16,6 +16,8 @@ import jsonschema
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCHEMA = json.load(open(os.path.join(ROOT, "cgstat", "record.schema.json")))
 VALIDATOR = jsonschema.Draft7Validator(SCHEMA)
+GPU_SCHEMA = json.load(open(os.path.join(ROOT, "cgstat", "gpu-record.schema.json")))
+_BY_TYPE = {"gpu": jsonschema.Draft7Validator(GPU_SCHEMA)}
 
 
 def run_cgstat(*args, env=None, check=True, input=None, timeout=60):
@@ -35,7 +37,9 @@ def run_cgstat(*args, env=None, check=True, input=None, timeout=60):
 
 
 def validate(record):
-    errors = sorted(VALIDATOR.iter_errors(record), key=lambda e: list(e.path))
+    """Check a record against the JSON Schema of its type (cgroup and pod records share one)."""
+    validator = _BY_TYPE.get(record.get("type"), VALIDATOR)
+    errors = sorted(validator.iter_errors(record), key=lambda e: list(e.path))
     assert not errors, f"{record.get('cgroup')}: {[(list(e.path), e.message) for e in errors[:3]]}"
 
 

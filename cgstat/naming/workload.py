@@ -17,13 +17,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple
 
+from cgstat.gpu.join import UNKNOWN, Owner
 from cgstat.kernel.hierarchy import Layout
 from cgstat.kernel.hostfs import Gone, HostFS, ReadError
 from cgstat.kernel.sample import Sample
 from cgstat.kernel.tree import Cgroup
 from cgstat.naming.devices import DeviceNames
 from cgstat.naming.paths import PathInfo, classify, container_root
-from cgstat.naming.pids import PidCgroups, PidMapper
+from cgstat.naming.pids import PidCgroups, PidMapper, start_ticks
 from cgstat.naming.runtimes import Identities
 
 
@@ -100,6 +101,23 @@ class Namer:
         if info.inside_container and info.id:
             info = classify(container_root(cgroup, info.id))
         return info
+
+    def gpu_owner(self, pid: int) -> Owner:
+        """Name, cgroup and container of a GPU process (a host PID from NVML).
+
+        The start time is read before and after the name, so a PID that exits and is reused
+        meanwhile is left unattributed rather than given to the new process's cgroup.
+        """
+        try:
+            found = self.pids.lookup(pid)
+            comm = self.fs.read_text(f"/proc/{pid}/comm").rstrip("\n")
+            if start_ticks(self.fs, pid) != found.start_ticks:
+                return UNKNOWN
+        except (ReadError, ValueError, IndexError):
+            return UNKNOWN  # exited, or not in our PID namespace: no cgroup claims it
+        info = self.owner_of(found.cgroup or "/")
+        self.runtimes.refresh_if_new([info])
+        return Owner(comm, found.cgroup, self.runtimes.container(info))
 
     def retain_pids(self, live: Iterable[int]) -> None:
         self.pids.retain(live)

@@ -8,10 +8,12 @@ unknown is None (JSON null), never a fake 0.
 from __future__ import annotations
 
 import time
-from typing import Any, Dict
+from typing import Any, Dict, Iterable, List, Optional
 
+from cgstat.gpu.join import Attributed
+from cgstat.gpu.sample import GpuDevice
 from cgstat.kernel.host import HostInfo
-from cgstat.kernel.sample import PRESSURE_RESOURCES, Sample
+from cgstat.kernel.sample import PRESSURE_RESOURCES, Problem, Sample
 from cgstat.naming.workload import Workload
 from cgstat.pipeline.rates import NO_IO_RATES, Rates
 
@@ -24,7 +26,10 @@ def rfc3339(wall_s: float) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(whole)) + f".{ms:03d}Z"
 
 
-def build(sample: Sample, rates: Rates, workload: Workload, host: HostInfo) -> Dict[str, Any]:
+def build(sample: Sample, rates: Rates, workload: Workload, host: HostInfo,
+          gpu: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
+    """A cgroup (or pod) record; `gpu` is its GPU object (cgstat/gpu/join.py), None when
+    GPU metrics are off."""
     cpu, mem, io, pids = sample.cpu, sample.memory, sample.io, sample.pids
     limit = mem.limit_bytes
     # docker stats: MEM % = usage / limit, with the host's MemTotal standing in for an
@@ -114,5 +119,39 @@ def build(sample: Sample, rates: Rates, workload: Workload, host: HostInfo) -> D
         },
         "pids": {"current": pids.current, "limit": pids.limit},
         "pressure": pressure,
-        "errors": [{"source": p.source, "error": p.error, "detail": p.detail} for p in sample.errors],
+        "gpu": gpu,
+        "errors": _problems(sample.errors),
+    }
+
+
+def _problems(problems: Iterable[Problem]) -> List[Dict[str, str]]:
+    return [{"source": p.source, "error": p.error, "detail": p.detail} for p in problems]
+
+
+def build_gpu(device: GpuDevice, processes: Iterable[Attributed], host: HostInfo, wall_s: float,
+              interval_s: Optional[float]) -> Dict[str, Any]:
+    """A `type: "gpu"` record: one GPU (or MIG device) and every process NVML lists on it."""
+    return {
+        "schema": SCHEMA_VERSION,
+        "type": "gpu",
+        "ts": rfc3339(wall_s),
+        "host": host.hostname,
+        "interval_s": interval_s,
+        "gpu": {
+            "index": device.index, "uuid": device.uuid, "name": device.name,
+            "utilization_percent": device.utilization_percent,
+            "memory_utilization_percent": device.memory_utilization_percent,
+            "memory_total_bytes": device.memory_total_bytes, "memory_used_bytes": device.memory_used_bytes,
+            "memory_reserved_bytes": device.memory_reserved_bytes,
+            "temperature_celsius": device.temperature_celsius, "power_watts": device.power_watts,
+            "mig_mode": device.mig_mode, "parent_uuid": device.parent_uuid,
+        },
+        "processes": [{
+            "pid": a.process.pid, "name": a.owner.name, "type": a.process.type,
+            "memory_bytes": a.process.memory_bytes, "sm_percent": a.process.sm_percent,
+            "memory_percent": a.process.memory_percent, "encoder_percent": a.process.encoder_percent,
+            "decoder_percent": a.process.decoder_percent,
+            "cgroup": a.owner.cgroup, "container": a.owner.container,
+        } for a in processes],
+        "errors": _problems(device.errors),
     }

@@ -13,9 +13,14 @@ tick (the first tick's rates are null), `close()` releases what it holds.
 from __future__ import annotations
 
 import os
+import time
+from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Pattern, Tuple, Union
 
 from cgstat.errors import CgstatError
+from cgstat.gpu.join import Attributed, by_subtree, cgroup_gpu
+from cgstat.gpu.nvml import Gateway
+from cgstat.gpu.sample import GpuDevice, GpuSnapshot, read_gpus
 from cgstat.kernel.cgroups import read_cgroup
 from cgstat.kernel.discover import Discoverer
 from cgstat.kernel.hierarchy import NoCgroupFS, detect
@@ -27,7 +32,7 @@ from cgstat.naming.pids import pid_namespace_note
 from cgstat.naming.workload import Namer, Workload
 from cgstat.pipeline.diagnostics import Warner
 from cgstat.pipeline.rates import Counters, counters, derive
-from cgstat.pipeline.record import build
+from cgstat.pipeline.record import build, build_gpu
 from cgstat.pipeline.select import compile_match, select
 from cgstat.text import quote
 
@@ -45,7 +50,7 @@ class Sampler:
 
     def __init__(self, host_root: str = "/", all: bool = False,
                  match: Union[None, str, Pattern[str]] = None, warner: Optional[Warner] = None,
-                 read_state: bool = True, max_user_cgroups: Optional[int] = 1000):
+                 read_state: bool = True, max_user_cgroups: Optional[int] = 1000, gpu: bool = True):
         if isinstance(match, str):
             try:
                 match = compile_match(match)
@@ -69,6 +74,10 @@ class Sampler:
         self.all_cgroups = all_cgroups
         self.match = match
         self.namer = Namer(self.fs, self.layout, self.warner.once, read_state)
+        # GPUs only on the live kernel (a recorded tree's processes aren't NVML's); pynvml
+        # is imported on the first read, never at start-up.
+        self._gateway = Gateway(self.warner.once) if gpu and self.host.live else None
+        self._gpu_read_s: Optional[float] = None
         self.previous: Dict[str, Counters] = {}
         self._classified: Dict[str, PathInfo] = {}
         note = pid_namespace_note(self.fs)
@@ -78,8 +87,8 @@ class Sampler:
         if note:
             self.warner.once("hostroot", note)
 
-    def collect(self) -> List[Tuple[Sample, Workload]]:
-        """Read every selected cgroup once, and say who each one's workload is."""
+    def collect(self) -> Collected:
+        """Read every selected cgroup once, and the GPUs; say who each workload is."""
         namer = self.namer
         self.clock.start_tick()
         cgroups = self.discoverer.join()
@@ -101,22 +110,46 @@ class Sampler:
                 if p.error not in _QUIET_ERRORS:
                     self.warner.warn(f"{p.source}:{p.error}", f"{quote(cg.path)}: {p.source}: {p.error}: {p.detail}")
             out.append((sample, namer.workload(cg, info, sample)))
-        return out
+        return Collected(out, *self._read_gpus())
 
-    def advance(self, samples: List[Tuple[Sample, Workload]]) -> Dict[str, Counters]:
+    def _read_gpus(self) -> Tuple[Optional[GpuSnapshot], Tuple[Attributed, ...], float]:
+        """NVML's view and who each GPU process is; (None, (), now) when GPU metrics are off."""
+        now = time.monotonic()
+        if self._gateway is None:
+            return None, (), now
+        snapshot = read_gpus(self._gateway)
+        if not snapshot.available:
+            self.warner.once(f"gpu-off:{snapshot.reason}", f"GPU metrics off: {snapshot.reason}")
+            return None, (), now
+        attributed = tuple(Attributed(p, self.namer.gpu_owner(p.pid)) for p in snapshot.processes)
+        self.namer.retain_pids(p.pid for p in snapshot.processes)
+        return snapshot, attributed, now
+
+    def advance(self, tick: Collected) -> Dict[str, Counters]:
         """The counters of a warm-up sample: what the next tick's rates start from."""
-        return {sample.path: counters(sample) for sample, _ in samples}
+        if tick.gpu is not None:
+            self._gpu_read_s = tick.gpu_time_s
+        return {sample.path: counters(sample) for sample, _ in tick.samples}
 
-    def render(self, samples: List[Tuple[Sample, Workload]],
+    def render(self, tick: Collected,
                previous: Dict[str, Counters]) -> Tuple[List[Dict[str, Any]], Dict[str, Counters]]:
-        """The records, and the counters to compare the next tick with."""
+        """The records (cgroups, then GPUs), and the counters to compare the next tick with."""
         records = []
         current: Dict[str, Counters] = {}
-        for sample, workload in samples:
+        subtrees = by_subtree(tick.attributed) if tick.gpu is not None else {}
+        for sample, workload in tick.samples:
             c = counters(sample)
             current[sample.path] = c
             rates = derive(previous.get(sample.path), c, self.host.cpus_online)
-            records.append(build(sample, rates, workload, self.host))
+            gpu = cgroup_gpu(subtrees.get(sample.path, ())) if tick.gpu is not None else None
+            records.append(build(sample, rates, workload, self.host, gpu))
+        if tick.gpu is not None:
+            interval = None if self._gpu_read_s is None else tick.gpu_time_s - self._gpu_read_s
+            self._gpu_read_s = tick.gpu_time_s
+            wall = time.time()
+            for device in tick.gpu.devices:
+                on_it = [a for a in tick.attributed if _on(a, device)]
+                records.append(build_gpu(device, on_it, self.host, wall, interval))
         return records, current
 
     def warm_up(self) -> None:
@@ -129,5 +162,23 @@ class Sampler:
         return records
 
     def close(self) -> None:
-        """Forget the previous tick (the sampler holds no descriptors between ticks)."""
+        """Forget the previous tick and shut NVML down."""
         self.previous = {}
+        if self._gateway is not None:
+            self._gateway.close()
+
+
+@dataclass(frozen=True)
+class Collected:
+    """What one tick read: each selected cgroup with its workload, and the GPUs."""
+
+    samples: List[Tuple[Sample, Workload]]
+    gpu: Optional[GpuSnapshot]  # None: GPU metrics off
+    attributed: Tuple[Attributed, ...]  # every GPU process with who it is
+    gpu_time_s: float  # time.monotonic() of the GPU read
+
+
+def _on(a: Attributed, device: GpuDevice) -> bool:
+    if device.uuid is not None:
+        return a.process.gpu_uuid == device.uuid
+    return a.process.gpu_index == device.index and device.parent_uuid is None
