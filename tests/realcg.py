@@ -579,7 +579,7 @@ def cgstat(*args: str, timeout: float = 120) -> List[dict]:
 def find(records: List[dict], cgroup: str) -> dict:
     hits = [r for r in records if r.get("type") == "cgroup" and r.get("cgroup") == cgroup]
     assert len(hits) == 1, "expected exactly one record for %s, got %d (cgroups seen: %s)" % (
-        cgroup, len(hits), sorted(r.get("cgroup") for r in records))
+        cgroup, len(hits), sorted(str(r.get("cgroup")) for r in records))
     return hits[0]
 
 

@@ -1,0 +1,197 @@
+"""GPU per container end to end: the real pynvml against the NVML double, real processes in
+a real test cgroup, in a runc container and on the host, joined by `cgstat` itself."""
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+import nvmldouble as D
+import realcg as R
+from contract import ROOT, validate
+
+GIB = 1 << 30
+MIB = 1 << 20
+GPU0, GPU1, GPU2 = "GPU-00000000-aaaa-0000-0000-000000000000", "GPU-11111111-bbbb-0000-0000-000000000000", \
+    "GPU-22222222-cccc-0000-0000-000000000000"
+
+
+def _cgstat(scenario, *args, variant="full", timeout=60):
+    proc = subprocess.run([sys.executable, "-m", "cgstat", *args], env=D.env(scenario, variant), cwd=ROOT,
+                          capture_output=True, timeout=timeout)
+    assert proc.returncode == 0, proc.stderr.decode()
+    records = [json.loads(line) for line in proc.stdout.splitlines()]
+    for r in records:
+        validate(r)
+    return records, proc.stderr.decode()
+
+
+def _gpus(records):
+    return {r["gpu"]["uuid"]: r for r in records if r["type"] == "gpu"}
+
+
+def _exited_pid():
+    p = subprocess.Popen(["true"])
+    p.wait()
+    return p.pid  # reaped: no such process (unless reused within the test: then not ours)
+
+
+@pytest.fixture
+def workloads(make_group, make_container, workload_bin):
+    """A sleeper in a test cgroup, a sleeper in a runc container, one in our own cgroup."""
+    g = make_group()
+    in_group = g.start(["sleep", "1000"], stdout=subprocess.DEVNULL)
+    c = make_container(["/bin/busybox", "sh", "-c", "sleep 1000"], memory_limit=64 * MIB, pids_limit=16,
+                       cpu_quota=100000, cpu_period=100000)
+    c.run()
+    host = subprocess.Popen(["sleep", "1000"])
+    try:
+        yield g, in_group.pid, c, c.pid, host.pid
+    finally:
+        host.kill()
+        host.wait()
+
+
+def test_processes_in_a_cgroup_a_container_and_on_the_host(tmp_path, workloads):
+    g, gpid, c, cpid, hpid = workloads
+    gone = _exited_pid()
+    sc = (D.Scenario()
+          .gpu(0, uuid=GPU0, name="NVIDIA H200", mem_total=141 * GIB, mem_used=9 * GIB, mem_reserved=GIB // 2,
+               util_gpu=87, util_mem=40, temp=51, power_mw=412000)
+          .gpu(1, uuid=GPU1, name="NVIDIA H200", mem_total=141 * GIB, mem_used=3 * GIB, mem_reserved=GIB // 2,
+               util_gpu=25, util_mem=10, temp=44, power_mw=180000)
+          .gpu(2, uuid=GPU2, name="NVIDIA H200", mem_total=141 * GIB, mem_used=0, mem_reserved=GIB // 2,
+               util_gpu=0, util_mem=0, temp=30, power_mw=70000)
+          .proc(0, gpid, 4 * GIB).sample(0, gpid, sm=60, mem=30, enc=0, dec=0)
+          .proc(1, gpid, 1 * GIB).sample(1, gpid, sm=25, mem=10, enc=0, dec=0)
+          .proc(0, cpid, 2 * GIB).sample(0, cpid, sm=27, mem=9, enc=5, dec=1)
+          .proc(0, hpid, 3 * GIB, type="graphics")
+          .proc(1, gone, 2 * GIB).sample(1, gone, sm=1, mem=1))
+    path = D.write_scenario(tmp_path / "s.txt", sc)
+    pattern = f"{g.name}|{c.parent}"
+    records, err = _cgstat(path, "once", "--window", "0.5", "--all", "--match", pattern)
+    assert "GPU metrics off" not in err
+
+    group = R.find(records, g.cgroup)["gpu"]
+    assert group["memory_bytes"] == 5 * GIB and group["sm_percent"] == 85
+    assert group["devices"] == [GPU0, GPU1]
+    assert sorted((p["pid"], p["gpu_uuid"], p["memory_bytes"], p["sm_percent"], p["memory_percent"], p["name"])
+                  for p in group["processes"]) == sorted([(gpid, GPU0, 4 * GIB, 60, 30, "sleep"),
+                                                         (gpid, GPU1, GIB, 25, 10, "sleep")])
+    (ctr,) = [r for r in records if r["type"] == "cgroup" and r["container"] and r["container"]["id"] == c.id]
+    assert ctr["gpu"]["memory_bytes"] == 2 * GIB and ctr["gpu"]["sm_percent"] == 27
+    assert ctr["gpu"]["devices"] == [GPU0]
+    ((proc,),) = [ctr["gpu"]["processes"]]
+    assert (proc["pid"], proc["encoder_percent"], proc["decoder_percent"], proc["type"]) == (cpid, 5, 1, "compute")
+    # the container's parents (--all) sum their subtree: the container's process, nothing else
+    parent = R.find(records, ctr["cgroup"].rsplit("/", 1)[0])["gpu"]
+    assert parent["memory_bytes"] == 2 * GIB and [p["pid"] for p in parent["processes"]] == [cpid]
+    # no record claims the host's or the exited process
+    claimed = {p["pid"] for r in records if r["type"] == "cgroup" for p in r["gpu"]["processes"]}
+    assert claimed == {gpid, cpid}
+
+    gpus = _gpus(records)
+    assert set(gpus) == {GPU0, GPU1, GPU2}
+    d0 = gpus[GPU0]["gpu"]
+    assert (d0["index"], d0["name"], d0["utilization_percent"], d0["memory_used_bytes"],
+            d0["memory_reserved_bytes"], d0["memory_total_bytes"], d0["temperature_celsius"],
+            d0["power_watts"]) == (0, "NVIDIA H200", 87, 9 * GIB, GIB // 2, 141 * GIB, 51, 412.0)
+    by_pid = {p["pid"]: p for p in gpus[GPU0]["processes"]}
+    assert set(by_pid) == {gpid, cpid, hpid}
+    assert by_pid[cpid]["container"]["id"] == c.id and by_pid[cpid]["cgroup"] == ctr["cgroup"]
+    assert by_pid[gpid]["cgroup"] == g.cgroup and by_pid[gpid]["container"] is None
+    assert by_pid[hpid]["type"] == "graphics" and by_pid[hpid]["sm_percent"] == 0  # no sample: idle
+    assert by_pid[hpid]["cgroup"] is not None  # on the host: a cgroup, but no selected record's
+    ghost = {p["pid"]: p for p in gpus[GPU1]["processes"]}[gone]
+    assert (ghost["cgroup"], ghost["container"], ghost["name"], ghost["memory_bytes"]) == (None, None, None, 2 * GIB)
+    assert gpus[GPU2]["processes"] == [] and gpus[GPU2]["errors"] == []
+
+
+def test_stream_keeps_sm_right_for_busy_processes(tmp_path, make_group):
+    g = make_group()
+    pid = g.start(["sleep", "1000"], stdout=subprocess.DEVNULL).pid
+    sc = D.Scenario().gpu(0, uuid=GPU0, util_gpu=70).proc(0, pid, GIB).sample(0, pid, sm=70, mem=20)
+    path = D.write_scenario(tmp_path / "s.txt", sc)
+    records, _ = _cgstat(path, "stream", "--interval", "0.2", "--count", "4", "--all", "--match", g.name)
+    mine = [r for r in records if r["type"] == "cgroup" and r["cgroup"] == g.cgroup]
+    assert [r["gpu"]["sm_percent"] for r in mine] == [70, 70, 70, 70]
+    intervals = [r["interval_s"] for r in records if r["type"] == "gpu"]
+    assert len(intervals) == 4 and all(0.1 < i < 2 for i in intervals)
+
+
+def test_idle_gpu_and_no_process_give_zeros(tmp_path, make_group):
+    g = make_group()
+    g.start(["sleep", "1000"], stdout=subprocess.DEVNULL)
+    path = D.write_scenario(tmp_path / "s.txt", D.Scenario().gpu(0, uuid=GPU0, util_gpu=0))
+    records, _ = _cgstat(path, "once", "--window", "0", "--all", "--match", g.name)
+    assert R.find(records, g.cgroup)["gpu"] == {"memory_bytes": 0, "sm_percent": 0, "devices": [],
+                                                "processes": []}
+
+
+@pytest.mark.parametrize("variant,init,needle", [
+    (None, "ok", "libnvidia-ml.so.1 not found"),
+    ("full", "driver_not_loaded", "NVIDIA driver not loaded"),
+])
+def test_no_library_or_no_driver(tmp_path, variant, init, needle):
+    path = D.write_scenario(tmp_path / "s.txt", D.Scenario(init=init).gpu(0, uuid=GPU0))
+    records, err = _cgstat(path, "once", "--window", "0", "--all", variant=variant)
+    assert records and all(r["type"] == "cgroup" and r["gpu"] is None for r in records)
+    (line,) = [x for x in err.splitlines() if "GPU" in x]
+    assert needle in line
+
+
+def test_gpu_lost_mid_stream(tmp_path, make_group):
+    g = make_group()
+    pid = g.start(["sleep", "1000"], stdout=subprocess.DEVNULL).pid
+    good = D.Scenario().gpu(0, uuid=GPU0, util_gpu=50).gpu(1, uuid=GPU1, util_gpu=5).proc(0, pid, GIB)
+    lost = D.Scenario().gpu(0, uuid=GPU0, util_gpu=50, lost=1).gpu(1, uuid=GPU1, util_gpu=5).proc(0, pid, GIB)
+    path = D.write_scenario(tmp_path / "s.txt", good)
+    proc = subprocess.Popen([sys.executable, "-m", "cgstat", "stream", "--interval", "0.2", "--count", "8",
+                             "--all", "--match", g.name], env=D.env(path), cwd=ROOT,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    first = proc.stdout.readline()  # a batch is out: the GPU falls off the bus now
+    D.write_scenario(path, lost)
+    out = proc.stdout.read()  # not communicate(): it would skip what readline() buffered
+    err = proc.stderr.read()
+    assert proc.wait(timeout=60) == 0, err
+    records = [json.loads(x) for x in [first] + out.splitlines()]
+    for r in records:
+        validate(r)
+    gpu0 = [r for r in records if r["type"] == "gpu" and r["gpu"]["uuid"] == GPU0]
+    assert gpu0[0]["errors"] == [], [g["errors"] for g in gpu0]
+    assert any(e["error"] == "gpu_lost" for e in gpu0[-1]["errors"])
+    assert gpu0[-1]["gpu"]["utilization_percent"] is None
+    assert all(r["errors"] == [] for r in records if r["type"] == "gpu" and r["gpu"]["uuid"] == GPU1)
+    mine = [r for r in records if r["type"] == "cgroup" and r["cgroup"] == g.cgroup]
+    assert len(mine) == 8 and all(r["cpu"]["usage_seconds_total"] is not None for r in mine)
+
+
+def test_reused_pid_is_not_attributed_from_the_cache(tmp_path):
+    """NVML lists PID 216 tick after tick; between two ticks it exits and the number is
+    reused by a process in another cgroup: the new process is that cgroup's (start time
+    checked on every lookup), and a PID that is gone is nobody's."""
+    import shutil
+
+    from cgstat.kernel.hierarchy import detect
+    from cgstat.kernel.hostfs import HostFS
+    from cgstat.gpu.join import UNKNOWN
+    from cgstat.naming.workload import Namer
+
+    root = str(tmp_path / "t1")
+    shutil.copytree(os.path.join(ROOT, "tests", "fixtures", "v2-systemd", "t1"), root, symlinks=True)
+    fs = HostFS(root)
+    namer = Namer(fs, detect(fs))
+    first = namer.gpu_owner(216)
+    assert first.container["name"] == "tf-training" and first.cgroup.startswith("/system.slice/docker-")
+    stat = os.path.join(root, "proc/216/stat")
+    fields = open(stat).read().split(" ")
+    fields[21] = str(int(fields[21]) + 500)  # a new start time: another process
+    open(stat, "w").write(" ".join(fields))
+    open(os.path.join(root, "proc/216/cgroup"), "w").write("0::/system.slice/cron.service\n")
+    again = namer.gpu_owner(216)
+    assert again.cgroup == "/system.slice/cron.service" and again.container is None
+    shutil.rmtree(os.path.join(root, "proc/216"))
+    assert namer.gpu_owner(216) == UNKNOWN
