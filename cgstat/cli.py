@@ -18,11 +18,15 @@ try:  # typer 0.2x vendors its own copy of click
     from typer._click import exceptions as click_errors  # type: ignore
 except ImportError:  # older typer (Python 3.7 to 3.9) uses click itself
     from click import exceptions as click_errors  # type: ignore
+# Ctrl-C at a prompt: click's Abort, typer's own in typer 0.2x
+_ABORT = getattr(click_errors, "Abort", None) or getattr(typer, "Abort", KeyboardInterrupt)
 
 from cgstat import __version__
 from cgstat.errors import CgstatError
-from cgstat.outputs.jsonl import make_sink
+from cgstat.outputs.formats import FORMATS, make_sink
+from cgstat.outputs.http import DEFAULT_LISTEN
 from cgstat.pipeline.diagnostics import Warner, say
+from cgstat.pipeline.events import EventDetector
 from cgstat.pipeline.modes import run_once, run_pid, run_stream
 from cgstat.pipeline.sampler import Sampler
 from cgstat.pipeline.select import compile_match
@@ -162,6 +166,26 @@ def _run(make: Callable[[], Sampler], job: Callable[[Sampler], int]) -> None:
     raise typer.Exit(code)
 
 
+def _format_option() -> str:
+    return typer.Option("jsonl", "--format", metavar="FMT", callback=_format,
+                        help="jsonl (one JSON object per line), table (like docker stats) or csv.")
+
+
+def _format(value: str) -> str:
+    if value not in FORMATS:
+        raise typer.BadParameter(f"{value!r} is not one of {', '.join(FORMATS)}")
+    return value
+
+
+def _output_mode_option() -> str:
+    return typer.Option("600", "--output-mode", metavar="OCTAL", callback=_mode,
+                        help="Permissions of a FILE that --output creates.")
+
+
+def _events_window(value: float) -> float:
+    return _seconds(value, 1.0, MAX_INTERVAL_S)
+
+
 @app.command()
 def stream(
     ctx: typer.Context,
@@ -173,8 +197,13 @@ def stream(
                                          callback=_not_empty,
                                          help="Append to FILE instead of stdout; SIGHUP reopens it (logrotate). "
                                               "A FILE that can't be opened at start is exit status 1."),
-    output_mode: str = typer.Option("600", "--output-mode", metavar="OCTAL", callback=_mode,
-                                    help="Permissions of a FILE that --output creates."),
+    output_mode: str = _output_mode_option(),
+    fmt: str = _format_option(),
+    no_events: bool = typer.Option(False, "--no-events", help="No diagnostics events (type: event) in the stream."),
+    events_window: float = typer.Option(60.0, "--events-window", metavar="S", callback=_events_window,
+                                        help="Seconds over which sustained conditions must hold to raise an event."),
+    listen: Optional[str] = typer.Option(None, "--listen", metavar="ADDR:PORT", callback=_not_empty,
+                                         help="Also serve /metrics (Prometheus) there, from the same ticks."),
     host_root: Optional[str] = _host_root_option(),
     all_: bool = _all_option(),
     match: Optional[str] = _match_option(),
@@ -182,8 +211,35 @@ def stream(
 ) -> None:
     """Stream a batch of records every interval; the first batch comes after one interval,
     with rates. SIGTERM/SIGINT finish the line being written and exit 0."""
+    def job(sampler: Sampler) -> int:
+        events = None if no_events else EventDetector(window_s=events_window)
+        sink = make_sink(fmt, output, int(output_mode, 8), sampler.warner.warn)
+        return run_stream(sampler, sink, interval, count, events, listen)
+
+    _run(lambda: _sampler(ctx, host_root, all_, match, max_user), job)
+
+
+@app.command()
+def serve(
+    ctx: typer.Context,
+    listen: str = typer.Option(DEFAULT_LISTEN, "--listen", envvar="CGSTAT_LISTEN", metavar="ADDR:PORT",
+                               callback=_not_empty,
+                               help="Where to serve /metrics and /healthz (loopback only unless told)."),
+    interval: float = typer.Option(1.0, "--interval", envvar="CGSTAT_INTERVAL", metavar="S", callback=_interval,
+                                   help=f"Seconds between samples ({MIN_INTERVAL_S:g} to {MAX_INTERVAL_S:g})."),
+    count: Optional[int] = typer.Option(None, "--count", min=1, metavar="N",
+                                        help="Stop after N samples (default: run until stopped)."),
+    host_root: Optional[str] = _host_root_option(),
+    all_: bool = _all_option(),
+    match: Optional[str] = _match_option(),
+    max_user: Optional[int] = _max_user_option(),
+) -> None:
+    """Serve cAdvisor-compatible Prometheus metrics (text 0.0.4 or OpenMetrics) on /metrics.
+
+    Sampling runs on its own schedule; a scrape gets the latest tick's exposition and never
+    waits for a read. SIGTERM/SIGINT exit 0."""
     _run(lambda: _sampler(ctx, host_root, all_, match, max_user),
-         lambda sampler: run_stream(sampler, make_sink(output, int(output_mode, 8), sampler.warner.warn), interval, count))
+         lambda sampler: run_stream(sampler, None, interval, count, None, listen))
 
 
 @app.command()
@@ -198,8 +254,10 @@ def once(
                                       f"(0: no rates, no wait; else {MIN_INTERVAL_S:g} to {MAX_WINDOW_S:g})."),
     output: Optional[str] = typer.Option(None, "--output", metavar="FILE", callback=_not_empty,
                                          help="Append to FILE instead of stdout, whole lines only."),
-    output_mode: str = typer.Option("600", "--output-mode", metavar="OCTAL", callback=_mode,
-                                    help="Permissions of a FILE that --output creates."),
+    output_mode: str = _output_mode_option(),
+    fmt: str = _format_option(),
+    no_events: bool = typer.Option(False, "--no-events",
+                                   help="With --state: no events judged between the two runs (OOM kills)."),
     host_root: Optional[str] = _host_root_option(),
     all_: bool = _all_option(),
     match: Optional[str] = _match_option(),
@@ -207,7 +265,29 @@ def once(
 ) -> None:
     """Print one batch of records and exit (for cron and scripts)."""
     _run(lambda: _sampler(ctx, host_root, all_, match, max_user),
-         lambda sampler: run_once(sampler, make_sink(output, int(output_mode, 8), sampler.warner.warn), state, window))
+         lambda sampler: run_once(sampler, make_sink(fmt, output, int(output_mode, 8), sampler.warner.warn),
+                                  state, window, not no_events))
+
+
+@app.command()
+def report(
+    stream_file: str = typer.Argument(..., metavar="FILE.jsonl",
+                                      help="A stream written by cgstat stream (.gz accepted)."),
+    out: str = typer.Option(..., "-o", "--output", metavar="REPORT.html", callback=_not_empty,
+                            help="Where to write the self-contained HTML report."),
+    title: Optional[str] = typer.Option(None, "--title", help="The report's title (default: the host)."),
+    points: int = typer.Option(500, "--points", min=50, max=5000, metavar="N",
+                               help="Points per chart at most (longer streams are downsampled)."),
+) -> None:
+    """Write a self-contained HTML report of a recorded stream: per-workload charts of CPU,
+    memory, IO and GPU against their limits, events marked, and a summary table."""
+    from cgstat.outputs.report import build_report
+
+    try:
+        build_report(stream_file, out, title=title, points=points)
+    except CgstatError as exc:
+        say(str(exc))
+        raise typer.Exit(1) from None
 
 
 @app.command()
@@ -238,7 +318,7 @@ def main(argv: Optional[List[str]] = None) -> None:
     except click_errors.ClickException as exc:
         say(exc.format_message())
         code = exc.exit_code
-    except click_errors.Abort:
+    except _ABORT:
         code = 130
     sys.exit(code if isinstance(code, int) else 0)
 

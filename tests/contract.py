@@ -17,7 +17,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCHEMA = json.load(open(os.path.join(ROOT, "cgstat", "record.schema.json")))
 VALIDATOR = jsonschema.Draft7Validator(SCHEMA)
 GPU_SCHEMA = json.load(open(os.path.join(ROOT, "cgstat", "gpu-record.schema.json")))
-_BY_TYPE = {"gpu": jsonschema.Draft7Validator(GPU_SCHEMA)}
+EVENT_SCHEMA = json.load(open(os.path.join(ROOT, "cgstat", "event.schema.json")))
+_BY_TYPE = {"gpu": jsonschema.Draft7Validator(GPU_SCHEMA), "event": jsonschema.Draft7Validator(EVENT_SCHEMA)}
 
 
 def run_cgstat(*args, env=None, check=True, input=None, timeout=60):

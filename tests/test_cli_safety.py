@@ -210,11 +210,12 @@ _VALUES = st.one_of(
     st.text(max_size=12),
 )
 _OPTIONS = ["--interval", "--count", "--window", "--state", "--output", "--output-mode", "--match",
-            "--host-root", "--all", "--version", "--help"]
+            "--host-root", "--all", "--version", "--help", "--format", "--events-window", "--no-events",
+            "--listen", "--max-user-cgroups", "-o", "--points"]
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
-@given(command=st.sampled_from(["stream", "once", "pid", "", "frob"]),
+@given(command=st.sampled_from(["stream", "once", "pid", "serve", "report", "", "frob"]),
        before=st.lists(st.tuples(st.sampled_from(_OPTIONS), _VALUES), max_size=2),
        after=st.lists(st.tuples(st.sampled_from(_OPTIONS), _VALUES), max_size=4),
        args=st.lists(_VALUES, max_size=2))
@@ -227,13 +228,13 @@ def test_fuzzed_command_lines_never_give_a_traceback(monkeypatch, command, befor
 
     seen = []
 
-    def fake_stream(agent, sink, interval, count):
+    def fake_stream(agent, sink, interval, count, events=None, listen=None):
         assert math.isfinite(interval) and cli.MIN_INTERVAL_S <= interval <= cli.MAX_INTERVAL_S
         assert count is None or count >= 1
         seen.append("stream")
         return 0
 
-    def fake_once(agent, sink, state, window):
+    def fake_once(agent, sink, state, window, events=True):
         assert window == 0 or cli.MIN_INTERVAL_S <= window <= cli.MAX_WINDOW_S
         assert state is None or state != ""
         seen.append("once")
@@ -247,6 +248,9 @@ def test_fuzzed_command_lines_never_give_a_traceback(monkeypatch, command, befor
     monkeypatch.setattr(cli, "run_stream", fake_stream)
     monkeypatch.setattr(cli, "run_once", fake_once)
     monkeypatch.setattr(cli, "run_pid", fake_pid)
+    import cgstat.outputs.report as report_mod
+
+    monkeypatch.setattr(report_mod, "build_report", lambda *a, **k: None)
     monkeypatch.setattr(cli, "Sampler", lambda *a, **k: _FakeSampler())
     argv = [x for opt, val in before for x in (opt, val)]
     argv += [command] if command else []

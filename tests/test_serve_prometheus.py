@@ -1,4 +1,4 @@
-"""End to end: `run_serve` on a real quota-limited cgroup, scraped by a real Prometheus
+"""End to end: `cgstat serve` on a real quota-limited cgroup, scraped by a real Prometheus
 (Debian package `prometheus`, started here on loopback with a 1 s scrape).
 
 - PromQL `rate(container_cpu_usage_seconds_total{id=~".*NAME.*"}[6s])` of a 0.5-core
@@ -100,9 +100,8 @@ def test_prometheus_scrapes_a_quota_burner(make_group, workload_bin, tmp_path):
     burner.wait_line("ready")
 
     port = free_port()
-    code = ("import sys; from cgstat.pipeline.sampler import Sampler; from cgstat.outputs.serve import run_serve; "
-            "sys.exit(run_serve(Sampler(match=sys.argv[1]), sys.argv[2], 1.0))")
-    serve = subprocess.Popen([sys.executable, "-c", code, g.name, "127.0.0.1:%d" % port], cwd=REPO,
+    serve = subprocess.Popen([sys.executable, "-m", "cgstat", "serve", "--match", g.name,
+                              "--listen", "127.0.0.1:%d" % port, "--interval", "1"], cwd=REPO,
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     prom_proc = None
     try:

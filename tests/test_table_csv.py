@@ -10,6 +10,7 @@ import sys
 
 import pytest
 
+from cgstat.outputs.formats import make_sink
 from cgstat.outputs.table import (
     CSV_COLUMNS,
     TABLE_HEADER,
@@ -22,7 +23,6 @@ from cgstat.outputs.table import (
     csv_rows,
     format_table,
     human_size,
-    make_format_sink,
     render_table,
     table_row,
 )
@@ -142,7 +142,7 @@ def test_sinks_write_header_once_and_after_reopen(tmp_path):
     sink.write([rec])
     sink.write([rec])
     sink.close()
-    sink2 = make_format_sink("csv", path)  # appending to a non-empty file: no second header
+    sink2 = make_sink("csv", path)  # appending to a non-empty file: no second header
     sink2.open()
     sink2.write([rec])
     os.rename(path, path + ".1")  # logrotate
@@ -171,4 +171,4 @@ def test_stdout_sinks(records):
     assert out.count("NAME ") == 2 and "\n\nNAME " in out
     assert out.count("type,ts,host") == 1
     with pytest.raises(ValueError):
-        make_format_sink("xml", None)
+        make_sink("xml", None)

@@ -193,9 +193,3 @@ class FileSink(JsonLinesSink):
             except OSError:
                 pass
             raise SinkError(f"cannot write {self.path}: {os.strerror(exc.errno)}; will retry") from None
-
-
-def make_sink(path: Optional[str], mode: int = 0o600,
-              warn: Optional[Callable[[str, str], None]] = None) -> JsonLinesSink:
-    """A file sink for `path`, or stdout when there is none."""
-    return FileSink(path, mode, warn) if path else StdoutSink(warn)

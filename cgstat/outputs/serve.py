@@ -7,9 +7,9 @@ never waits for a scraper.
 
 - `Exporter(listen)`: the server plus the renderer; `publish(records, tick_seconds)`
   once per tick, `close()` at the end. `stream --listen` uses it beside its sink.
-- `run_serve(sampler, listen, interval_s, count)`: the serve mode, ordered like
-  run_stream: bind (a bad address fails now, exit 1), warm up, READY=1, then a tick per
-  interval with WATCHDOG=1 after each; SIGTERM/SIGINT end it with exit 0.
+`cgstat serve` is pipeline/modes.run_stream with no sink: bind (a bad address fails now,
+exit 1), warm up, READY=1, then a tick per interval with WATCHDOG=1 after each;
+SIGTERM/SIGINT end it with exit 0.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from __future__ import annotations
 import time
 from typing import Any, Dict, List, Optional
 
-from cgstat import __version__, sdnotify
+from cgstat import __version__
 from cgstat.errors import CgstatError
 from cgstat.outputs import prometheus
 from cgstat.outputs.http import DEFAULT_LISTEN, MetricsServer, address_note
@@ -74,26 +74,3 @@ class Exporter:
 
     def close(self) -> None:
         self.server.close()
-
-
-def run_serve(sampler, listen: str = DEFAULT_LISTEN, interval_s: float = 1.0,
-              count: Optional[int] = None) -> int:
-    """Sample every `interval_s` and serve the exposition on `listen` until stopped."""
-    from cgstat.pipeline.schedule import Schedule, watchdog_heartbeat_s
-
-    exporter = Exporter(listen, sampler.warner, stale_after_s=max(60.0, 5 * interval_s))
-    try:
-        schedule = Schedule(interval_s, sampler.warner, watchdog_heartbeat_s()).install_signals()
-        sampler.warm_up()
-        exporter.publish([], None)  # /metrics answers (self-metrics only) before the first tick
-        sdnotify.ready()
-        for _ in schedule.ticks(count):
-            schedule.take_reopen()  # SIGHUP: nothing to reopen here
-            began = time.monotonic()
-            records = sampler.tick()
-            exporter.publish(records, time.monotonic() - began)
-            sdnotify.watchdog()
-    finally:
-        sdnotify.stopping()
-        exporter.close()
-    return 0

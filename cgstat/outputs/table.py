@@ -25,9 +25,9 @@ from __future__ import annotations
 
 import os
 import unicodedata
-from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence
+from typing import Any, Dict, Iterable, List, Optional, Sequence
 
-from cgstat.outputs.jsonl import FileSink, JsonLinesSink, StdoutSink
+from cgstat.outputs.jsonl import FileSink, StdoutSink
 from cgstat.text import escape_controls
 
 # -- docker's units (github.com/docker/go-units, size.go) ------------------------------------
@@ -321,14 +321,3 @@ class CsvFileSink(_CsvFormat, FileSink):
 
 FORMATS = ("jsonl", "table", "csv")
 
-
-def make_format_sink(fmt: str, path: Optional[str], mode: int = 0o600,
-                     warn: Optional[Callable[[str, str], None]] = None) -> JsonLinesSink:
-    """The sink for `--format FMT` (jsonl, table, csv) on `path` or stdout."""
-    if fmt == "jsonl":
-        return FileSink(path, mode, warn) if path else StdoutSink(warn)
-    if fmt == "table":
-        return TableFileSink(path, mode, warn) if path else TableStdoutSink(warn)
-    if fmt == "csv":
-        return CsvFileSink(path, mode, warn) if path else CsvStdoutSink(warn)
-    raise ValueError("unknown format %r (jsonl, table or csv)" % (fmt,))

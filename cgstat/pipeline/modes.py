@@ -1,6 +1,7 @@
-"""The ways cgstat runs: stream (a batch every interval), once (one batch, for cron and
-scripts) and pid (PID -> cgroup and container). Each drives a Sampler, the one Schedule
-and a sink; none holds logic of its own beyond that order of events.
+"""The ways cgstat runs: stream (a batch every interval), serve (the Prometheus endpoint),
+once (one batch, for cron and scripts) and pid (PID -> cgroup and container). Each drives
+a Sampler, the one Schedule, the events detector and its outputs; none holds logic of its
+own beyond that order of events.
 """
 
 from __future__ import annotations
@@ -11,37 +12,64 @@ from typing import List, Optional
 from cgstat import sdnotify
 from cgstat.outputs.jsonl import JsonLinesSink, ReaderGone, SinkError, StdoutSink
 from cgstat.pipeline import state as statefile
+from cgstat.pipeline.events import EventDetector, judge_runs, state_extras
 from cgstat.pipeline.sampler import Sampler
 from cgstat.pipeline.schedule import Schedule, watchdog_heartbeat_s
 
 
-def run_stream(sampler: Sampler, sink: JsonLinesSink, interval_s: float, count: Optional[int]) -> int:
-    """Batches every interval on a drift-free schedule; the first one interval after start."""
-    sink.open()  # an output that can't be opened fails the run now, not silently later
+def run_stream(sampler: Sampler, sink: Optional[JsonLinesSink], interval_s: float, count: Optional[int],
+               events: Optional[EventDetector] = None, listen: Optional[str] = None) -> int:
+    """Batches every interval on a drift-free schedule; the first one interval after start.
+
+    `events`: diagnostics events raised from the ticks go into the same stream. `listen`:
+    the Prometheus endpoint served beside the stream, from the same ticks. `sink` None:
+    serve only (`cgstat serve`).
+    """
+    if sink is not None:
+        sink.open()  # an output that can't be opened fails the run now, not silently later
+    exporter = None
+    if listen:
+        from cgstat.outputs.serve import Exporter  # only when asked: HTTP costs a cron run start-up
+
+        exporter = Exporter(listen, sampler.warner, stale_after_s=max(60.0, 5 * interval_s))
     schedule = Schedule(interval_s, sampler.warner, watchdog_heartbeat_s()).install_signals()
-    sampler.warm_up()  # the first batch, one interval later, has rates
-    sdnotify.ready()  # Type=notify: started once the first sample is in
     try:
+        sampler.warm_up()  # the first batch, one interval later, has rates
+        if exporter is not None:
+            exporter.publish([], None)  # /metrics answers (self-metrics) before the first tick
+        sdnotify.ready()  # Type=notify: started once the first sample is in
         for _ in schedule.ticks(count):
-            if schedule.take_reopen():
+            if schedule.take_reopen() and sink is not None:
                 sink.reopen()
+            began = time.monotonic()
             records = sampler.tick()
-            try:
-                sink.write(records)
-            except SinkError as exc:
-                sampler.warner.warn("sink", str(exc))
+            if exporter is not None:
+                exporter.publish(records, time.monotonic() - began)
+            if events is not None:
+                records = records + events.observe(records)
+            if sink is not None:
+                try:
+                    sink.write(records)
+                except SinkError as exc:
+                    sampler.warner.warn("sink", str(exc))
             sdnotify.watchdog()  # a tick finished: a hung read or write stops these
     except ReaderGone:
         return 0
     finally:
         sdnotify.stopping()
-        sink.close()
+        if exporter is not None:
+            exporter.close()
+        if sink is not None:
+            sink.close()
+    if sink is None:
+        return 0
     if sink.dropped_lines:
         sampler.warner.warn("dropped", f"{sink.dropped_lines} lines dropped while the output failed")
     return 0
 
 
-def run_once(sampler: Sampler, sink: JsonLinesSink, state_path: Optional[str], window_s: float) -> int:
+def run_once(sampler: Sampler, sink: JsonLinesSink, state_path: Optional[str], window_s: float,
+             events: bool = True) -> int:
     """One batch: rates against the saved state, or over a window of two samples.
 
     SIGTERM/SIGINT during the window end the run quietly (nothing written); during the
@@ -57,8 +85,13 @@ def run_once(sampler: Sampler, sink: JsonLinesSink, state_path: Optional[str], w
                 if why:
                     sampler.warner.warn("state", why)
                 records, current = sampler.render(sampler.collect(), previous)
+                if events:
+                    # what two runs can judge (an OOM kill between them), from what the
+                    # previous run kept
+                    records = records + judge_runs(state.extras if not why else {}, records)
                 sink.write(records)
-                state.save(sampler.host.boot_id, sampler.fs.root, sampler.clock.monotonic(), current)
+                state.save(sampler.host.boot_id, sampler.fs.root, sampler.clock.monotonic(), current,
+                           state_extras(records))
         else:
             if window_s > 0:
                 sampler.warm_up()

@@ -29,7 +29,7 @@ import os
 import stat
 import tempfile
 import time
-from typing import Dict, Optional, Tuple
+from typing import Any, Dict, Optional, Tuple
 
 import orjson
 
@@ -103,6 +103,7 @@ class StateFile:
         self._lock_fd: Optional[int] = None
         self._tmp: Optional[Tuple[int, str]] = None
         self._data = b""
+        self.extras: Dict[str, Any] = {}  # what the previous run kept for events (judge_runs)
 
     def __enter__(self) -> "StateFile":
         try:
@@ -194,10 +195,17 @@ class StateFile:
 
     def load(self, boot_id: Optional[str], now_s: float) -> Tuple[Dict[str, Counters], Optional[str]]:
         """The saved counters by cgroup path, and a reason when the file was not usable."""
-        return parse_state(self._data, self.path, boot_id, now_s)
+        counters, why = parse_state(self._data, self.path, boot_id, now_s)
+        if why is None and counters:
+            try:
+                extras = orjson.loads(self._data).get("events")
+            except (orjson.JSONDecodeError, AttributeError):
+                extras = None
+            self.extras = extras if isinstance(extras, dict) else {}
+        return counters, why
 
     def save(self, boot_id: Optional[str], host_root: str, now_s: float,
-             cgroups: Dict[str, Counters]) -> None:
+             cgroups: Dict[str, Counters], extras: Optional[Dict[str, Any]] = None) -> None:
         assert self._tmp is not None, "save() once, inside the with block"
         fd, tmp = self._tmp
         self._tmp = None
@@ -208,6 +216,7 @@ class StateFile:
             "host_root": host_root,
             "time_s": now_s,
             "cgroups": {k: v.to_json() for k, v in cgroups.items()},
+            "events": extras or {},  # per cgroup, what the next run needs to judge events
         }
         try:
             with os.fdopen(fd, "wb") as f:
