@@ -14,12 +14,14 @@ folders, /proc/<pid>/comm of pod members (pause detection), /proc/<pid>/cgroup a
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple
 
 from cgstat.gpu.join import UNKNOWN, Owner
 from cgstat.kernel.hierarchy import Layout
 from cgstat.kernel.hostfs import Gone, HostFS, ReadError
+from cgstat.kernel.procs import member_pids
 from cgstat.kernel.sample import Sample
 from cgstat.kernel.tree import Cgroup
 from cgstat.naming.devices import DeviceNames
@@ -50,6 +52,7 @@ class Namer:
         self.devices = DeviceNames(fs)
         self.pids = PidMapper(fs, layout)
         self._sandbox: Dict[str, bool] = {}  # this tick: cgroup path -> is a pod sandbox
+        self._members: Dict[int, int] = {}  # folder inode -> the member PID chosen
 
     def begin_tick(self, classified: List[Tuple[Cgroup, PathInfo]]) -> None:
         """Look up what this tick's new containers and pods are; forget the gone ones."""
@@ -121,6 +124,53 @@ class Namer:
 
     def retain_pids(self, live: Iterable[int]) -> None:
         self.pids.retain(live)
+
+    def member_pids(self, cgroups: Iterable[Cgroup]) -> Dict[str, List[int]]:
+        """One process of each cgroup (for its network namespace), by cgroup path.
+
+        A cgroup's own members first; a cgroup without any (a pod, a slice, rootless
+        Podman's container with its processes in a nested leaf) takes the first member of
+        its subtree. The choice is kept per folder inode while that process lives, so a
+        steady host reads one `stat` per cgroup per tick, not its cgroup.procs.
+        """
+        out: Dict[str, List[int]] = {}
+        kept: Dict[int, int] = {}
+        for cg in cgroups:
+            folder = cg.folders[0]
+            pid = self._members.get(folder.inode)
+            if pid is None or not os.path.exists(self.fs.path(f"/proc/{pid}")):
+                pid = _first_member(folder.local)
+            if pid is not None:
+                kept[folder.inode] = pid
+                out[cg.path] = [pid]
+            else:
+                out[cg.path] = []
+        self._members = kept
+        return out
+
+
+_SUBTREE_FOLDERS = 32  # folders looked at below a cgroup without members of its own
+
+
+def _first_member(local: str) -> Optional[int]:
+    """The first PID in the folder or, breadth first, in its subfolders (links not followed)."""
+    queue = [local]
+    seen = 0
+    while queue and seen < _SUBTREE_FOLDERS:
+        folder = queue.pop(0)
+        seen += 1
+        try:
+            pids = member_pids(folder)
+        except (ReadError, ValueError):
+            continue
+        if pids:
+            return pids[0]
+        try:
+            with os.scandir(folder) as it:
+                queue.extend(sorted(e.path for e in it if e.is_dir(follow_symlinks=False)))
+        except OSError:
+            continue
+    return None
 
 
 def _no_pid(pid: int, error: str) -> Dict[str, Any]:

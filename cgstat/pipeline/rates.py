@@ -17,7 +17,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Dict, NamedTuple, Optional, Tuple
 
+from cgstat.kernel.netns import NetworkSample
 from cgstat.kernel.sample import Sample
+from cgstat.pipeline.network import NO_NETWORK_RATES, NetworkCounters, NetworkRates, network_counters, network_rates
 
 
 class IoRow(NamedTuple):
@@ -37,6 +39,7 @@ class Counters:
     cpu_periods: Optional[int]
     cpu_throttled_periods: Optional[int]
     io: Optional[Dict[str, IoRow]]  # device -> counters; None when IO is unknown
+    network: Optional[NetworkCounters] = None  # its network namespace's, when read
 
     def to_json(self) -> dict:
         return {
@@ -46,6 +49,7 @@ class Counters:
             "cpu_periods": self.cpu_periods,
             "cpu_throttled_periods": self.cpu_throttled_periods,
             "io": None if self.io is None else {k: list(v) for k, v in self.io.items()},
+            "network": None if self.network is None else self.network.to_json(),
         }
 
     @staticmethod
@@ -62,8 +66,10 @@ class Counters:
                 if len(row) != 4:
                     raise ValueError("io row of wrong length")
                 rows[str(dev)] = IoRow(*(_opt_int(v) for v in row))
+        net = obj.get("network")  # absent in states of cgstat 0.1
         return Counters(inodes, float(obj["time_s"]), _opt_float(obj["cpu_usage_seconds"]),
-                        _opt_int(obj["cpu_periods"]), _opt_int(obj["cpu_throttled_periods"]), rows)
+                        _opt_int(obj["cpu_periods"]), _opt_int(obj["cpu_throttled_periods"]), rows,
+                        None if net is None else NetworkCounters.from_json(net))
 
 
 def _opt_int(v) -> Optional[int]:
@@ -82,13 +88,13 @@ def _opt_float(v) -> Optional[float]:
     return float(v)
 
 
-def counters(sample: Sample) -> Counters:
+def counters(sample: Sample, network: Optional[NetworkSample] = None) -> Counters:
     io = None
     if sample.io.devices is not None:
         io = {d.device: IoRow(d.read_bytes_total, d.write_bytes_total, d.read_ops_total, d.write_ops_total)
               for d in sample.io.devices}
     return Counters(sample.inodes, sample.time_s, sample.cpu.usage_seconds_total,
-                    sample.cpu.periods_total, sample.cpu.throttled_periods_total, io)
+                    sample.cpu.periods_total, sample.cpu.throttled_periods_total, io, network_counters(network))
 
 
 class IoRates(NamedTuple):
@@ -113,6 +119,7 @@ class Rates:
     read_ops_per_second: Optional[float] = None
     write_ops_per_second: Optional[float] = None
     devices: Optional[Dict[str, IoRates]] = None  # MAJ:MIN -> that device's rates
+    network: NetworkRates = NO_NETWORK_RATES
 
 
 NO_RATES = Rates()
@@ -169,7 +176,8 @@ def derive(prev: Optional[Counters], cur: Counters, cpus: Optional[int]) -> Rate
             devices[dev] = NO_IO_RATES if old is None else _io_rates(old, row, dt)
         if set(prev.io) <= set(cur.io):
             totals = _io_rates(_sums(prev.io.values()), _sums(cur.io.values()), dt)
-    return Rates(dt, cpu_percent, throttled, *totals, devices=devices)
+    return Rates(dt, cpu_percent, throttled, *totals, devices=devices,
+                 network=network_rates(prev.network, cur.network))
 
 
 def _io_rates(old: IoRow, new: IoRow, dt: float) -> IoRates:

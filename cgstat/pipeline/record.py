@@ -13,8 +13,10 @@ from typing import Any, Dict, Iterable, List, Optional
 from cgstat.gpu.join import Attributed
 from cgstat.gpu.sample import GpuDevice
 from cgstat.kernel.host import HostInfo
+from cgstat.kernel.netns import NetworkResult
 from cgstat.kernel.sample import PRESSURE_RESOURCES, Problem, Sample
 from cgstat.naming.workload import Workload
+from cgstat.pipeline.network import network_record
 from cgstat.pipeline.rates import NO_IO_RATES, Rates
 
 SCHEMA_VERSION = 1
@@ -27,9 +29,10 @@ def rfc3339(wall_s: float) -> str:
 
 
 def build(sample: Sample, rates: Rates, workload: Workload, host: HostInfo,
-          gpu: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
+          gpu: Optional[Dict[str, Any]] = None, network: Optional[NetworkResult] = None) -> Dict[str, Any]:
     """A cgroup (or pod) record; `gpu` is its GPU object (cgstat/gpu/join.py), None when
-    GPU metrics are off."""
+    GPU metrics are off; `network` what its network namespace's counters were (None: not
+    read, as for a recorded tree)."""
     cpu, mem, io, pids = sample.cpu, sample.memory, sample.io, sample.pids
     limit = mem.limit_bytes
     # docker stats: MEM % = usage / limit, with the host's MemTotal standing in for an
@@ -117,10 +120,12 @@ def build(sample: Sample, rates: Rates, workload: Workload, host: HostInfo,
             "write_ops_per_second": rates.write_ops_per_second,
             "devices": devices,
         },
+        "network": network_record(network, rates.network),
         "pids": {"current": pids.current, "limit": pids.limit},
         "pressure": pressure,
         "gpu": gpu,
-        "errors": _problems(sample.errors),
+        "errors": _problems(sample.errors if network is None or network.problem is None
+                            else list(sample.errors) + [network.problem]),
     }
 
 

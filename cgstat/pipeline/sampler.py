@@ -26,7 +26,9 @@ from cgstat.kernel.discover import Discoverer
 from cgstat.kernel.hierarchy import NoCgroupFS, detect
 from cgstat.kernel.host import HostClock, host_root_note, read_host
 from cgstat.kernel.hostfs import HostFS
+from cgstat.kernel.netns import NetnsReader, NetworkResult, NetworkSample
 from cgstat.kernel.sample import Sample
+from cgstat.kernel.tree import Cgroup
 from cgstat.naming.paths import PathInfo, classify
 from cgstat.naming.pids import pid_namespace_note
 from cgstat.naming.workload import Namer, Workload
@@ -78,6 +80,9 @@ class Sampler:
         # is imported on the first read, never at start-up.
         self._gateway = Gateway(self.warner.once) if gpu and self.host.live else None
         self._gpu_read_s: Optional[float] = None
+        # Network namespaces are read through member processes' /proc/<pid>/ns/net: only on
+        # the live kernel (a recording has no namespaces to open).
+        self._netns = NetnsReader(self.fs) if self.host.live else None
         self.previous: Dict[str, Counters] = {}
         self._classified: Dict[str, PathInfo] = {}
         note = pid_namespace_note(self.fs)
@@ -101,6 +106,7 @@ class Sampler:
         selected, what = select(classified, self.all_cgroups, self.match, namer.is_sandbox)
         self.warner.once("selection", f"{self.layout.kind} cgroup layout; showing {what}")
         out = []
+        kept: List[Cgroup] = []
         for cg, info in selected:
             now = self.clock.monotonic()
             sample = read_cgroup(cg, self.layout, now, self.clock.wall(now))
@@ -110,7 +116,13 @@ class Sampler:
                 if p.error not in _QUIET_ERRORS:
                     self.warner.warn(f"{p.source}:{p.error}", f"{quote(cg.path)}: {p.source}: {p.error}: {p.detail}")
             out.append((sample, namer.workload(cg, info, sample)))
-        return Collected(out, *self._read_gpus())
+            kept.append(cg)
+        network: Dict[str, NetworkResult] = {}
+        if self._netns is not None:
+            network = self._netns.read(namer.member_pids(kept))
+            if self._netns.host.note:
+                self.warner.once("netns-host", self._netns.host.note)
+        return Collected(out, network, *self._read_gpus())
 
     def _read_gpus(self) -> Tuple[Optional[GpuSnapshot], Tuple[Attributed, ...], float]:
         """NVML's view and who each GPU process is; (None, (), now) when GPU metrics are off."""
@@ -129,7 +141,12 @@ class Sampler:
         """The counters of a warm-up sample: what the next tick's rates start from."""
         if tick.gpu is not None:
             self._gpu_read_s = tick.gpu_time_s
-        return {sample.path: counters(sample) for sample, _ in tick.samples}
+        return {sample.path: counters(sample, self._net_sample(tick, sample.path)) for sample, _ in tick.samples}
+
+    @staticmethod
+    def _net_sample(tick: "Collected", path: str) -> Optional[NetworkSample]:
+        result = tick.network.get(path)
+        return None if result is None else result.network
 
     def render(self, tick: Collected,
                previous: Dict[str, Counters]) -> Tuple[List[Dict[str, Any]], Dict[str, Counters]]:
@@ -138,11 +155,11 @@ class Sampler:
         current: Dict[str, Counters] = {}
         subtrees = by_subtree(tick.attributed) if tick.gpu is not None else {}
         for sample, workload in tick.samples:
-            c = counters(sample)
+            c = counters(sample, self._net_sample(tick, sample.path))
             current[sample.path] = c
             rates = derive(previous.get(sample.path), c, self.host.cpus_online)
             gpu = cgroup_gpu(subtrees.get(sample.path, ())) if tick.gpu is not None else None
-            records.append(build(sample, rates, workload, self.host, gpu))
+            records.append(build(sample, rates, workload, self.host, gpu, tick.network.get(sample.path)))
         if tick.gpu is not None:
             interval = None if self._gpu_read_s is None else tick.gpu_time_s - self._gpu_read_s
             self._gpu_read_s = tick.gpu_time_s
@@ -173,6 +190,7 @@ class Collected:
     """What one tick read: each selected cgroup with its workload, and the GPUs."""
 
     samples: List[Tuple[Sample, Workload]]
+    network: Dict[str, NetworkResult]  # cgroup path -> its network namespace's counters
     gpu: Optional[GpuSnapshot]  # None: GPU metrics off
     attributed: Tuple[Attributed, ...]  # every GPU process with who it is
     gpu_time_s: float  # time.monotonic() of the GPU read
