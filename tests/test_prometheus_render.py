@@ -221,3 +221,24 @@ def test_real_records_parse(tmp_path):
     text = prom.render(records).decode()
     assert len(list(parser.text_string_to_metric_families(text))) > 10
     list(om_parser.text_string_to_metric_families(prom.render(records, prom.OPENMETRICS).decode()))
+
+
+def test_network_series_per_interface_as_cadvisor_names_them():
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from cgstat.outputs import prometheus
+
+    iface = {"name": "eth0", "rx_bytes_total": 8388608, "tx_bytes_total": 4096, "rx_packets_total": 6000,
+             "tx_packets_total": 300, "rx_errors_total": 1, "tx_errors_total": 2, "rx_dropped_total": 3,
+             "tx_dropped_total": 4}
+    record = {"schema": 1, "type": "cgroup", "ts": "2026-11-30T13:00:00.000Z", "host": "h", "cgroup": "/x",
+              "container": None, "pod": None, "cpu": {}, "memory": {}, "pids": {}, "io": {},
+              "network": {"interfaces": [iface]}}
+    got = {}
+    for fam in text_string_to_metric_families(prometheus.render([record]).decode()):
+        for s in fam.samples:
+            if s.name.startswith("container_network_"):
+                got[s.name] = (s.labels, s.value)
+    assert got["container_network_receive_bytes_total"] == ({"id": "/x", "interface": "eth0"}, 8388608)
+    assert got["container_network_transmit_packets_dropped_total"][1] == 4
+    assert len(got) == 8

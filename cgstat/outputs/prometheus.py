@@ -197,6 +197,21 @@ F_THREADS_MAX = _family("container_threads_max", "gauge",
                         "pids.limit (no sample without a limit)")
 F_PROCESSES = _family("container_processes", "gauge", "Number of processes running inside the container.",
                       "pids.processes (when the record has it)")
+# cAdvisor's network series: per interface of the workload's network namespace (all but lo)
+_NETWORK = tuple((_family(name, "counter", help, "network.interfaces[]." + key), key) for name, help, key in (
+    ("container_network_receive_bytes_total", "Cumulative count of bytes received", "rx_bytes_total"),
+    ("container_network_transmit_bytes_total", "Cumulative count of bytes transmitted", "tx_bytes_total"),
+    ("container_network_receive_packets_total", "Cumulative count of packets received", "rx_packets_total"),
+    ("container_network_transmit_packets_total", "Cumulative count of packets transmitted", "tx_packets_total"),
+    ("container_network_receive_errors_total", "Cumulative count of errors encountered while receiving",
+     "rx_errors_total"),
+    ("container_network_transmit_errors_total", "Cumulative count of errors encountered while transmitting",
+     "tx_errors_total"),
+    ("container_network_receive_packets_dropped_total", "Cumulative count of packets dropped while receiving",
+     "rx_dropped_total"),
+    ("container_network_transmit_packets_dropped_total", "Cumulative count of packets dropped while transmitting",
+     "tx_dropped_total"),
+))
 F_FS_READ_BYTES = _family("container_fs_reads_bytes_total", "counter", "Cumulative count of bytes read.",
                           "io.devices[].read_bytes_total")
 F_FS_WRITE_BYTES = _family("container_fs_writes_bytes_total", "counter", "Cumulative count of bytes written.",
@@ -439,6 +454,14 @@ def _cgroup_samples(record: Dict[str, Any], out: List[List[str]], fmt: str, time
             blk = '%s,major="%s",minor="%s",operation=' % (dlabel, escape_value(major), escape_value(minor))
             for op, key in _BLKIO_OPS:
                 add(F_BLKIO, dev.get(key), blk + '"' + op + '"')
+
+    network = record.get("network")
+    if isinstance(network, dict) and isinstance(network.get("interfaces"), list):
+        for iface in network["interfaces"]:
+            if isinstance(iface, dict):
+                label = 'interface="%s"' % escape_value(str(iface.get("name")))
+                for family, key in _NETWORK:
+                    add(family, iface.get(key), label)
 
     pressure = record.get("pressure") or {}
     for res in ("cpu", "memory", "io"):
