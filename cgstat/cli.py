@@ -8,18 +8,19 @@ from __future__ import annotations
 
 import math
 import sys
-from typing import Callable, List, Optional
+from typing import Callable, List, Optional, Type
 
 import typer
 import typer.core
 import typer.main
 
 try:  # typer 0.2x vendors its own copy of click
-    from typer._click import exceptions as click_errors  # type: ignore
+    from typer._click import exceptions as click_errors
 except ImportError:  # older typer (Python 3.7 to 3.9) uses click itself
     from click import exceptions as click_errors  # type: ignore
 # Ctrl-C at a prompt: click's Abort, typer's own in typer 0.2x
-_ABORT = getattr(click_errors, "Abort", None) or getattr(typer, "Abort", KeyboardInterrupt)
+_ABORT: Type[BaseException] = (getattr(click_errors, "Abort", None) or getattr(typer, "Abort", None)
+                               or KeyboardInterrupt)
 
 from cgstat import __version__
 from cgstat.errors import CgstatError

@@ -19,3 +19,10 @@ def file_kind(mode: int) -> str:
         if test(mode):
             return name
     return "not a regular file"
+
+
+def os_reason(exc: OSError) -> str:
+    """The system's words for an OSError ("No such file or directory"), for one-line reasons."""
+    import os
+
+    return os.strerror(exc.errno) if exc.errno is not None else str(exc)

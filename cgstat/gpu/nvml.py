@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import ctypes
 import time
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple, Type
 
 from cgstat.kernel.sample import Problem
 
@@ -135,14 +135,14 @@ class Gateway:
         self.memory_v2 = False
         self.inits = 0  # successful initialisations (re-inits after a lost GPU included)
         self._nv: Any = None  # the pynvml module
-        self._errors: Tuple[type, ...] = ()
+        self._errors: Tuple[Type[BaseException], ...] = ()
         self._ready = False
         self._next_try = float("-inf")
         self._reinit_at: Optional[float] = None
         self._gpus: List[Gpu] = []
         self._missing_said: set = set()
         self._last_seen: Dict[str, int] = {}  # device uuid -> newest sample timestamp (µs)
-        self._process_fns: Dict[str, Callable[[Any], List[Tuple[int, Optional[int]]]]] = {}
+        self._process_fns: Dict[str, Optional[Callable[[Any], List[Tuple[int, Optional[int]]]]]] = {}
 
     # ---- life cycle -----------------------------------------------------------------
 

@@ -98,7 +98,7 @@ class HostClock:
         if self.live:
             return time.clock_gettime(_CLOCK_BOOTTIME)
         if self._recorded is None:
-            self.start_tick()
+            self._recorded = self._recorded_uptime()
         return self._recorded
 
     def wall(self, monotonic_s: float) -> float:

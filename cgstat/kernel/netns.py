@@ -265,11 +265,11 @@ class NetnsReader:
             if host.is_host(ino):
                 out[key] = NetworkResult(None, ino, _problem(ERR_HOST, HOST_REASON))
                 continue
-            got = readings[ino]
-            if isinstance(got, Problem):
-                out[key] = NetworkResult(None, ino, got)
+            reading = readings[ino]
+            if isinstance(reading, Problem):
+                out[key] = NetworkResult(None, ino, reading)
                 continue
-            time_s, interfaces = got
+            time_s, interfaces = reading
             own = tuple(i for i in interfaces if i.name != "lo")
             totals = {f: sum(getattr(i, f) for i in own) for f in TOTAL_FIELDS}
             out[key] = NetworkResult(

@@ -121,7 +121,7 @@ def _str_dict(value: Any) -> Optional[Dict[str, str]]:
 def _from_docker_config(obj: Any) -> Optional[ContainerEntry]:
     if not isinstance(obj, dict):
         return None
-    config = obj.get("Config") if isinstance(obj.get("Config"), dict) else {}
+    config: Dict[str, Any] = obj["Config"] if isinstance(obj.get("Config"), dict) else {}
     labels = _str_dict(config.get("Labels")) or {}
     name = obj.get("Name")
     k8s = "io.kubernetes.pod.name" in labels  # dockershim's labels
@@ -541,9 +541,9 @@ class Identities:
                 self._tried.pop(key, None)
             else:
                 self._tried[key] = now
-        for uid in pods:
-            if uid not in self._pods:
-                self._pods_tried[uid] = now
+        for pod_uid in pods:
+            if pod_uid not in self._pods:
+                self._pods_tried[pod_uid] = now
         self._report(lookup)
 
     def _report(self, lookup: _Pass) -> None:

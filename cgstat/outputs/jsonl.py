@@ -24,7 +24,7 @@ import os
 import stat
 from typing import Any, Callable, Dict, Iterable, List, Optional
 
-from cgstat.errors import CgstatError, file_kind
+from cgstat.errors import CgstatError, file_kind, os_reason
 from cgstat.text import dumps_record, quote
 
 _PENDING_MAX_BYTES = 16 * 1024 * 1024
@@ -54,7 +54,7 @@ def open_output(path: str, mode: int = 0o600) -> int:
     except FileNotFoundError:
         st = None
     except OSError as exc:
-        raise SinkError(f"cannot open {path}: {os.strerror(exc.errno)}") from None
+        raise SinkError(f"cannot open {path}: {os_reason(exc)}") from None
     if st is not None and not stat.S_ISREG(st.st_mode):
         raise SinkError(f"refusing to write to {path}: {file_kind(st.st_mode)} (cgstat appends only to "
                         "regular files and writes through no link)")
@@ -63,7 +63,7 @@ def open_output(path: str, mode: int = 0o600) -> int:
     except OSError as exc:
         if exc.errno == errno.ELOOP:
             raise SinkError(f"refusing to write to {path}: a symbolic link (cgstat writes through no link)") from None
-        raise SinkError(f"cannot open {path}: {os.strerror(exc.errno)}") from None
+        raise SinkError(f"cannot open {path}: {os_reason(exc)}") from None
     st = os.fstat(fd)
     if not stat.S_ISREG(st.st_mode):
         os.close(fd)
@@ -144,7 +144,7 @@ class StdoutSink(JsonLinesSink):
         except OSError as exc:
             if exc.errno in (errno.EPIPE, errno.EBADF):
                 raise ReaderGone() from None
-            raise SinkError(f"cannot write to stdout: {os.strerror(exc.errno)}") from None
+            raise SinkError(f"cannot write to stdout: {os_reason(exc)}") from None
 
 
 class FileSink(JsonLinesSink):
@@ -181,7 +181,7 @@ class FileSink(JsonLinesSink):
             start = os.fstat(fd).st_size
         except OSError as exc:
             self.reopen()
-            raise SinkError(f"{self.path}: {os.strerror(exc.errno)}") from None
+            raise SinkError(f"{self.path}: {os_reason(exc)}") from None
         view = memoryview(data)
         try:
             while view:
@@ -192,4 +192,4 @@ class FileSink(JsonLinesSink):
                 os.ftruncate(fd, start)  # never leave a partial line behind
             except OSError:
                 pass
-            raise SinkError(f"cannot write {self.path}: {os.strerror(exc.errno)}; will retry") from None
+            raise SinkError(f"cannot write {self.path}: {os_reason(exc)}; will retry") from None

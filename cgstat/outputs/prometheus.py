@@ -32,7 +32,7 @@ from __future__ import annotations
 import calendar
 import math
 import re
-from typing import Any, Dict, Iterable, List, Optional, Tuple
+from typing import Any, Dict, Iterable, List, Optional, Set, Tuple
 
 TEXT = "text"
 OPENMETRICS = "openmetrics"
@@ -343,7 +343,7 @@ def base_labels(record: Dict[str, Any]) -> str:
     ]
     labels = container.get("labels")
     if isinstance(labels, dict) and labels:
-        seen = set()
+        seen: Set[str] = set()
         for key in sorted(labels)[:MAX_CONTAINER_LABELS * 2]:
             if len(seen) >= MAX_CONTAINER_LABELS:
                 break
@@ -483,7 +483,7 @@ def _cgroup_samples(record: Dict[str, Any], out: List[List[str]], fmt: str, time
 
 
 def _container_gpu(gpu: Dict[str, Any], add) -> None:
-    per_gpu: Dict[Tuple[str, str], List[Optional[float]]] = {}
+    per_gpu: Dict[Tuple[str, str], List[Any]] = {}
     processes = gpu.get("processes")
     if not isinstance(processes, list):
         return
@@ -493,9 +493,9 @@ def _container_gpu(gpu: Dict[str, Any], add) -> None:
         index = p.get("gpu_index")
         uuid = p.get("gpu_uuid")
         key = ("" if index is None else str(index), uuid or "")
-        sums = per_gpu.setdefault(key, [None, None])
-        mem = p.get("memory_bytes")
-        sm = p.get("sm_percent")
+        sums: List[Any] = per_gpu.setdefault(key, [None, None])
+        mem: Any = p.get("memory_bytes")
+        sm: Any = p.get("sm_percent")
         if _num(mem) is not None:
             sums[0] = (sums[0] or 0) + mem
         if _num(sm) is not None:

@@ -385,7 +385,7 @@ class EventDetector:
                 self._resolve(st, r, "cpu_throttled", t, "CPU throttling",
                               {"throttled_fraction": None if frac is None else round(frac, 4)}, events)
             return
-        if frac is None or periods < th.throttled_min_periods or frac < th.throttled_fraction:
+        if window is None or frac is None or periods < th.throttled_min_periods or frac < th.throttled_fraction:
             return
         if _throttled_share(window, th.throttled_fraction) < th.sustained_share:
             return
@@ -439,7 +439,7 @@ class EventDetector:
         events: List[Dict[str, Any]] = []
         present: Dict[Tuple[str, int], Tuple[Mapping[str, Any], Mapping[str, Any]]] = {}
         for g in gpu_records:
-            dev = g.get("gpu") if isinstance(g.get("gpu"), dict) else {}
+            dev: Mapping[str, Any] = g["gpu"] if isinstance(g.get("gpu"), dict) else {}
             uuid = str(dev.get("uuid") or dev.get("index"))
             for p in g.get("processes") or ():
                 if not isinstance(p, dict) or p.get("container") is not None:

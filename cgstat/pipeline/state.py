@@ -33,7 +33,7 @@ from typing import Any, Dict, Optional, Tuple
 
 import orjson
 
-from cgstat.errors import CgstatError, file_kind
+from cgstat.errors import CgstatError, file_kind, os_reason
 from cgstat.pipeline.rates import Counters
 
 STATE_VERSION = 1
@@ -54,7 +54,7 @@ def _lstat(path: str, what: str) -> Optional[os.stat_result]:
     except FileNotFoundError:
         return None
     except OSError as exc:
-        raise StateError(f"cannot use {what} {path}: {os.strerror(exc.errno)}") from None
+        raise StateError(f"cannot use {what} {path}: {os_reason(exc)}") from None
 
 
 def _refuse_unless_regular(path: str, st: os.stat_result, what: str) -> None:
@@ -72,7 +72,7 @@ def make_folder(path: str) -> None:
         # makedirs says "File exists" when a level is a file: say what it really is.
         raise StateError(f"cannot create folder {folder}: {os.strerror(errno.ENOTDIR)}") from None
     except OSError as exc:
-        raise StateError(f"cannot create folder {folder}: {os.strerror(exc.errno)}") from None
+        raise StateError(f"cannot create folder {folder}: {os_reason(exc)}") from None
     if not os.path.isdir(folder):
         raise StateError(f"cannot create folder {folder}: {os.strerror(errno.ENOTDIR)}")
 
@@ -117,7 +117,7 @@ class StateFile:
             try:
                 self._tmp = tempfile.mkstemp(prefix=".cgstat-state-", dir=folder)
             except OSError as exc:
-                raise StateError(f"cannot write state in {folder}: {os.strerror(exc.errno)}") from None
+                raise StateError(f"cannot write state in {folder}: {os_reason(exc)}") from None
         except BaseException:
             self.__exit__()
             raise
@@ -184,7 +184,7 @@ class StateFile:
                 chunks.append(chunk)
                 total += len(chunk)
         except OSError as exc:
-            raise StateError(f"cannot read --state {self.path}: {os.strerror(exc.errno)}") from None
+            raise StateError(f"cannot read --state {self.path}: {os_reason(exc)}") from None
         finally:
             os.close(fd)
         data = b"".join(chunks)
@@ -230,13 +230,13 @@ class StateFile:
                 os.unlink(tmp)
             except OSError:
                 pass
-            raise StateError(f"cannot write state {self.path}: {os.strerror(exc.errno)}") from None
+            raise StateError(f"cannot write state {self.path}: {os_reason(exc)}") from None
 
 
 def _why(exc: OSError) -> str:
     if exc.errno == errno.ELOOP:
         return "it is a symbolic link (cgstat writes through no link)"
-    return os.strerror(exc.errno)
+    return os_reason(exc)
 
 
 def parse_state(data: bytes, path: str, boot_id: Optional[str],
