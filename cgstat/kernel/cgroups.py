@@ -14,10 +14,11 @@ when no cpuacct folder exists) and the pressure files.
 
 from __future__ import annotations
 
-from typing import Callable, Dict, List, Optional, TypeVar
+from typing import Callable, Dict, List, Optional, Tuple, TypeVar
 
-from cgstat.kernel import parse
-from cgstat.kernel.hierarchy import Layout
+from cgstat.kernel import handles, parse
+from cgstat.kernel.handles import KEPT, SLOW_FILES
+from cgstat.kernel.hierarchy import Hierarchy, Layout
 from cgstat.kernel.hostfs import Gone, ReadError, read_text
 from cgstat.kernel.sample import (
     PRESSURE_RESOURCES,
@@ -49,8 +50,22 @@ _BLKIO_V1 = (
 )
 
 
+_kept_mounts: Dict[str, bool] = {}
+
+
+def _keeps(folder: Folder) -> bool:
+    """Whether this folder's files are read through kept descriptors (live cgroupfs only)."""
+    mount = folder.hierarchy.mount_dir
+    known = _kept_mounts.get(mount)
+    if known is None:
+        known = _kept_mounts[mount] = handles.ENABLED and handles.is_cgroupfs(mount)
+    return known
+
+
 class _Reader:
     """Reads files of one folder, turning every failure into a Problem."""
+
+    __slots__ = ("problems", "gone")
 
     def __init__(self, problems: List[Problem]):
         self.problems = problems
@@ -62,18 +77,33 @@ class _Reader:
         if name not in folder.files:
             self.problems.append(Problem(name, "missing", f"no {name} in {folder.hierarchy.name}:{folder.path}"))
             return None
+        kept = _keeps(folder)
+        slow = kept and name in SLOW_FILES
+        if slow:
+            known = KEPT.cached(folder.local, folder.inode, name)
+            if known is not None:
+                return known[0]  # type: ignore[no-any-return,unused-ignore]
         try:
-            text = read_text(folder.local + "/" + name)
+            if kept and not slow:
+                text = KEPT.read(folder.local, folder.inode, name).decode("utf-8")
+            else:  # a recorded tree, or a file read once a minute: no descriptor kept
+                text = read_text(folder.local + "/" + name)
         except ReadError as exc:
             if isinstance(exc, Gone):
                 self.gone = True
             self.problems.append(Problem(name, exc.code, exc.detail))
             return None
+        except UnicodeDecodeError:
+            self.problems.append(Problem(name, "malformed", "not UTF-8 text"))
+            return None
         try:
-            return parser(text)
+            value = parser(text)
         except ValueError as exc:
             self.problems.append(Problem(name, "malformed", str(exc)))
             return None
+        if slow:
+            KEPT.keep(folder.local, folder.inode, name, value)
+        return value
 
 
 def _key(table: Optional[Dict[str, Optional[int]]], key: str, reader: _Reader, source: str) -> Optional[int]:
@@ -269,14 +299,30 @@ def _pressure(folder: Folder, resource: str, r: _Reader) -> Optional[PressureSam
 # -- one cgroup --------------------------------------------------------------------------
 
 
+_by_layout: Dict[int, Tuple[Layout, Dict[str, Optional[Hierarchy]]]] = {}
+
+
+def _controllers(layout: Layout) -> Dict[str, Optional[Hierarchy]]:
+    """layout.find() of each controller read, computed once per layout."""
+    known = _by_layout.get(id(layout))
+    if known is None or known[0] is not layout:
+        if len(_by_layout) > 16:
+            _by_layout.clear()
+        known = _by_layout[id(layout)] = (layout, {c: layout.find(c) for c in
+                                                   ("cpu", "cpuacct", "memory", "blkio", "pids")})
+    return known[1]
+
+
 def read_cgroup(cg: Cgroup, layout: Layout, time_s: float, wall_s: float) -> Sample:
     problems: List[Problem] = []
     r = _Reader(problems)
     unified_h = layout.unified
     unified = cg.folder(unified_h) if unified_h else None
 
+    found = _controllers(layout)
+
     def folder_of(controller: str) -> Optional[Folder]:
-        h = layout.find(controller)
+        h = found.get(controller)
         return cg.folder(h) if h is not None else None
 
     def absent(controller: str) -> None:
@@ -314,7 +360,7 @@ def read_cgroup(cg: Cgroup, layout: Layout, time_s: float, wall_s: float) -> Sam
     pressure: Dict[str, Optional[PressureSample]] = {}
     for resource in PRESSURE_RESOURCES:
         has = unified is not None and (resource + ".pressure") in unified.files
-        pressure[resource] = _pressure(unified, resource, r) if has else None
+        pressure[resource] = _pressure(unified, resource, r) if unified is not None and has else None
     if not any(v is not None for v in pressure.values()) and not any(
         p.source.endswith(".pressure") for p in problems
     ):

@@ -37,15 +37,20 @@ only `max_user_cgroups` folders below it are walked per hierarchy (see Discovere
 
 from __future__ import annotations
 
+import errno
 import heapq
 import os
 import re
 import time
-from typing import Callable, Dict, FrozenSet, Iterator, List, Optional, Tuple
+import weakref
+from typing import Callable, Dict, FrozenSet, Iterator, List, Optional, Set, Tuple
 
+from cgstat.kernel import handles, inotify
+from cgstat.kernel.handles import KEPT, is_cgroupfs
 from cgstat.kernel.hierarchy import Hierarchy, Layout
 from cgstat.kernel.hostfs import HostFS, ReadError
 from cgstat.kernel.procs import member_pids, pid_paths
+from cgstat.kernel.inotify import Inotify
 from cgstat.kernel.tree import Cgroup, Folder
 from cgstat.text import decode_name, quote
 
@@ -58,6 +63,30 @@ _EMPTY_RECHECK_S = 10.0
 # delegation point (a folder of that name deeper down was made by the user).
 _DELEGATED = re.compile(r"^user@[0-9]+\.service$")
 MAX_USER_CGROUPS = 1000  # folders walked below one user@<UID>.service, per hierarchy
+RESCAN_S = 60.0  # a full walk of followed hierarchies at least this often
+
+
+class _Followed:
+    """One hierarchy followed with inotify: its folders outside delegated subtrees."""
+
+    __slots__ = ("h", "tree", "delegated", "wds", "ok", "changed")
+
+    def __init__(self, h: Hierarchy):
+        self.h = h
+        self.tree: Dict[str, Folder] = {}
+        self.delegated: Dict[str, Tuple[str, int]] = {}  # user@UID.service path -> (local, inode)
+        self.wds: Set[int] = set()
+        self.ok = True  # False: walked every tick (watch limit reached)
+        self.changed = True
+
+
+def _close_all(ino: Inotify, follow: Dict[str, _Followed]) -> None:
+    """What a Discoverer holds, released when it is closed or collected."""
+    ino.close()
+    for f in follow.values():
+        for folder in f.tree.values():
+            KEPT.forget(folder.local)
+            handles.WATCHED.discard(folder.local)
 
 
 def load_inode_manifest(fs: HostFS) -> Dict[str, int]:
@@ -78,7 +107,15 @@ def load_inode_manifest(fs: HostFS) -> Dict[str, int]:
 
 
 class Discoverer:
-    """Walks the hierarchies each tick and keeps the process-derived joins.
+    """Finds the hierarchies' folders each tick and keeps the process-derived joins.
+
+    On a live cgroup filesystem the folders are walked once and then followed with inotify
+    (kernel/inotify.py): a tick only applies the events queued since the last one (a child
+    made or removed, a file written). A full walk runs again on IN_Q_OVERFLOW (events were
+    lost), on IN_UNMOUNT, and every `rescan_s` seconds as a safety net. Where inotify can't
+    be used (a recorded tree, no inotify, fs.inotify.max_user_watches reached) a hierarchy
+    is walked every tick, as before. The joined cgroups are recomputed only when a tree
+    changed or an empty cgroup is due to be asked for members again.
 
     `max_user_cgroups` bounds the folders walked below each user's delegated subtree
     (the first `user@<UID>.service` path component; the folder itself is not counted), per
@@ -88,15 +125,18 @@ class Discoverer:
     and, when `warn` is given, said through warn(key, message) (keys "capped:<subtree>";
     pass Warner.once). Which folders are kept does not depend on listing order: each
     listing admits its names in sorted order, the walk goes depth first in that order.
-    None: no bound.
+    None: no bound. Delegated subtrees are never watched (their owner could flood the
+    queue): they are walked, capped, every tick.
     """
 
     def __init__(self, fs: HostFS, layout: Layout, max_user_cgroups: Optional[int] = MAX_USER_CGROUPS,
-                 warn: Optional[Callable[[str, str], None]] = None):
+                 warn: Optional[Callable[[str, str], None]] = None, follow: Optional[bool] = None,
+                 rescan_s: float = RESCAN_S):
         self.fs = fs
         self.layout = layout
         self.max_user_cgroups = max_user_cgroups
         self.warn = warn
+        self.rescan_s = rescan_s
         self._manifest = load_inode_manifest(fs)
         self._cgroup_top = fs.path("/sys/fs/cgroup")
         # (anchor inode, hierarchy name) -> (target path, target inode)
@@ -109,6 +149,43 @@ class Discoverer:
         # Delegated subtree path -> folders seen and not walked in the last join (the
         # largest count over hierarchies).
         self.left_out: Dict[str, int] = {}
+        # -- following (inotify) --
+        if follow is None:
+            follow = os.environ.get("CGSTAT_INOTIFY", "1") != "0"
+        self._inotify: Optional[Inotify] = None
+        self._follow: Dict[str, _Followed] = {}  # hierarchy name -> followed tree
+        self._wd: Dict[int, Tuple[_Followed, str]] = {}  # watch -> (its tree, folder path)
+        self._rescan_at = 0.0
+        self._result: Optional[List[Cgroup]] = None  # the last join, while nothing changed
+        self._result_key: Optional[Dict[str, Dict[str, Folder]]] = None  # delegated trees it used
+        self._recheck_at = 0.0  # when an empty cgroup is to be asked again
+        self.rescans = 0  # full walks of followed trees (first one included)
+        if follow:
+            try:
+                for h in layout.hierarchies:
+                    if is_cgroupfs(h.mount_dir):
+                        self._follow[h.name] = _Followed(h)
+                if self._follow:
+                    self._inotify = Inotify()
+                    self._finalizer = weakref.finalize(self, _close_all, self._inotify, self._follow)
+            except OSError:
+                self._follow = {}
+                self._inotify = None
+
+    def close(self) -> None:
+        """Stop following (close the inotify descriptor) and close kept file descriptors."""
+        fin = getattr(self, "_finalizer", None)
+        if fin is not None:
+            fin()
+        self._inotify = None
+        self._follow = {}
+        self._wd = {}
+        self._result = None
+
+    @property
+    def following(self) -> List[str]:
+        """Names of the hierarchies followed by inotify (the others are walked each tick)."""
+        return [name for name, f in self._follow.items() if f.ok]
 
     # -- walking ---------------------------------------------------------------------
 
@@ -138,17 +215,28 @@ class Discoverer:
             root_ino = os.stat(h.mount_dir).st_ino
         except OSError:
             return out
+        self._walk(h, [("/", h.mount_dir, root_ino, None)], out, left_out, None)
+        return out
+
+    def _walk(self, h: Hierarchy, stack: List[Tuple[str, str, int, Optional[str]]], out: Dict[str, Folder],
+              left_out: Optional[Dict[str, int]], follow: Optional["_Followed"]) -> None:
+        """Walk from the folders on `stack` into `out`. With `follow`, each folder outside
+        a delegated subtree is watched before it is listed (so no child made meanwhile is
+        missed), and delegated subtrees are not entered: their roots go to follow.delegated."""
         cap = self.max_user_cgroups
         used: Dict[str, int] = {}  # delegated subtree -> folders admitted so far
         # (printable path, local path, inode, delegated subtree above it or None)
-        stack: List[Tuple[str, str, int, Optional[str]]] = [("/", h.mount_dir, root_ino, None)]
         while stack:
             path, local, ino, subtree = stack.pop()
+            if follow is not None and subtree is None and not self._watch(follow, path, local):
+                if not follow.ok:
+                    return
+                continue  # gone meanwhile
             budget = None if subtree is None or cap is None else max(0, cap - used.get(subtree, 0))
             try:
                 with os.scandir(local) as it:
                     listing = _Listing(it)
-                    if budget is None:
+                    if budget is None or subtree is None:
                         children = list(listing.dirs())
                     else:
                         # The `budget` smallest names, holding no more than that many
@@ -173,8 +261,195 @@ class Discoverer:
                 below = subtree
                 if below is None and _DELEGATED.match(text):
                     below = child
+                    if follow is not None:
+                        follow.delegated[child] = (child_local, child_ino)
+                        continue
                 stack.append((child, child_local, child_ino, below))
-        return out
+
+    # -- following -------------------------------------------------------------------
+
+    def _watch(self, f: "_Followed", path: str, local: str) -> bool:
+        """Watch one folder; False when it is gone, or (f.ok False) past the watch limit."""
+        assert self._inotify is not None
+        try:
+            wd = self._inotify.add_watch(local)
+        except OSError as exc:
+            if exc.errno in (errno.ENOENT, errno.ENOTDIR):
+                return False
+            # ENOSPC (fs.inotify.max_user_watches) or anything else: walk it every tick.
+            self._unfollow(f, f"cannot watch {quote(local)} ({os.strerror(exc.errno or 0)}): "
+                              f"walking the {f.h.name} hierarchy every tick instead")
+            return False
+        self._wd[wd] = (f, path)
+        f.wds.add(wd)
+        handles.WATCHED.add(local)
+        return True
+
+    def _unfollow(self, f: "_Followed", why: str) -> None:
+        f.ok = False
+        for wd in f.wds:
+            self._wd.pop(wd, None)
+            if self._inotify is not None:
+                self._inotify.rm_watch(wd)
+        for folder in f.tree.values():
+            handles.WATCHED.discard(folder.local)
+        f.wds = set()
+        f.tree = {}
+        f.delegated = {}
+        if self.warn is not None:
+            self.warn("inotify:" + f.h.name, why)
+
+    def _rescan(self, f: "_Followed") -> None:
+        """Walk a followed hierarchy from its mount point again, watching every folder."""
+        self.rescans += 1
+        old = f.tree
+        old_wds = f.wds
+        for folder in old.values():
+            handles.WATCHED.discard(folder.local)
+        f.tree, f.delegated, f.wds = {}, {}, set()
+        try:
+            root_ino = os.stat(f.h.mount_dir).st_ino
+        except OSError:
+            root_ino = None
+        if root_ino is not None:
+            self._walk(f.h, [("/", f.h.mount_dir, root_ino, None)], f.tree, None, f)
+        for wd in old_wds - f.wds:
+            if self._wd.get(wd, (None,))[0] is f:
+                del self._wd[wd]
+            if self._inotify is not None:
+                self._inotify.rm_watch(wd)
+        f.changed = True
+
+    def _apply(self, events) -> None:
+        """Apply queued inotify events to the followed trees."""
+        removed: Dict[_Followed, List[str]] = {}
+        for wd, mask, raw in events:
+            if mask & (inotify.IN_Q_OVERFLOW | inotify.IN_UNMOUNT):
+                self._rescan_at = 0.0  # events were lost: walk everything again
+                KEPT.drop_values()
+                continue
+            hit = self._wd.get(wd)
+            if hit is None:
+                continue
+            f, path = hit
+            if mask & inotify.IN_IGNORED:
+                del self._wd[wd]
+                f.wds.discard(wd)
+                continue
+            parent = f.tree.get(path)
+            if parent is None:
+                continue
+            if mask & (inotify.IN_DELETE_SELF | inotify.IN_MOVE_SELF):
+                if path == "/":
+                    self._rescan_at = 0.0
+                continue  # the parent's IN_DELETE / IN_MOVED_FROM says the rest
+            name = os.fsdecode(raw)
+            if not mask & inotify.IN_ISDIR:
+                if mask & inotify.IN_MODIFY:
+                    if name == "cgroup.subtree_control":
+                        self._refresh_children_files(f, path)
+                    elif name in handles.SLOW_FILES:
+                        KEPT.modified(parent.local, name)
+                continue
+            text = decode_name(name)
+            child = path + text if path == "/" else path + "/" + text
+            if mask & (inotify.IN_DELETE | inotify.IN_MOVED_FROM | inotify.IN_CREATE | inotify.IN_MOVED_TO):
+                # A made child may already be known (the walk listed it after watching
+                # its parent): walk it again, it is cheap and the inode decides.
+                removed.setdefault(f, []).append(child)
+            if mask & (inotify.IN_CREATE | inotify.IN_MOVED_TO):
+                self._drop_subtrees(f, removed.pop(f))
+                child_local = parent.local + "/" + name
+                try:
+                    ino = os.stat(child_local, follow_symlinks=False).st_ino
+                except OSError:
+                    continue  # removed again already
+                if _DELEGATED.match(text):
+                    f.delegated[child] = (child_local, ino)
+                else:
+                    self._walk(f.h, [(child, child_local, ino, None)], f.tree, None, f)
+                    if not f.ok:
+                        return
+                f.changed = True
+        for f, paths in removed.items():
+            self._drop_subtrees(f, paths)
+
+    def _drop_subtrees(self, f: "_Followed", paths: List[str]) -> None:
+        if not paths:
+            return
+        exact = set(paths)
+        prefixes = tuple(p + "/" for p in paths)
+        gone = [p for p in f.tree if p in exact or p.startswith(prefixes)]
+        for p in gone:
+            folder = f.tree.pop(p)
+            KEPT.forget(folder.local)
+            handles.WATCHED.discard(folder.local)
+        for p in [d for d in f.delegated if d in exact or d.startswith(prefixes)]:
+            del f.delegated[p]
+        f.changed = True
+
+    def _refresh_children_files(self, f: "_Followed", path: str) -> None:
+        """cgroup.subtree_control was written: the children's files may have changed (v2)."""
+        prefix = "/" if path == "/" else path + "/"
+        for p, folder in list(f.tree.items()):
+            if p != "/" and p.startswith(prefix) and "/" not in p[len(prefix):]:
+                try:
+                    with os.scandir(folder.local) as it:
+                        listing = _Listing(it)
+                        for _ in listing.dirs():
+                            pass
+                except OSError:
+                    continue
+                files = self._files(listing.files)
+                if files != folder.files:
+                    f.tree[p] = Folder(folder.hierarchy, folder.path, folder.local, folder.inode, files)
+                    f.changed = True
+
+    def _trees(self, left_out: Dict[str, int]) -> Tuple[Dict[str, Dict[str, Folder]], bool]:
+        """This tick's folders of every hierarchy, and whether any changed since the last."""
+        changed = False
+        following = [f for f in self._follow.values() if f.ok]
+        if following and self._inotify is not None:
+            now = time.monotonic()
+            if now >= self._rescan_at:
+                self._inotify.events()  # what they say, the walk sees
+                KEPT.drop_values()
+                for f in following:
+                    self._rescan(f)
+                self._rescan_at = now + self.rescan_s
+            else:
+                self._apply(self._inotify.events())
+                if self._rescan_at == 0.0:  # overflow: walk again now
+                    return self._trees(left_out)
+        trees: Dict[str, Dict[str, Folder]] = {}
+        delegated_trees: Dict[str, Dict[str, Folder]] = {}
+        for h in self.layout.hierarchies:
+            counts: Dict[str, int] = {}
+            followed = self._follow.get(h.name)
+            if followed is not None and followed.ok:
+                f = followed
+                tree = f.tree
+                if f.delegated:
+                    below: Dict[str, Folder] = {}
+                    for path in sorted(f.delegated):
+                        local, ino = f.delegated[path]
+                        self._walk(h, [(path, local, ino, path)], below, counts, None)
+                    delegated_trees[h.name] = below
+                    tree = dict(tree)
+                    tree.update(below)
+                if f.changed:
+                    changed = True
+                    f.changed = False
+            else:
+                tree = self.walk(h, counts)
+                delegated_trees[h.name] = tree
+            trees[h.name] = tree
+            for subtree, n in counts.items():
+                left_out[subtree] = max(n, left_out.get(subtree, 0))
+        if delegated_trees != self._result_key:
+            changed = True
+        self._result_key = delegated_trees
+        return trees, changed
 
     # -- joining ---------------------------------------------------------------------
 
@@ -212,24 +487,31 @@ class Discoverer:
         anchor = layout.anchor
         self._tick_members = {}
         left_out: Dict[str, int] = {}
-        trees = {}
-        for h in layout.hierarchies:
-            counts: Dict[str, int] = {}
-            trees[h.name] = self.walk(h, counts)
-            for subtree, n in counts.items():
-                left_out[subtree] = max(n, left_out.get(subtree, 0))
+        trees, changed = self._trees(left_out)
         self.left_out = left_out
         if self.warn is not None:
             for subtree, n in sorted(left_out.items()):
                 self.warn("capped:" + subtree, capped_message(subtree, n, self.max_user_cgroups or 0))
+        if not changed and self._result is not None and time.monotonic() < self._recheck_at:
+            return list(self._result)
+        result = self._join_trees(trees)
+        self._result = result
+        self._recheck_at = min(self._memberless.values(), default=float("inf")) + _EMPTY_RECHECK_S
+        if self._follow:
+            KEPT.retain({f.local for tree in trees.values() for f in tree.values()})
+        return list(result)
+
+    def _join_trees(self, trees: Dict[str, Dict[str, Folder]]) -> List[Cgroup]:
+        layout = self.layout
+        anchor = layout.anchor
         anchor_tree = trees[anchor.name]
         others = [h for h in layout.hierarchies if h is not anchor]
         if not others:
             return [Cgroup(p, (f,)) for p, f in sorted(anchor_tree.items())]
 
         joined: Dict[str, Dict[str, Folder]] = {p: {anchor.name: f} for p, f in anchor_tree.items()}
-        claimed = {h.name: set() for h in others}
-        live_keys = set()
+        claimed: Dict[str, Set[str]] = {h.name: set() for h in others}
+        live_keys: Set[Tuple[int, str]] = set()
         # Deepest first, so that rule 2 can look at joined descendants.
         order = sorted(anchor_tree, key=lambda p: (-p.count("/"), p))
         for h in others:

@@ -29,7 +29,7 @@ from __future__ import annotations
 import errno
 import os
 import stat
-from typing import Collection, Iterable, Optional
+from typing import Collection, Iterable, List, Optional
 
 _GONE = {errno.ENOENT, errno.ENODEV, errno.ESRCH, errno.ENOTDIR}
 _UNSUPPORTED = {errno.EOPNOTSUPP, errno.ENOTSUP}
@@ -99,7 +99,7 @@ def read_bytes(path: str) -> bytes:
     except OSError as exc:
         raise classify(exc, path) from None
     try:
-        chunks = []
+        chunks: List[bytes] = []
         total = 0
         while True:
             chunk = os.read(fd, _CHUNK)

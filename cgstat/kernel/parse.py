@@ -10,7 +10,7 @@ value we need fails the parse.
 from __future__ import annotations
 
 import re
-from typing import Dict, List, Optional, Tuple, Union
+from typing import Dict, List, Optional, Set, Tuple, Union
 
 from cgstat import text as text_mod
 
@@ -59,6 +59,9 @@ def limit_bytes(value: int) -> Optional[int]:
     return None if value >= UNLIMITED_BYTES else value
 
 
+_FLAT_FILE = re.compile(r"(?:[!-~]+ [0-9]+\n)*")
+
+
 def parse_flat_keyed(text: str) -> Dict[str, Optional[int]]:
     """'key value' lines (cpu.stat, memory.stat, memory.events, cpuacct.stat...).
 
@@ -68,6 +71,15 @@ def parse_flat_keyed(text: str) -> Dict[str, Optional[int]]:
     key fails the whole file: the kernel never prints one, so the file is not what we
     think it is.
     """
+    # The kernel's own shape, "key N\n" lines, checked and converted in C; anything else
+    # (and any doubt: a long number, a repeated key) takes the line-by-line path below.
+    if _FLAT_FILE.fullmatch(text) is not None:
+        tokens = text.split()
+        values = tokens[1::2]
+        if not values or max(map(len, values)) < 20:
+            fast: Dict[str, Optional[int]] = dict(zip(tokens[0::2], map(int, values)))
+            if len(fast) == len(values):
+                return fast
     out: Dict[str, Optional[int]] = {}
     for line in text.splitlines():
         parts = line.split()
@@ -145,6 +157,12 @@ _PSI_LINE = re.compile(
 )
 
 
+_PSI_FILE = re.compile(
+    r"some avg10=(\d+\.\d+) avg60=(\d+\.\d+) avg300=(\d+\.\d+) total=(\d+)\n"
+    r"full avg10=(\d+\.\d+) avg60=(\d+\.\d+) avg300=(\d+\.\d+) total=(\d+)\n", re.ASCII
+)
+
+
 def parse_pressure(text: str) -> Dict[str, Dict[str, float]]:
     """PSI file: 'some avg10=0.00 avg60=0.00 avg300=0.00 total=0' and a 'full' line.
 
@@ -152,6 +170,15 @@ def parse_pressure(text: str) -> Dict[str, Dict[str, float]]:
     kernels before 5.13. (Format: Documentation/accounting/psi.rst; keys beyond these four
     are tolerated.)
     """
+    m = _PSI_FILE.fullmatch(text)
+    if m is not None:  # the kernel's own two lines, in one match
+        g = m.groups()
+        some_total, full_total = int(g[3]), int(g[7])
+        if some_total <= U64_MAX and full_total <= U64_MAX:
+            return {"some": {"avg10": float(g[0]), "avg60": float(g[1]), "avg300": float(g[2]),
+                             "total": some_total},
+                    "full": {"avg10": float(g[4]), "avg60": float(g[5]), "avg300": float(g[6]),
+                             "total": full_total}}
     table: Dict[str, Dict[str, float]] = {}
     for line in text.splitlines():
         if not line.strip():
@@ -221,7 +248,7 @@ def parse_io_stat(text: str) -> Dict[str, Dict[str, int]]:
     for device, fields in table.items():
         if not _is_device(device):
             raise ValueError(f"bad device {device[:20]!r}")
-        row = {}
+        row: Dict[str, int] = {}
         for key, value in fields.items():
             if isinstance(value, float):
                 raise ValueError(f"{device} {key}: not an integer")
@@ -252,7 +279,7 @@ def parse_proc_cgroup(data: Union[str, bytes]) -> List[Tuple[str, str]]:
     text = text_mod.decode_bytes(data) if isinstance(data, bytes) else data
     out = []
     ids = set()
-    controllers_seen = set()
+    controllers_seen: Set[str] = set()
     # Only '\n' ends a line here: str.splitlines() would also split a name at U+0085,
     # U+2028 or a form feed, all legal in a cgroup name.
     for line in text.split("\n"):

@@ -41,7 +41,12 @@ class Cgroup:
     def inodes(self) -> Tuple[Tuple[str, int], ...]:
         """(hierarchy, folder inode) of each folder: what tells one life of a cgroup from
         the next one at the same path (rates never span two)."""
-        return tuple((f.hierarchy.name, f.inode) for f in self.folders)
+        # Computed once: a Cgroup lives as long as its folders (the walk keeps it from
+        # tick to tick while nothing changed).
+        known = self.__dict__.get("_inodes")
+        if known is None:
+            known = self.__dict__["_inodes"] = tuple((f.hierarchy.name, f.inode) for f in self.folders)
+        return known  # type: ignore[no-any-return,unused-ignore]
 
     @property
     def paths(self) -> Dict[str, str]:

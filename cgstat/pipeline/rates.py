@@ -184,6 +184,11 @@ def _io_rates(old: IoRow, new: IoRow, dt: float) -> IoRates:
     return IoRates(*(_per_second(a, b, dt) for a, b in zip(old, new)))
 
 
+_ZERO_ROW = IoRow(0, 0, 0, 0)
+
+
 def _sums(rows) -> IoRow:
     rows = list(rows)
+    if len(rows) <= 1:  # the common cases, without the generic loop
+        return rows[0] if rows else _ZERO_ROW
     return IoRow(*(_sum(rows, i) for i in range(4)))

@@ -1,0 +1,194 @@
+"""The walk followed by inotify, and kept descriptors, against real cgroups below our own.
+
+A followed tree must see what a fresh walk sees: children made and removed, a lost event
+queue (IN_Q_OVERFLOW: walk again), the watch limit (walk every tick instead); a removed
+cgroup's kept descriptors are closed; the descriptor cap holds; a limit written between
+two ticks shows in the next one.
+"""
+
+import errno
+import os
+
+import pytest
+from realcg import make_group, realcg_env  # noqa: F401  (fixtures)
+
+from cgstat.kernel import handles, inotify
+from cgstat.kernel.discover import Discoverer
+from cgstat.kernel.handles import KEPT, KeptFiles
+from cgstat.kernel.hierarchy import detect
+from cgstat.kernel.hostfs import HostFS
+from cgstat.pipeline.sampler import Sampler
+
+pytestmark = pytest.mark.realcg
+
+
+def _paths(d):
+    return {cg.path for cg in d.join()}
+
+
+def _fresh(layout):
+    return _paths(Discoverer(HostFS("/"), layout, follow=False))
+
+
+@pytest.fixture
+def group(make_group):  # noqa: F811
+    g = make_group(("cpu", "cpuacct", "memory", "pids", "blkio"))
+    made = []
+
+    def mkdir(name):
+        for d in g.dirs.values():
+            os.mkdir(os.path.join(d, name))
+        made.append(name)
+
+    def rmdir(name):
+        for d in g.dirs.values():
+            os.rmdir(os.path.join(d, name))
+        made.remove(name)
+
+    g.mkdir, g.rmdir = mkdir, rmdir
+    yield g
+    for name in reversed(list(made)):
+        for d in g.dirs.values():
+            try:
+                os.rmdir(os.path.join(d, name))
+            except FileNotFoundError:
+                pass
+
+
+def test_followed_tree_sees_children_made_and_removed(group):
+    layout = detect(HostFS("/"))
+    d = Discoverer(HostFS("/"), layout)
+    try:
+        assert d.following, "inotify should follow a live cgroupfs"
+        first = _paths(d)
+        assert group.cgroup in first
+        assert d.rescans == len(d.following)
+        group.mkdir("a")
+        group.mkdir("b")
+        os.mkdir(os.path.join(group.dirs["cpuacct"], "a", "deep"))
+        try:
+            seen = _paths(d)
+            assert {group.cgroup + "/a", group.cgroup + "/b", group.cgroup + "/a/deep"} <= seen
+            assert d.rescans == len(d.following)  # events, not a walk
+            assert seen == _fresh(layout)
+        finally:
+            os.rmdir(os.path.join(group.dirs["cpuacct"], "a", "deep"))
+        group.rmdir("a")
+        seen = _paths(d)
+        assert group.cgroup + "/a" not in seen and group.cgroup + "/a/deep" not in seen
+        assert group.cgroup + "/b" in seen
+        assert seen == _fresh(layout)
+    finally:
+        d.close()
+
+
+def test_overflow_walks_again(group, monkeypatch):
+    layout = detect(HostFS("/"))
+    d = Discoverer(HostFS("/"), layout)
+    try:
+        _paths(d)
+        rescans = d.rescans
+        # Events lost: stop watching the group's folders, make a child, then the kernel's
+        # IN_Q_OVERFLOW. The next join must walk again and find the child.
+        for wd, (f, path) in list(d._wd.items()):
+            if path == group.rel(f.h.name.split(",")[0]) or path.endswith("/" + group.name):
+                d._inotify.rm_watch(wd)
+        group.mkdir("lost")
+        real = d._inotify.events
+        monkeypatch.setattr(d._inotify, "events",
+                            lambda: real() + inotify.parse_events(inotify.pack_event(-1, inotify.IN_Q_OVERFLOW)))
+        seen = _paths(d)
+        assert group.cgroup + "/lost" in seen
+        assert d.rescans == rescans + len(d.following)
+        assert seen == _fresh(layout)
+    finally:
+        d.close()
+
+
+def test_watch_limit_falls_back_to_walking(group, monkeypatch):
+    def refuse(self, path, mask=inotify.FOLDER_MASK):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), path)
+
+    monkeypatch.setattr(inotify.Inotify, "add_watch", refuse)
+    warned = []
+    layout = detect(HostFS("/"))
+    d = Discoverer(HostFS("/"), layout, warn=lambda k, m: warned.append(k))
+    try:
+        assert group.cgroup in _paths(d)
+        assert d.following == [] and warned
+        group.mkdir("c")
+        assert group.cgroup + "/c" in _paths(d)  # walked, not followed
+    finally:
+        d.close()
+
+
+def test_removed_cgroup_descriptors_are_closed(group):
+    group.mkdir("gone")
+    s = Sampler(match=group.name, gpu=False)
+    try:
+        s.tick()
+        recs = {r["cgroup"] for r in s.tick()}
+        assert group.cgroup + "/gone" in recs
+        kept = [k for k in KEPT._folders if k.endswith("/" + group.name + "/gone")]
+        assert kept and all(KEPT._folders[k].fds for k in kept)
+        fds = [fd for k in kept for fd in KEPT._folders[k].fds.values()]
+        group.rmdir("gone")
+        recs = {r["cgroup"] for r in s.tick()}
+        assert group.cgroup + "/gone" not in recs
+        assert not [k for k in KEPT._folders if k.endswith("/" + group.name + "/gone")]
+        for fd in fds:  # closed (or reused by something else, not pointing at the old files)
+            try:
+                target = os.readlink(f"/proc/self/fd/{fd}")
+            except OSError:
+                continue
+            assert "/" + group.name + "/gone/" not in target
+    finally:
+        s.close()
+        s.discoverer.close()
+
+
+def test_limit_written_between_ticks_is_read_next_tick(group):
+    s = Sampler(match=group.name, gpu=False)
+    try:
+        group.set_pids_max(50)
+        s.tick()
+        rec = [r for r in s.tick() if r["cgroup"] == group.cgroup][0]
+        assert rec["pids"]["limit"] == 50
+        group.set_pids_max(70)
+        rec = [r for r in s.tick() if r["cgroup"] == group.cgroup][0]
+        assert rec["pids"]["limit"] == 70
+        group.set("cpu", "cpu.cfs_period_us", 100000)
+        group.set("cpu", "cpu.cfs_quota_us", 50000)
+        rec = [r for r in s.tick() if r["cgroup"] == group.cgroup][0]
+        assert rec["cpu"]["limit_cores"] == 0.5
+        group.set("cpu", "cpu.cfs_quota_us", -1)
+        rec = [r for r in s.tick() if r["cgroup"] == group.cgroup][0]
+        assert rec["cpu"]["limit_cores"] is None
+    finally:
+        s.close()
+        s.discoverer.close()
+
+
+def test_descriptor_cap(group):
+    files = KeptFiles(cap=2)
+    d = group.dirs["memory"]
+    ino = os.stat(d).st_ino
+    names = ["memory.usage_in_bytes", "memory.stat", "memory.oom_control"]
+    for _ in range(3):
+        for name in names:
+            with open(os.path.join(d, name), "rb") as f:
+                want_prefix = f.read()[:10]
+            got = files.read(d, ino, name)
+            if name != "memory.usage_in_bytes":
+                assert got[:10] == want_prefix
+    assert files.count == 2 and files.overflowed == 3
+    assert files.pinned_bytes() == 2 * handles.PIN_ESTIMATE
+    files.close_all()
+    assert files.count == 0
+
+
+def test_inotify_event_parsing():
+    data = inotify.pack_event(3, inotify.IN_CREATE | inotify.IN_ISDIR, b"abc") + \
+        inotify.pack_event(-1, inotify.IN_Q_OVERFLOW)
+    assert inotify.parse_events(data) == [(3, inotify.IN_CREATE | inotify.IN_ISDIR, b"abc"),
+                                          (-1, inotify.IN_Q_OVERFLOW, b"")]
