@@ -8,12 +8,16 @@ null `gpu`), and the diagnostics events of an EventDetector run over the ticks: 
 EVENTS column names each workload's open episodes (its row bold, red for critical,
 yellow for warning) and the latest events are listed under the table.
 
-Keys (in the footer): c CPU, m memory, g GPU, i IO, p PIDs, n name (sort; numbers
-largest first, unknown last, ties by name), arrows / PgUp / PgDn / Home scroll, q (or
-Ctrl-C) quits with exit status 0. A terminal too small shows what fits: the footer and
-the header first, then at least a few rows, then the event list; long names are cut so
-the figures stay on screen, and every line is cut at the right edge. Resizes redraw at
-once.
+Keys (in the footer): c CPU, m memory, g GPU, i IO (block, then network), p PIDs, n name
+(sort; numbers largest first, unknown last, ties by name), up/down (j/k), PgUp/PgDn and
+Home scroll the rows, left/right (h/l) scroll the columns after NAME, q (or Ctrl-C, or
+SIGTERM; SIGHUP, the terminal gone) quits with exit status 0.
+
+A terminal too small shows what fits: the footer (q first) and the header, then at least
+a few rows, then the event list, then the other rows; long names are cut so the figures
+stay on screen, every line is cut at the right edge, and resizes redraw at once. The
+screen's cells are table.py's (`table_row`: docker's units, "--" for null); its columns
+are two spaces apart rather than docker's ten-wide minimum, so more fits.
 
 When stdout is not a terminal (or the terminal can't be driven: no terminfo entry), it
 prints a plain table per tick instead, laid out by outputs/table.py as `--format table`
@@ -50,7 +54,7 @@ import time
 from typing import Any, Callable, Deque, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 from cgstat.outputs.jsonl import ReaderGone, SinkError, StdoutSink
-from cgstat.outputs.table import _get, _number, _width, human_size, percent, render_table, table_row
+from cgstat.outputs.table import _get, _number, _width, human_size, render_table, table_row
 from cgstat.pipeline.events import EventDetector, Thresholds
 from cgstat.pipeline.sampler import Sampler
 from cgstat.pipeline.schedule import Schedule, _Wake
@@ -283,7 +287,7 @@ class View(NamedTuple):
     skip: int = 0
 
 
-def compose(model: Model, height: int, width: int, interval_s: float, view: View = View(),
+def compose(model: Model, height: int, width: int, interval_s: float, view: Optional[View] = None,
             ellipsis: str = "~") -> Tuple[List[Tuple[str, int]], View]:
     """The screen: (text, style) per line, each at most width-1 columns, at most `height`
     lines; and the scroll position actually used (clamped to what there is)."""
@@ -291,9 +295,9 @@ def compose(model: Model, height: int, width: int, interval_s: float, view: View
     if height <= 0 or cols <= 0:
         return [], View()
     rows = model.sorted_rows()
-    table, skip = screen_table(rows, cols, view.skip, ellipsis)
+    table, skip = screen_table(rows, cols, view.skip if view is not None else 0, ellipsis)
     header, body = table[0], table[1:]
-    offset = view.offset
+    offset = view.offset if view is not None else 0
     styles = [CRITICAL if r.severity == "critical" else WARNING if r.severity == "warning" else NORMAL
               for r in rows]
     top = [(model.title(interval_s), HEADER), (header, HEADER)]
@@ -559,10 +563,10 @@ def run_top(sampler: Sampler, interval_s: float, sort: str = "cpu", events: bool
     if count is not None and count < 1:
         return 0
     if os.isatty(1):
-        screen = _Screen(model, interval_s)
         try:
+            screen = _Screen(model, interval_s)  # imports curses: ImportError where _curses is missing
             screen.start()
-        except Exception as exc:  # curses.error: no terminfo for TERM, ...
+        except Exception as exc:  # noqa: BLE001 (curses.error: no terminfo for TERM; _curses missing)
             sampler.warner.once("top-plain", "cannot drive the terminal (%s): printing tables instead" % (exc,))
         else:
             return _run_screen(sampler, model, screen, interval_s, count)
