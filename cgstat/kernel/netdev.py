@@ -28,6 +28,7 @@ from dataclasses import dataclass, fields
 from typing import Tuple, Union
 
 from cgstat import text as text_mod
+from cgstat.kernel import parse
 
 U64_MAX = 2**64 - 1
 IFNAMSIZ = 16
@@ -82,12 +83,10 @@ def _check_header(lines) -> None:
 
 
 def _u64(field: bytes) -> int:
+    # bytes.isdigit() is ASCII only; parse_uint bounds it to 2^64-1 like every counter
     if not field.isdigit():
         raise ValueError(f"not an unsigned integer: {field[:40]!r}")
-    value = int(field)
-    if value > U64_MAX:
-        raise ValueError(f"larger than 2^64-1: {field[:40]!r}")
-    return value
+    return parse.parse_uint(field.decode("ascii"))
 
 
 def _name(raw: bytes) -> str:

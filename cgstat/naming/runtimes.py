@@ -385,12 +385,7 @@ class DockerAPI:
         if status is None:
             self.paused_until = time.monotonic() + _API_BACKOFF_S
             return None
-        if status != 200:
-            return None
-        try:
-            return _from_docker_config(orjson.loads(body))
-        except orjson.JSONDecodeError:
-            return None
+        return _api_entry(status, body)
 
 
 def _docker_get(fs: HostFS, cid: str, timeout_s: float) -> Tuple[Optional[int], bytes]:
@@ -447,7 +442,11 @@ def _content_length(head: bytes) -> Optional[int]:
 
 def docker_api(fs: HostFS, cid: str, timeout_s: float = _API_TIMEOUT_S) -> Optional[ContainerEntry]:
     """One GET /containers/<id>/json (no budget, no pause): the entry, or None."""
-    status, body = _docker_get(fs, cid, timeout_s)
+    return _api_entry(*_docker_get(fs, cid, timeout_s))
+
+
+def _api_entry(status: Optional[int], body: bytes) -> Optional[ContainerEntry]:
+    """The entry in an answer of GET /containers/<id>/json, or None."""
     if status != 200:
         return None
     try:

@@ -37,7 +37,7 @@ from typing import Any, Dict, Iterator, List, Optional, Tuple
 import orjson
 
 from cgstat.errors import CgstatError
-from cgstat.pipeline.events import parse_ts
+from cgstat.pipeline.events import number_at, parse_ts
 from cgstat.text import escape_controls
 
 _MAX_LINE = 16 * 1024 * 1024
@@ -147,15 +147,6 @@ def _kind(r: Dict[str, Any]) -> str:
     return "pod" if r.get("type") == "pod" else "cgroup"
 
 
-def _num(obj: Any, *keys: str) -> Optional[float]:
-    for k in keys:
-        if not isinstance(obj, dict):
-            return None
-        obj = obj.get(k)
-    if isinstance(obj, bool) or not isinstance(obj, (int, float)):
-        return None
-    v = float(obj)
-    return v if math.isfinite(v) else None
 
 
 def _lines(path: str) -> Iterator[bytes]:
@@ -281,20 +272,20 @@ class ReportData:
         if w.first_t is None:
             w.first_t = t
         w.last_t = t
-        cpu = _num(r, "cpu", "percent")
-        cores = _num(r, "cpu", "limit_cores")
-        ws = _num(r, "memory", "working_set_bytes")
-        limit = _num(r, "memory", "limit_bytes")
-        pct = _num(r, "memory", "percent")
-        rd = _num(r, "io", "read_bytes_per_second")
-        wr = _num(r, "io", "write_bytes_per_second")
-        oom = _num(r, "memory", "oom_kills_total")
+        cpu = number_at(r, "cpu", "percent")
+        cores = number_at(r, "cpu", "limit_cores")
+        ws = number_at(r, "memory", "working_set_bytes")
+        limit = number_at(r, "memory", "limit_bytes")
+        pct = number_at(r, "memory", "percent")
+        rd = number_at(r, "io", "read_bytes_per_second")
+        wr = number_at(r, "io", "write_bytes_per_second")
+        oom = number_at(r, "memory", "oom_kills_total")
         gpu = r.get("gpu")
         sm = gmem = None
         if isinstance(gpu, dict):
             w.has_gpu = True
-            sm = _num(gpu, "sm_percent")
-            gmem = _num(gpu, "memory_bytes")
+            sm = number_at(gpu, "sm_percent")
+            gmem = number_at(gpu, "memory_bytes")
         for stat, v in ((w.cpu, cpu), (w.ws, ws), (w.mem_pct, pct), (w.rd, rd), (w.wr, wr), (w.sm, sm),
                         (w.gmem, gmem)):
             if v is not None:
@@ -532,29 +523,27 @@ def _charts(d: ReportData, w: _Workload, points: int) -> str:
         c = _Chart(title, t0, t0 + (n - 1) * factor * d.width if n > 1 else t1, n, fmt)
         return c
 
-    cpu_lo = _finite(_series(w, "cpu_min", factor))
-    cpu_hi = _finite(_series(w, "cpu_max", factor))
-    cpu_mean = _mean(_series(w, "cpu_sum", factor), _series(w, "cpu_n", factor))
-    cpu_lim = _finite(_series(w, "cpu_limit", factor))
-    c = chart("CPU % (100 = one core)", lambda v: "%.0f%%" % v)
-    c.see(cpu_hi, cpu_lim)
-    c.band(cpu_lo, cpu_hi, "band cpu")
-    c.line(cpu_lim, "limit")
-    c.line(cpu_mean, "mean cpu")
-    c.events(w.events)
-    out.append(c.svg('<i class="k cpu"></i>mean, band min–max <i class="k limit"></i>quota'))
+    def banded(key: str, title: str, fmt, css: str, legend: str, limit_key: Optional[str] = None,
+               events: Optional[list] = None) -> None:
+        """One chart: the min-max band and mean of `key` per bucket, and its limit if any."""
+        lo = _finite(_series(w, key + "_min", factor))
+        hi = _finite(_series(w, key + "_max", factor))
+        mean = _mean(_series(w, key + "_sum", factor), _series(w, key + "_n", factor))
+        limit = _finite(_series(w, limit_key, factor)) if limit_key else None
+        c = chart(title, fmt)
+        c.see(hi, limit or [])
+        c.band(lo, hi, "band " + css)
+        if limit is not None:
+            c.line(limit, "limit")
+        c.line(mean, "mean " + css)
+        c.events(w.events if events is None else events)
+        out.append(c.svg(legend))
 
-    ws_lo = _finite(_series(w, "ws_min", factor))
-    ws_hi = _finite(_series(w, "ws_max", factor))
-    ws_mean = _mean(_series(w, "ws_sum", factor), _series(w, "ws_n", factor))
-    mem_lim = _finite(_series(w, "mem_limit", factor))
-    c = chart("Memory working set", _bytes)
-    c.see(ws_hi, mem_lim)
-    c.band(ws_lo, ws_hi, "band mem")
-    c.line(mem_lim, "limit")
-    c.line(ws_mean, "mean mem")
-    c.events(w.events)
-    out.append(c.svg('<i class="k mem"></i>working set <i class="k limit"></i>limit'))
+    percent = lambda v: "%.0f%%" % v  # noqa: E731
+    banded("cpu", "CPU % (100 = one core)", percent, "cpu",
+           '<i class="k cpu"></i>mean, band min–max <i class="k limit"></i>quota', "cpu_limit")
+    banded("ws", "Memory working set", _bytes, "mem",
+           '<i class="k mem"></i>working set <i class="k limit"></i>limit', "mem_limit")
 
     rd = _mean(_series(w, "rd_sum", factor), _series(w, "rd_n", factor))
     wr = _mean(_series(w, "wr_sum", factor), _series(w, "wr_n", factor))
@@ -567,15 +556,7 @@ def _charts(d: ReportData, w: _Workload, points: int) -> str:
         out.append(c.svg('<i class="k rd"></i>read <i class="k wr"></i>write'))
 
     if w.has_gpu:
-        sm_lo = _finite(_series(w, "sm_min", factor))
-        sm_hi = _finite(_series(w, "sm_max", factor))
-        sm_mean = _mean(_series(w, "sm_sum", factor), _series(w, "sm_n", factor))
-        c = chart("GPU SM % (100 = one GPU)", lambda v: "%.0f%%" % v)
-        c.see(sm_hi)
-        c.band(sm_lo, sm_hi, "band gpu")
-        c.line(sm_mean, "mean gpu")
-        c.events(w.events)
-        out.append(c.svg('<i class="k gpu"></i>SM %'))
+        banded("sm", "GPU SM % (100 = one GPU)", percent, "gpu", '<i class="k gpu"></i>SM %')
         gm = _mean(_series(w, "gmem_sum", factor), _series(w, "gmem_n", factor))
         c = chart("GPU memory", _bytes)
         c.see(gm)

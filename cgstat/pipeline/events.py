@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import calendar
 import collections
+import math
 import time
 from typing import Any, Deque, Dict, Iterable, List, Mapping, Optional, Tuple
 
@@ -93,12 +94,14 @@ class Thresholds:
 
 # -- small helpers ----------------------------------------------------------------------------
 
-def _num(obj: Any, *keys: str) -> Optional[float]:
+def number_at(obj: Any, *keys: str) -> Optional[float]:
+    """The number at record[k1][k2]..., or None where a level is missing or it is not a
+    finite number (records are JSON: null, or written by another version)."""
     for k in keys:
         if not isinstance(obj, dict):
             return None
         obj = obj.get(k)
-    if isinstance(obj, bool) or not isinstance(obj, (int, float)):
+    if isinstance(obj, bool) or not isinstance(obj, (int, float)) or not math.isfinite(obj):
         return None
     return obj
 
@@ -233,7 +236,7 @@ class EventDetector:
                         events: List[Dict[str, Any]], oom_raised: List[Tuple[str, Dict[str, Any]]]) -> None:
         th = self.th
         st = self._cgroups.get(path)
-        interval = _num(r, "interval_s")
+        interval = number_at(r, "interval_s")
         if st is None or interval is None:  # first sample, or a new life of the cgroup
             st = self._cgroups[path] = _Cgroup()
             st.t = now if now is not None else (parse_ts(r.get("ts")) or 0.0)
@@ -243,13 +246,13 @@ class EventDetector:
         gpu = r.get("gpu")
         sm = gprocs = None
         if isinstance(gpu, dict):
-            sm = _num(gpu, "sm_percent")
+            sm = number_at(gpu, "sm_percent")
             procs = gpu.get("processes")
             gprocs = len(procs) if isinstance(procs, list) else None
-        sample = (t, _num(r, "memory", "working_set_bytes"), _num(r, "memory", "limit_bytes"),
-                  _num(r, "memory", "oom_kills_total"), _num(r, "cpu", "usage_seconds_total"),
-                  _num(r, "cpu", "periods_total"), _num(r, "cpu", "throttled_periods_total"),
-                  _num(r, "cpu", "limit_cores"), sm, gprocs)
+        sample = (t, number_at(r, "memory", "working_set_bytes"), number_at(r, "memory", "limit_bytes"),
+                  number_at(r, "memory", "oom_kills_total"), number_at(r, "cpu", "usage_seconds_total"),
+                  number_at(r, "cpu", "periods_total"), number_at(r, "cpu", "throttled_periods_total"),
+                  number_at(r, "cpu", "limit_cores"), sm, gprocs)
         prev = st.ring[-1] if st.ring else None
         ring = st.ring
         ring.append(sample)
@@ -454,7 +457,7 @@ class EventDetector:
             where = ("in cgroup %s" % p.get("cgroup")) if p.get("cgroup") else "whose cgroup is unknown (another PID namespace, or gone)"
             msg = ("GPU process %s (%s) on GPU %s runs outside any container, %s, using %s of GPU memory: "
                    "it competes with the containers' jobs unseen by their limits." % (
-                       p.get("pid"), p.get("name") or "?", dev.get("index"), where, _mib(_num(p, "memory_bytes"))))
+                       p.get("pid"), p.get("name") or "?", dev.get("index"), where, _mib(number_at(p, "memory_bytes"))))
             ev = make_event(g, "gpu_process_outside_container", "warning", _cap(msg),
                             {"pid": p.get("pid"), "name": p.get("name"), "gpu_index": dev.get("index"),
                              "gpu_uuid": dev.get("uuid"), "memory_bytes": p.get("memory_bytes"),
@@ -558,9 +561,9 @@ def state_extras(records: Iterable[Mapping[str, Any]]) -> Dict[str, Dict[str, An
     out: Dict[str, Dict[str, Any]] = {}
     for r in records:
         if r.get("type") in ("cgroup", "pod") and isinstance(r.get("cgroup"), str):
-            out[r["cgroup"]] = {"oom_kills_total": _num(r, "memory", "oom_kills_total"),
-                                "working_set_bytes": _num(r, "memory", "working_set_bytes"),
-                                "limit_bytes": _num(r, "memory", "limit_bytes")}
+            out[r["cgroup"]] = {"oom_kills_total": number_at(r, "memory", "oom_kills_total"),
+                                "working_set_bytes": number_at(r, "memory", "working_set_bytes"),
+                                "limit_bytes": number_at(r, "memory", "limit_bytes")}
     return out
 
 
@@ -583,8 +586,8 @@ def judge_runs(previous: Mapping[str, Mapping[str, Any]], records: Iterable[Mapp
         p = previous.get(r["cgroup"])
         if isinstance(p, Mapping) and "memory" in p:
             p = state_extras([p]).get(r["cgroup"])
-        ws, limit = _num(r, "memory", "working_set_bytes"), _num(r, "memory", "limit_bytes")
-        kills_now = _num(r, "memory", "oom_kills_total")
+        ws, limit = number_at(r, "memory", "working_set_bytes"), number_at(r, "memory", "limit_bytes")
+        kills_now = number_at(r, "memory", "oom_kills_total")
         if isinstance(p, Mapping) and r.get("interval_s") is not None:
             before = p.get("oom_kills_total")
             if isinstance(kills_now, (int, float)) and isinstance(before, (int, float)) and kills_now > before:
