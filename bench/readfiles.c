@@ -8,7 +8,9 @@
  * /dev/null in one write(). No JSON, no rates, no names: a lower bound for the same
  * kernel work plus the least user-space work that can still be called "reading".
  *
- * Usage: readfiles [-k TICKS] [-i INTERVAL_S] [-m MATCH] KIND:MOUNTPOINT...
+ * Usage: readfiles [-k TICKS] [-i INTERVAL_S] [-m MATCH] [-p] KIND:MOUNTPOINT...
+ *   -p: keep every descriptor open after the first tick and re-read it with pread(fd, n, 0),
+ *   without walking again (the floor for kept descriptors and a tree followed by events).
  *   KIND is a comma-separated list of v1 controllers (cpu, cpuacct, memory, blkio,
  *   pids), "unified" (the cgroup2 mount of a hybrid host: cpu.stat and the pressure
  *   files only) or "v2" (a pure cgroup v2 host).
@@ -95,6 +97,28 @@ static void parse_kind(struct hier *h, char *kind) {
     }
 }
 
+/* -p: descriptors opened on the first tick, re-read with pread(fd, n, 0) afterwards. */
+static int keep;
+static int *kfd;
+static const char **kname;
+static long nk, kcap;
+
+static void parse_numbers(char *buf, size_t len, const char *name);
+
+static void read_kept(void) {
+    char buf[65536];
+    for (long i = 0; i < nk; i++) {
+        ssize_t n = pread(kfd[i], buf, sizeof(buf) - 1, 0);
+        if (n < 0) continue; /* ENODEV: gone */
+        files_read++;
+        parse_numbers(buf, (size_t)n, kname[i]);
+        if (i % 16 == 15) {
+            out_reserve(1);
+            out[out_len++] = '\n';
+        }
+    }
+}
+
 /* Read one file to EOF; append every decimal number in it to the output line. */
 static void read_file(int dirfd, const char *name) {
     char buf[65536];
@@ -102,15 +126,34 @@ static void read_file(int dirfd, const char *name) {
     if (fd < 0) return; /* absent here (gone, controller off): cgstat skips it too */
     size_t len = 0;
     for (;;) {
-        ssize_t n = read(fd, buf + len, sizeof(buf) - 1 - len);
+        ssize_t n = keep ? pread(fd, buf, sizeof(buf) - 1, 0) : read(fd, buf + len, sizeof(buf) - 1 - len);
         if (n < 0) {
             if (errno == EINTR) continue;
             break; /* ENODEV: the cgroup went away meanwhile */
         }
+        if (keep) {
+            len = (size_t)n;
+            break;
+        }
         if (n == 0 || (len += (size_t)n) >= sizeof(buf) - 1) break;
     }
-    close(fd);
+    if (keep) {
+        if (nk == kcap) {
+            kcap = kcap ? kcap * 2 : 1024;
+            kfd = realloc(kfd, (size_t)kcap * sizeof(*kfd));
+            kname = realloc(kname, (size_t)kcap * sizeof(*kname));
+            if (!kfd || !kname) die("realloc");
+        }
+        kfd[nk] = fd;
+        kname[nk++] = name;
+    } else {
+        close(fd);
+    }
     files_read++;
+    parse_numbers(buf, len, name);
+}
+
+static void parse_numbers(char *buf, size_t len, const char *name) {
     buf[len] = '\0';
     out_reserve(len + 64);
     out_len += (size_t)snprintf(out + out_len, 64, " %s", name);
@@ -166,11 +209,12 @@ int main(int argc, char **argv) {
     long ticks = 1;
     double interval = 0;
     int opt;
-    while ((opt = getopt(argc, argv, "k:i:m:")) != -1) {
+    while ((opt = getopt(argc, argv, "k:i:m:p")) != -1) {
         switch (opt) {
         case 'k': ticks = atol(optarg); break;
         case 'i': interval = atof(optarg); break;
         case 'm': match = optarg; break;
+        case 'p': keep = 1; break;
         default:
             fprintf(stderr, "usage: readfiles [-k TICKS] [-i INTERVAL_S] [-m MATCH] KIND:MOUNT...\n");
             return 2;
@@ -202,6 +246,10 @@ int main(int argc, char **argv) {
         }
         cgroups_seen = files_read = 0;
         out_len = 0;
+        if (keep && t) {
+            read_kept(); /* no walk: the C floor for a tree followed by events */
+            cgroups_seen = seen_per_tick;
+        } else
         for (int i = 0; i < nhiers; i++) {
             int fd = open(hiers[i].mount, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
             if (fd < 0) die(hiers[i].mount);

@@ -138,6 +138,16 @@ class BenchGroups:
     def child_dir(self, h: Hierarchy, i: int) -> str:
         return os.path.join(h.own_dir, self.parent, f"{PREFIX}{i}")
 
+    def populate(self) -> None:
+        """One sleeping process (started here) in each child, in every hierarchy."""
+        self.sleepers = []
+        for i in range(self.n):
+            p = subprocess.Popen(["sleep", "3600"], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
+            self.sleepers.append(p)
+            for h in self.hierarchies:
+                with open(os.path.join(self.child_dir(h, i), "cgroup.procs"), "w") as f:
+                    f.write(str(p.pid))
+
     def _mkdir(self, path: str) -> None:
         os.mkdir(path)
         self.created.append(path)
@@ -184,6 +194,10 @@ class BenchGroups:
             signal.pthread_sigmask(signal.SIG_SETMASK, old_mask)
 
     def _remove_all(self) -> List[str]:
+        for p in getattr(self, "sleepers", []):
+            p.kill()
+            p.wait()
+        self.sleepers = []
         left = []
         for path in sorted(self.created, key=lambda p: (-p.count("/"), p)):
             for attempt in range(50):
@@ -279,8 +293,57 @@ def compile_c(workdir: str) -> str:
     return binary
 
 
-def c_argv(binary: str, hierarchies: Sequence[Hierarchy], k: int, interval: float, match: str) -> List[str]:
-    return [binary, "-k", str(k), "-i", str(interval), "-m", match] + [f"{h.kind}:{h.mount}" for h in hierarchies]
+def c_argv(binary: str, hierarchies: Sequence[Hierarchy], k: int, interval: float, match: str,
+           keep: bool = False) -> List[str]:
+    return ([binary, "-k", str(k), "-i", str(interval), "-m", match] + (["-p"] if keep else [])
+            + [f"{h.kind}:{h.mount}" for h in hierarchies])
+
+
+KEPT_PROBE = r"""
+import json, os, sys, time
+def kmem():
+    for line in open("/proc/self/cgroup"):
+        _, ctrls, path = line.rstrip("\n").split(":", 2)
+        if "memory" in ctrls.split(","):
+            try:
+                return int(open("/sys/fs/cgroup/memory" + path + "/memory.kmem.usage_in_bytes").read())
+            except OSError:
+                return None
+    return None
+before = kmem()
+from cgstat.pipeline.sampler import Sampler
+from cgstat.kernel.handles import KEPT
+s = Sampler(all=True, match=sys.argv[1], gpu=False)
+s.tick(); s.tick()
+after = kmem()
+t0 = time.monotonic(); s.discoverer._rescan_at = 0.0; s.discoverer.join(); rescan = time.monotonic() - t0
+print(json.dumps({"kept_fds": KEPT.count, "pinned_estimate_mib": KEPT.pinned_bytes() / 2**20,
+                  "watches": len(s.discoverer._wd), "rescan_ms": rescan * 1000,
+                  "kmem_delta_mib": None if before is None or after is None else (after - before) / 2**20}))
+"""
+
+
+def kept_probe(cgstat_env_: dict, match: str) -> dict:
+    """Descriptors and watches one sampler keeps, their kernel memory, a full rescan's time."""
+    proc = subprocess.run([sys.executable, "-c", KEPT_PROBE, match], env=cgstat_env_, capture_output=True,
+                          text=True, timeout=600, check=False)
+    if proc.returncode != 0:
+        return {"error": proc.stderr.strip()[-300:]}
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def once_state_wall(cgstat: List[str], match: str, reps: int, workdir: str) -> float:
+    """Median wall ms of `once --state` (a cron run with a saved state) over the groups."""
+    state = os.path.join(workdir, "state.json")
+    argv = cgstat + ["once", "--state", state, "--all", "--match", match]
+    run_rusage(argv, env=cgstat_env())
+    walls = []
+    for _ in range(reps):
+        code, _, wall, _, err = run_rusage(argv, env=cgstat_env())
+        if code != 0:
+            raise RuntimeError(f"once --state exited {code}: {err.strip()}")
+        walls.append(wall)
+    return statistics.median(walls) * 1000
 
 
 def c_census(binary: str, hierarchies: Sequence[Hierarchy], match: str) -> dict:
@@ -347,7 +410,9 @@ def check_groups(groups: BenchGroups) -> None:
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--sizes", default="10,100,1000", help="comma-separated N values (default 10,100,1000)")
+    ap.add_argument("--sizes", default="10,100,1000,5000", help="comma-separated N values (default 10,100,1000,5000)")
+    ap.add_argument("--populated", default="100",
+                    help="sizes also measured with one process in each cgroup (default 100; '' for none)")
     ap.add_argument("--ticks", type=int, default=10, help="ticks in the difference run (default 10)")
     ap.add_argument("--interval", type=float, default=0.2, help="seconds between ticks (default 0.2)")
     ap.add_argument("--reps", type=int, default=3, help="repetitions per measurement; the median is reported")
@@ -389,10 +454,14 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             binary = None if args.setup_only else compile_c(work)
             if not args.setup_only and not args.no_cgstat:
                 report["startup"] = startup_cost(cgstat, match, args.reps)
-            for n in sizes:
+            populated = [int(x) for x in args.populated.split(",") if x]
+            runs = [(n, False) for n in sizes] + [(n, True) for n in populated]
+            for n, full in runs:
                 with BenchGroups(hierarchies, n) as groups:
                     check_groups(groups)
-                    row: dict = {"n": n, "parent": groups.parent}
+                    if full and not args.setup_only:
+                        groups.populate()
+                    row: dict = {"n": n, "populated": full, "parent": groups.parent}
                     if args.setup_only:
                         row["created"] = len(groups.created)
                         report["rows"].append(row)
@@ -400,14 +469,19 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                     row.update(c_census(binary, hierarchies, match))
                     row["c"] = per_tick(lambda k: c_argv(binary, hierarchies, k, args.interval, match),
                                         args.ticks, args.reps)
+                    row["c_kept"] = per_tick(lambda k: c_argv(binary, hierarchies, k, args.interval, match, True),
+                                             args.ticks, args.reps)
                     if not args.no_cgstat:
                         row["cgstat_records"] = cgstat_census(cgstat, match)
                         row["cgstat"] = per_tick(
                             lambda k: cgstat + ["stream", "--interval", str(args.interval), "--count", str(k),
-                                                "--all", "--match", match, "--output", "/dev/null"],
+                                                "--all", "--match", match],
                             args.ticks, args.reps, env=cgstat_env())
                         c_ms = row["c"]["cpu_ms_per_tick"]
                         row["ratio"] = row["cgstat"]["cpu_ms_per_tick"] / c_ms if c_ms > 0 else None
+                        row["once_state_wall_ms"] = once_state_wall(cgstat, match, args.reps, work)
+                        if USE_REPO:
+                            row["kept"] = kept_probe(cgstat_env(), match)
                     report["rows"].append(row)
                     if not args.json:
                         print(f"  N={n} done", file=sys.stderr)
@@ -437,8 +511,9 @@ def print_table(report: dict) -> None:
             print(f"cgstat {name}: wall {s['wall_ms']:.0f} ms, CPU {s['cpu_ms']:.0f} ms, "
                   f"peak RSS {s['peak_rss_mib']:.1f} MiB")
     print()
-    head = (f"{'N':>6} {'cgroups':>8} {'files':>7} {'records':>8} {'cgstat ms/tick':>15} {'(user/sys)':>13} "
-            f"{'C ms/tick':>10} {'(user/sys)':>13} {'ratio':>7} {'cgstat RSS MiB':>15}")
+    head = (f"{'N':>6} {'pop':>3} {'cgroups':>7} {'files':>6} {'records':>7} {'cgstat ms':>9} {'(user/sys)':>11} "
+            f"{'C open ms':>9} {'C kept ms':>9} {'ratio':>5} {'RSS MiB':>7} {'once--state':>11} "
+            f"{'fds':>6} {'pinned MiB':>10} {'kmem MiB':>8} {'rescan ms':>9}")
     print(head)
     print("-" * len(head))
     for r in report["rows"]:
@@ -448,13 +523,23 @@ def print_table(report: dict) -> None:
         cg = r.get("cgstat")
         cg_ms = f"{cg['cpu_ms_per_tick']:.2f}" if cg else "-"
         cg_split = f"{cg['user_ms_per_tick']:.1f}/{cg['sys_ms_per_tick']:.1f}" if cg else "-"
-        c = r["c"]
-        c_split = f"{c['user_ms_per_tick']:.1f}/{c['sys_ms_per_tick']:.1f}"
-        ratio = f"{r['ratio']:.1f}" if r.get("ratio") else "-"
+        ratio = f"{r['ratio']:.2f}" if r.get("ratio") else "-"
         rss = f"{cg['peak_rss_mib']:.1f}" if cg else "-"
-        records = r.get("cgstat_records", "-")
-        print(f"{r['n']:>6} {r['cgroups_per_tick']:>8} {r['files_per_tick']:>7} {records:>8} {cg_ms:>15} {cg_split:>13} "
-              f"{c['cpu_ms_per_tick']:>10.2f} {c_split:>13} {ratio:>7} {rss:>15}")
+        k = r.get("kept") or {}
+        kmem = k.get("kmem_delta_mib")
+        print(f"{r['n']:>6} {'yes' if r.get('populated') else 'no':>3} {r['cgroups_per_tick']:>7} "
+              f"{r['files_per_tick']:>6} {r.get('cgstat_records', '-'):>7} {cg_ms:>9} {cg_split:>11} "
+              f"{r['c']['cpu_ms_per_tick']:>9.2f} {r['c_kept']['cpu_ms_per_tick']:>9.2f} {ratio:>5} {rss:>7} "
+              f"{r.get('once_state_wall_ms', 0):>9.0f}ms {k.get('kept_fds', '-'):>6} "
+              f"{k.get('pinned_estimate_mib', 0):>10.1f} {'-' if kmem is None else f'{kmem:.1f}':>8} "
+              f"{k.get('rescan_ms', 0):>9.1f}")
+    rows = {r["n"]: r for r in report["rows"] if not r.get("populated") and r.get("cgstat")}
+    if 1000 in rows and 5000 in rows:
+        print(f"\n5000/1000 cgstat tick cost: "
+              f"{rows[5000]['cgstat']['cpu_ms_per_tick'] / rows[1000]['cgstat']['cpu_ms_per_tick']:.2f}")
+    print("\nOther costs: bench/gpu_cost.py (NVML double, 8 GPUs x 50 processes), bench/naming_cost.py "
+          "(naming containers), bench/prometheus_cost.py (rendering), bench/network_cost.py (network "
+          "per workload), bench/soak.py (RSS and descriptors over 100,000 ticks).")
 
 
 if __name__ == "__main__":
