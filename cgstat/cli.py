@@ -270,6 +270,44 @@ def once(
                                   state, window, not no_events))
 
 
+def _sort(value: str) -> str:
+    from cgstat.outputs.top import sort_name
+
+    try:
+        return sort_name(value)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc)) from None
+
+
+@app.command()
+def top(
+    ctx: typer.Context,
+    interval: float = typer.Option(2.0, "--interval", metavar="S", callback=_interval,
+                                   help=f"Seconds between screens ({MIN_INTERVAL_S:g} to {MAX_INTERVAL_S:g})."),
+    sort: str = typer.Option("cpu", "--sort", metavar="KEY", callback=_sort,
+                             help="cpu, memory, gpu, io, pids or name (keys c m g i p n while it runs)."),
+    count: Optional[int] = typer.Option(None, "--count", min=1, metavar="N",
+                                        help="Stop after N screens (default: until q)."),
+    no_events: bool = typer.Option(False, "--no-events", help="Don't mark workloads with open events."),
+    events_window: float = typer.Option(60.0, "--events-window", metavar="S", callback=_events_window,
+                                        help="Seconds over which sustained conditions must hold to raise an event."),
+    host_root: Optional[str] = _host_root_option(),
+    all_: bool = _all_option(),
+    match: Optional[str] = _match_option(),
+    max_user: Optional[int] = _max_user_option(),
+) -> None:
+    """A live table of the workloads, like docker stats, with GPU and events; q quits.
+
+    Not on a terminal, it prints a plain table every interval."""
+    def job(sampler: Sampler) -> int:
+        from cgstat.outputs.top import run_top
+        from cgstat.pipeline.events import Thresholds
+
+        return run_top(sampler, interval, sort, not no_events, count, Thresholds(window_s=events_window))
+
+    _run(lambda: _sampler(ctx, host_root, all_, match, max_user), job)
+
+
 @app.command()
 def report(
     stream_file: str = typer.Argument(..., metavar="FILE.jsonl",

@@ -211,7 +211,7 @@ _VALUES = st.one_of(
 )
 _OPTIONS = ["--interval", "--count", "--window", "--state", "--output", "--output-mode", "--match",
             "--host-root", "--all", "--version", "--help", "--format", "--events-window", "--no-events",
-            "--listen", "--max-user-cgroups", "-o", "--points"]
+            "--listen", "--max-user-cgroups", "-o", "--points", "--sort"]
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
@@ -251,6 +251,9 @@ def test_fuzzed_command_lines_never_give_a_traceback(monkeypatch, command, befor
     import cgstat.outputs.report as report_mod
 
     monkeypatch.setattr(report_mod, "build_report", lambda *a, **k: None)
+    import cgstat.outputs.top as top_mod
+
+    monkeypatch.setattr(top_mod, "run_top", lambda *a, **k: 0)
     monkeypatch.setattr(cli, "Sampler", lambda *a, **k: _FakeSampler())
     argv = [x for opt, val in before for x in (opt, val)]
     argv += [command] if command else []
