@@ -215,7 +215,7 @@ _OPTIONS = ["--interval", "--count", "--window", "--state", "--output", "--outpu
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
-@given(command=st.sampled_from(["stream", "once", "pid", "serve", "report", "", "frob"]),
+@given(command=st.sampled_from(["stream", "once", "pid", "serve", "report", "top", "", "frob"]),
        before=st.lists(st.tuples(st.sampled_from(_OPTIONS), _VALUES), max_size=2),
        after=st.lists(st.tuples(st.sampled_from(_OPTIONS), _VALUES), max_size=4),
        args=st.lists(_VALUES, max_size=2))
