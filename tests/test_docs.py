@@ -70,3 +70,10 @@ def test_readme_jq_programs_run_on_debian_jq():
     first = subprocess.run([jq, "-c", programs[0]], input=lines, capture_output=True, timeout=30)
     rows = [json.loads(x) for x in first.stdout.splitlines()]
     assert len(rows) == sum(1 for r in records if r["container"]) and all("limit_mib" in r for r in rows)
+
+
+def test_readme_python_example_runs():
+    readme = open(os.path.join(ROOT, "README.md")).read()
+    (block,) = re.findall(r"```python\n(.*?)```", readme, re.S)
+    proc = subprocess.run([sys.executable, "-c", block], cwd=ROOT, capture_output=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr.decode()
