@@ -19,6 +19,8 @@ from typing import Dict, List, Optional, Tuple
 
 import pytest
 
+import test_systemd_unit as stream_unit
+
 REPO = Path(__file__).resolve().parents[1]
 UNIT = REPO / "systemd" / "cgstat-serve.service"
 STREAM_UNIT = REPO / "systemd" / "cgstat.service"
@@ -29,21 +31,11 @@ needs_analyze = pytest.mark.skipif(ANALYZE is None, reason="systemd-analyze is n
 
 
 def settings(path: Path = UNIT) -> List[Tuple[str, str, str]]:
-    section, out = "", []
-    for raw in path.read_text().splitlines():
-        line = raw.strip()
-        if not line or line[0] in "#;":
-            continue
-        if line.startswith("[") and line.endswith("]"):
-            section = line[1:-1]
-            continue
-        key, _, value = line.partition("=")
-        out.append((section, key.strip(), value.strip()))
-    return out
+    return stream_unit.unit_settings(path)
 
 
 def values(key: str, path: Path = UNIT) -> List[str]:
-    return [v for s, k, v in settings(path) if s == "Service" and k == key]
+    return stream_unit.values(key, path)
 
 
 def header_dropin() -> str:
@@ -59,27 +51,7 @@ def header_dropin() -> str:
 
 
 def verify(tmp_path: Path, dropin: Optional[str] = None) -> None:
-    system_dir = next((d for d in SYSTEM_UNIT_DIRS if (d / "sysinit.target").exists()), None)
-    if system_dir is None:
-        pytest.skip("no systemd unit directory with sysinit.target on this machine")
-    root = tmp_path / "root"
-    shutil.copytree(system_dir, root / system_dir.relative_to("/"), symlinks=True)
-    unit_dir = root / "etc/systemd/system"
-    unit_dir.mkdir(parents=True)
-    shutil.copy(UNIT, unit_dir / UNIT.name)
-    if dropin:
-        (unit_dir / (UNIT.name + ".d")).mkdir()
-        (unit_dir / (UNIT.name + ".d") / "listen.conf").write_text(dropin)
-    for value in values("ExecStart"):
-        stub = root / value.split()[0].lstrip("-@:+!").lstrip("/")
-        stub.parent.mkdir(parents=True, exist_ok=True)
-        stub.write_text("#!/bin/sh\nexit 0\n")
-        stub.chmod(0o755)
-    proc = subprocess.run([ANALYZE, "verify", "--root=%s" % root, "/etc/systemd/system/" + UNIT.name],
-                          capture_output=True, text=True, timeout=60, check=False)
-    output = proc.stdout + proc.stderr
-    assert proc.returncode == 0, output
-    assert not [line for line in output.splitlines() if UNIT.name in line], output
+    stream_unit.verify(tmp_path, {"listen.conf": dropin} if dropin else None, unit=UNIT)
 
 
 @needs_analyze

@@ -51,13 +51,13 @@ def unit_settings(path: Path = UNIT) -> list[tuple[str, str, str]]:
     return out
 
 
-def values(key: str) -> list[str]:
-    return [v for s, k, v in unit_settings() if s == "Service" and k == key]
+def values(key: str, unit: Path = UNIT) -> list[str]:
+    return [v for s, k, v in unit_settings(unit) if s == "Service" and k == key]
 
 
-def exec_paths() -> set[str]:
+def exec_paths(unit: Path = UNIT) -> set[str]:
     paths = set()
-    for section, key, value in unit_settings():
+    for section, key, value in unit_settings(unit):
         if section == "Service" and key.startswith("Exec") and value:
             argv0 = value.split()[0].lstrip("-@:+!")
             if argv0.startswith("/"):
@@ -65,8 +65,10 @@ def exec_paths() -> set[str]:
     return paths
 
 
-def verify(tmp_path: Path, dropins: dict[str, str] | None = None) -> str:
-    """Run `systemd-analyze verify` on the unit (plus drop-ins) in a scratch root."""
+def verify(tmp_path: Path, dropins: dict[str, str] | None = None, unit: Path = UNIT) -> str:
+    """Run `systemd-analyze verify` on a unit (plus drop-ins) in a scratch root (shared with
+    the serve unit's tests); any line about the unit fails it."""
+    UNIT = unit  # noqa: N806  (the body names the unit checked)
     system_dir = next((d for d in SYSTEM_UNIT_DIRS if (d / "sysinit.target").exists()), None)
     if system_dir is None:
         pytest.skip("no systemd unit directory with sysinit.target on this machine")
@@ -79,8 +81,8 @@ def verify(tmp_path: Path, dropins: dict[str, str] | None = None) -> str:
         dropin_dir = unit_dir / f"{UNIT.name}.d"
         dropin_dir.mkdir(exist_ok=True)
         (dropin_dir / name).write_text(text)
-    assert exec_paths(), "the unit has no absolute Exec*= path"
-    for path in exec_paths():
+    assert exec_paths(unit), "the unit has no absolute Exec*= path"
+    for path in exec_paths(unit):
         stub = root / path.lstrip("/")
         stub.parent.mkdir(parents=True, exist_ok=True)
         stub.write_text("#!/bin/sh\nexit 0\n")

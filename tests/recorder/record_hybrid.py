@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Record THIS host's real cgroup tree (v1 / hybrid) as a cgstat test fixture.
 
-usage (root): python3 tests/tools/record_hybrid.py [DEST] [--gap SECONDS]
+usage (root): python3 tests/recorder/record_hybrid.py [DEST] [--gap SECONDS]
     DEST defaults to tests/fixtures/hybrid-local; --gap (start to start) defaults to 2.
 
 What it does
@@ -420,7 +420,7 @@ def write_summary(dest, scen):
     w = lines.append
     w("# hybrid-local: a recording of a real hybrid cgroup host (cgroup v1 + cgroup2 at /unified)")
     w("")
-    w("Recorded by `tests/tools/record_hybrid.py` (rerun it as root to refresh; IDs, pids and")
+    w("Recorded by `tests/recorder/record_hybrid.py` (rerun it as root to refresh; IDs, pids and")
     w("values change on every run). `t0/` and `t1/` are fake host roots, taken %.3f s apart" % dt)
     w("(CLOCK_MONOTONIC, start to start; see each `snapshot_clock`). `meta/scenario.json` has the")
     w("names, pids and paths below in machine-readable form; `meta/runc-events-t{0,1}.json` is")
