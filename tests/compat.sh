@@ -1,35 +1,61 @@
 #!/usr/bin/env bash
-# Run the tests that make no cgroups of their own (parsers, recorded trees, identity,
-# faults, model, corpus, CLI) on every other Python 3.7+ interpreter this machine has
-# (pyenv's, /usr/bin's), each in a fresh venv where pip picks the newest typer/orjson
-# that version supports. Skips quietly when there are none. Usage: bash tests/compat.sh
+# The other Pythons this machine has (pyenv's, /usr/bin's), each in a fresh venv where pip
+# picks the newest typer/orjson that version supports:
+# - the oldest and the newest: the tests that make no cgroups of their own (parsers,
+#   recorded trees, identity, faults, model, corpus, CLI, events, views, network parsing);
+# - every other one: a smoke run (the CLI on a recorded tree, every --help, the Python API),
+#   which is where a syntax or dependency problem shows.
+# Skips quietly when there are none. Usage: bash tests/compat.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
 current=$(python3 -c 'import sys; print("%d.%d" % sys.version_info[:2])')
-found=()
+declare -A pys=()
 for py in "${PYENV_ROOT:-$HOME/.pyenv}"/versions/3.*/bin/python /usr/bin/python3.*; do
     [ -x "$py" ] || continue
     v=$("$py" -c 'import sys; print("%d.%d" % sys.version_info[:2])' 2>/dev/null) || continue
     case "$v" in 3.[0-6]) continue ;; esac
     [ "$v" = "$current" ] && continue
-    case " ${found[*]:-} " in *" $v "*) continue ;; esac
-    found+=("$v")
+    [ -n "${pys[$v]:-}" ] && continue
+    pys[$v]=$py
+done
+if [ ${#pys[@]} -eq 0 ]; then
+    echo "compat: no other Python 3.7+ found, skipped"
+    exit 0
+fi
+versions=$(printf '%s\n' "${!pys[@]}" | sort -t. -k1,1n -k2,2n)
+oldest=$(echo "$versions" | head -n 1)
+newest=$(echo "$versions" | tail -n 1)
+FULL="test_parse.py test_recorded_trees.py test_identity.py test_faults.py test_faults_more.py test_model.py
+      test_corpus.py test_cli.py test_cli_safety.py test_sdnotify.py test_events.py test_table_csv.py
+      test_netdev.py test_netns_reader.py test_prometheus_render.py"
+V2=tests/fixtures/v2-systemd/t1
+for v in $versions; do
+    py=${pys[$v]}
     venv=$(mktemp -d /tmp/cgstat-compat-XXXXXX)
     trap 'rm -rf "$venv"' EXIT
     "$py" -m venv "$venv" >/dev/null 2>&1 || { echo "compat: python $v has no venv, skipped"; continue; }
     "$venv/bin/python" -m pip install -q --disable-pip-version-check '.[test]' 2>&1 | grep -v WARNING || true
     echo "compat: python $v ($("$venv/bin/python" -c 'import typer, orjson; print("typer", typer.__version__, "orjson", orjson.__version__)'))"
-    log="$venv/pytest.log"
-    if (cd tests && "$venv/bin/python" -m pytest -q -p no:cacheprovider test_parse.py test_recorded_trees.py \
-        test_identity.py test_faults.py test_faults_more.py test_model.py test_corpus.py test_cli.py \
-        test_cli_safety.py test_sdnotify.py) >"$log" 2>&1; then
-        tail -n 1 "$log"
+    log="$venv/run.log"
+    if [ "$v" = "$oldest" ] || [ "$v" = "$newest" ]; then
+        # shellcheck disable=SC2086
+        if (cd tests && "$venv/bin/python" -m pytest -q -p no:cacheprovider $FULL) >"$log" 2>&1; then
+            tail -n 1 "$log"
+        else
+            cat "$log"; echo "compat: python $v FAILED"; exit 1
+        fi
     else
-        cat "$log"
-        echo "compat: python $v FAILED"
-        exit 1
+        c="$venv/bin/cgstat"
+        if { for cmd in "" stream once serve top pid report; do "$c" $cmd --help >/dev/null || exit 1; done
+             "$c" --host-root "$V2" once --window 0 --all | "$venv/bin/python" -c 'import sys, json; n = sum(1 for l in sys.stdin if json.loads(l)["type"] == "cgroup"); assert n == 34, n'
+             "$c" once --window 0 --format csv --host-root "$V2" >/dev/null
+             "$venv/bin/python" -c "import cgstat; s = cgstat.Sampler(host_root='$V2', match='docker-5113'); assert s.tick()[0]['container']['name'] == 'tf-training'"
+           } >"$log" 2>&1; then
+            echo "smoke passed"
+        else
+            cat "$log"; echo "compat: python $v FAILED"; exit 1
+        fi
     fi
     rm -rf "$venv"
     trap - EXIT
 done
-[ ${#found[@]} -gt 0 ] || echo "compat: no other Python 3.7+ found, skipped"

@@ -59,7 +59,7 @@ def test_cgroup_in_its_own_namespace_sends_8_mib(env, make_group):
     # while it sends at a steady 4 MiB/s, the rate is within 15 %
     rates = [r["network"]["tx_bytes_per_second"] for r in _by_cgroup(during, sender_g.cgroup)]
     assert len(rates) == 3 and all(r is not None for r in rates)
-    assert max(rates) == pytest.approx(RATE, rel=0.15), rates
+    assert sorted(rates)[1] == pytest.approx(RATE, rel=0.15), rates  # the median tick
     # once it is done, the totals are the namespace's own counters (no lo)
     (snd,) = _by_cgroup(after, sender_g.cgroup)
     (rcv,) = _by_cgroup(after, receiver_g.cgroup)

@@ -35,6 +35,7 @@ def run_stream(sampler: Sampler, sink: Optional[JsonLinesSink], interval_s: floa
     schedule = Schedule(interval_s, sampler.warner, watchdog_heartbeat_s()).install_signals()
     try:
         sampler.warm_up()  # the first batch, one interval later, has rates
+        schedule.restart()
         if exporter is not None:
             exporter.publish([], None)  # /metrics answers (self-metrics) before the first tick
         sdnotify.ready()  # Type=notify: started once the first sample is in

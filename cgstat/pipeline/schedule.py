@@ -47,6 +47,11 @@ class Schedule:
     def _on_hup(self, signum, frame) -> None:
         self._reopen = True
 
+    def restart(self) -> None:
+        """Count the slots from now: after a warm-up that took longer than an interval, the
+        first tick still comes a whole interval later (its rates span a real interval)."""
+        self.start = time.monotonic()
+
     def take_reopen(self) -> bool:
         """True once after each SIGHUP."""
         asked, self._reopen = self._reopen, False
