@@ -15,6 +15,7 @@ folders, /proc/<pid>/comm of pod members (pause detection), /proc/<pid>/cgroup a
 from __future__ import annotations
 
 import os
+import time
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple
 
@@ -53,6 +54,7 @@ class Namer:
         self.pids = PidMapper(fs, layout)
         self._sandbox: Dict[str, bool] = {}  # this tick: cgroup path -> is a pod sandbox
         self._members: Dict[int, int] = {}  # folder inode -> the member PID chosen
+        self._empty: Dict[int, float] = {}  # folder inode -> when its subtree had no process
 
     def begin_tick(self, classified: List[Tuple[Cgroup, PathInfo]]) -> None:
         """Look up what this tick's new containers and pods are; forget the gone ones."""
@@ -135,21 +137,31 @@ class Namer:
         """
         out: Dict[str, List[int]] = {}
         kept: Dict[int, int] = {}
+        empty: Dict[int, float] = {}
+        now = time.monotonic()
         for cg in cgroups:
             folder = cg.folders[0]
             pid = self._members.get(folder.inode)
             if pid is None or not os.path.exists(self.fs.path(f"/proc/{pid}")):
+                checked = self._empty.get(folder.inode)
+                if checked is not None and now - checked < _EMPTY_RECHECK_S:
+                    # found empty a moment ago (a slice stays empty for ever): not every tick
+                    empty[folder.inode] = checked
+                    out[cg.path] = []
+                    continue
                 pid = _first_member(folder.local)
             if pid is not None:
                 kept[folder.inode] = pid
                 out[cg.path] = [pid]
             else:
+                empty[folder.inode] = now
                 out[cg.path] = []
-        self._members = kept
+        self._members, self._empty = kept, empty
         return out
 
 
 _SUBTREE_FOLDERS = 32  # folders looked at below a cgroup without members of its own
+_EMPTY_RECHECK_S = 10.0  # a cgroup found without processes is looked at again after this
 
 
 def _first_member(local: str) -> Optional[int]:

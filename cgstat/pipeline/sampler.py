@@ -179,8 +179,9 @@ class Sampler:
         return records
 
     def close(self) -> None:
-        """Forget the previous tick and shut NVML down."""
+        """Forget the previous tick; release the inotify watches, kept descriptors and NVML."""
         self.previous = {}
+        self.discoverer.close()
         if self._gateway is not None:
             self._gateway.close()
 
