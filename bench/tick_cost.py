@@ -39,7 +39,10 @@ import subprocess
 import sys
 import tempfile
 import time
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import List, Optional, Sequence, Tuple
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
+import realcg  # noqa: E402  (the one real-cgroup harness, shared with the tests)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
@@ -63,60 +66,18 @@ class Hierarchy:
         return f"Hierarchy({self.kind!r}, {self.own_dir!r})"
 
 
-def unescape(path: str) -> str:
-    return path.replace("\\040", " ").replace("\\011", "\t").replace("\\012", "\n").replace("\\134", "\\")
-
-
-def find_hierarchies(mountinfo: str = "/proc/self/mountinfo", cgroup: str = "/proc/self/cgroup") -> List[Hierarchy]:
-    """The v1 hierarchies carrying the controllers cgstat reads, plus cgroup2.
-
-    On a hybrid host cgroup2 is the ``unified`` hierarchy; on a pure v2 host the only one.
-    """
-    own_v1: Dict[str, str] = {}
-    own_v2: Optional[str] = None
-    with open(cgroup) as f:
-        for line in f:
-            hid, ctrls, path = line.rstrip("\n").split(":", 2)
-            if hid == "0" and ctrls == "":
-                own_v2 = path
-            else:
-                for c in ctrls.split(","):
-                    own_v1[c] = path
-    found: List[Hierarchy] = []
-    seen = set()
-    v1_any = False
-    with open(mountinfo) as f:
-        for line in f:
-            left, _, right = line.partition(" - ")
-            fields, rfields = left.split(), right.split()
-            if len(rfields) < 3 or rfields[0] not in ("cgroup", "cgroup2"):
-                continue
-            root, mount = unescape(fields[3]), unescape(fields[4])
-            if mount in seen:
-                continue
-            if rfields[0] == "cgroup":
-                ctrls = [o for o in rfields[2].split(",") if o in V1_CONTROLLERS]
-                if not ctrls:
-                    continue
-                v1_any = True
-                own = own_v1.get(ctrls[0])
-                kind = ",".join(ctrls)
-            else:
-                own = own_v2
-                kind = "v2"
-            if own is None:
-                continue
-            if root != "/" and (own + "/").startswith(root.rstrip("/") + "/"):
-                own = own[len(root.rstrip("/")):] or "/"
-            own_dir = os.path.normpath(mount + "/" + own)
-            if not os.path.isdir(own_dir):
-                continue
-            seen.add(mount)
-            found.append(Hierarchy(kind, mount, own_dir))
-    if v1_any:
-        for h in found:
-            if h.kind == "v2":
-                h.kind = "unified"
+def find_hierarchies() -> List[Hierarchy]:
+    """The v1 hierarchies carrying the controllers cgstat reads (one per mount: co-mounted
+    cpu,cpuacct once), plus cgroup2 ("unified" on a hybrid host, "v2" on a pure one), with
+    our own cgroup's folder in each, as the test harness reads them (tests/realcg.py)."""
+    h = realcg.Hierarchies()
+    found = []
+    for key in h.distinct(V1_CONTROLLERS + ("unified",)):
+        if key == "unified":
+            kind = "unified" if h.v1 else "v2"
+        else:
+            kind = ",".join(c for c in V1_CONTROLLERS if h.has(c) and h.mounts[c] == h.mounts[key])
+        found.append(Hierarchy(kind, h.mounts[key], h.own_dir(key)))
     return found
 
 
