@@ -484,7 +484,6 @@ class Discoverer:
     def join(self) -> List[Cgroup]:
         """All cgroups of this tick, anchor paths first, then folders joined to none."""
         layout = self.layout
-        anchor = layout.anchor
         self._tick_members = {}
         left_out: Dict[str, int] = {}
         trees, changed = self._trees(left_out)

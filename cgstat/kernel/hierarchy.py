@@ -18,6 +18,8 @@ import os
 from dataclasses import dataclass
 from typing import FrozenSet, List, Optional, Tuple
 
+from cgstat.errors import CgstatError
+
 from cgstat.kernel import parse
 from cgstat.kernel.hostfs import HostFS, ReadError
 
@@ -32,7 +34,7 @@ READ_CONTROLLERS = frozenset({"cpu", "cpuacct", "memory", "blkio", "pids"})
 UNIFIED = "unified"
 
 
-class NoCgroupFS(Exception):
+class NoCgroupFS(CgstatError):
     """The host root has no cgroup filesystem we can read."""
 
 

@@ -31,6 +31,8 @@ import os
 import stat
 from typing import Collection, Iterable, List, Optional
 
+from cgstat.errors import CgstatError
+
 _GONE = {errno.ENOENT, errno.ENODEV, errno.ESRCH, errno.ENOTDIR}
 _UNSUPPORTED = {errno.EOPNOTSUPP, errno.ENOTSUP}
 _DENIED = {errno.EACCES, errno.EPERM}
@@ -41,7 +43,7 @@ _CHUNK = 65536
 _MAX_BYTES = 16 * 1024 * 1024
 
 
-class ReadError(Exception):
+class ReadError(CgstatError):
     """A host file could not be turned into a value. `code` is what goes into records."""
 
     code = "read_failed"
@@ -99,26 +101,31 @@ def read_bytes(path: str) -> bytes:
     except OSError as exc:
         raise classify(exc, path) from None
     try:
-        chunks: List[bytes] = []
-        total = 0
-        while True:
-            chunk = os.read(fd, _CHUNK)
-            if len(chunk) < _CHUNK and not chunks:
-                # The common case: one short read is the whole file. cgroupfs and procfs
-                # (seq_file) fill the buffer up to EOF, so a short read means EOF; this
-                # saves the second read() that would only return b"".
-                return chunk
-            if not chunk:
-                break
-            chunks.append(chunk)
-            total += len(chunk)
-            if total > _MAX_BYTES:
-                raise Malformed(path, f"larger than {_MAX_BYTES} bytes")
-        return b"".join(chunks)
+        chunk = os.read(fd, _CHUNK)
+        if len(chunk) < _CHUNK:
+            # The common case: one short read is the whole file. cgroupfs and procfs
+            # (seq_file) fill the buffer up to EOF, so a short read means EOF; this saves
+            # the second read() that would only return b"".
+            return chunk
+        return chunk + _read_rest(fd, path, _MAX_BYTES - len(chunk), _CHUNK)
     except OSError as exc:
         raise classify(exc, path) from None
     finally:
         os.close(fd)
+
+
+def _read_rest(fd: int, path: str, max_bytes: int, chunk_size: int) -> bytes:
+    """The rest of an open file, at most max_bytes (Malformed past that)."""
+    chunks: List[bytes] = []
+    total = 0
+    while True:
+        chunk = os.read(fd, min(chunk_size, max_bytes + 1 - total))
+        if not chunk:
+            return b"".join(chunks)
+        chunks.append(chunk)
+        total += len(chunk)
+        if total > max_bytes:
+            raise Malformed(path, f"larger than {max_bytes} bytes")
 
 
 def read_text(path: str) -> str:
@@ -180,17 +187,7 @@ def read_untrusted(path: str, max_bytes: int, owners: Optional[Collection[int]] 
     """
     fd = open_untrusted(path, max_bytes, owners, dir_fd)
     try:
-        chunks = []
-        total = 0
-        while True:
-            chunk = os.read(fd, min(_CHUNK * 16, max_bytes + 1 - total))
-            if not chunk:
-                break
-            chunks.append(chunk)
-            total += len(chunk)
-            if total > max_bytes:
-                raise Malformed(path, f"larger than {max_bytes} bytes")
-        return b"".join(chunks)
+        return _read_rest(fd, path, max_bytes, _CHUNK * 16)
     except OSError as exc:
         raise classify(exc, path) from None
     finally:
@@ -284,3 +281,12 @@ class HostFS:
             return read_text(self.path(host_path))
         except ReadError:
             return None
+
+
+def close_quietly(fd: Optional[int]) -> None:
+    """Close a descriptor we own; an error at close (EIO on a gone file) changes nothing."""
+    if fd is not None:
+        try:
+            os.close(fd)
+        except OSError:
+            pass

@@ -19,6 +19,8 @@ import os
 import struct
 from typing import List, Optional, Tuple
 
+from cgstat.kernel.hostfs import close_quietly
+
 IN_MODIFY = 0x00000002
 IN_MOVED_FROM = 0x00000040
 IN_MOVED_TO = 0x00000080
@@ -101,12 +103,8 @@ class Inotify:
                 return out
 
     def close(self) -> None:
-        if self.fd is not None:
-            try:
-                os.close(self.fd)
-            except OSError:
-                pass
-            self.fd = None
+        close_quietly(self.fd)
+        self.fd = None
 
 
 def parse_events(data: bytes) -> List[Event]:

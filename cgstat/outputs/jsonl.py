@@ -25,6 +25,7 @@ import stat
 from typing import Any, Callable, Dict, Iterable, List, Optional
 
 from cgstat.errors import CgstatError, file_kind, os_reason
+from cgstat.kernel.hostfs import close_quietly
 from cgstat.text import dumps_record, quote
 
 _PENDING_MAX_BYTES = 16 * 1024 * 1024
@@ -168,12 +169,8 @@ class FileSink(JsonLinesSink):
         self.close()
 
     def close(self) -> None:
-        if self.fd is not None:
-            try:
-                os.close(self.fd)
-            except OSError:
-                pass
-            self.fd = None
+        close_quietly(self.fd)
+        self.fd = None
 
     def _write_one(self, data: bytes) -> None:
         fd = self._fd()

@@ -23,7 +23,7 @@ from cgstat.gpu.nvml import Gateway
 from cgstat.gpu.sample import GpuDevice, GpuSnapshot, read_gpus
 from cgstat.kernel.cgroups import read_cgroup
 from cgstat.kernel.discover import Discoverer
-from cgstat.kernel.hierarchy import NoCgroupFS, detect
+from cgstat.kernel.hierarchy import detect
 from cgstat.kernel.host import HostClock, host_root_note, read_host
 from cgstat.kernel.hostfs import HostFS
 from cgstat.kernel.netns import NetnsReader, NetworkResult, NetworkSample
@@ -64,10 +64,7 @@ class Sampler:
             os.listdir(self.fs.root)
         except OSError as exc:
             raise CgstatError(f"cannot read host root {self.fs.root}: {exc.strerror}") from None
-        try:
-            self.layout = detect(self.fs)
-        except NoCgroupFS as exc:
-            raise CgstatError(str(exc)) from None
+        self.layout = detect(self.fs)  # NoCgroupFS is a CgstatError: one line, exit 1
         self.host = read_host(self.fs)
         self.clock = HostClock(self.fs, self.host.live)
         self.warner = warner or Warner()
