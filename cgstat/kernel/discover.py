@@ -483,7 +483,6 @@ class Discoverer:
 
     def join(self) -> List[Cgroup]:
         """All cgroups of this tick, anchor paths first, then folders joined to none."""
-        layout = self.layout
         self._tick_members = {}
         left_out: Dict[str, int] = {}
         trees, changed = self._trees(left_out)
