@@ -69,7 +69,7 @@ KEYED = {
     "memory.events": {("memory", "oom_kills_total"): "oom_kill"},
 }
 WHOLE = {  # files read as one value: any bad content nulls these fields
-    "cpu.max": [("cpu", "limit_cores")],
+    "cpu.max": [("cpu", "limit_cores"), ("cpu", "quota_us"), ("cpu", "period_us")],
     "memory.current": [("memory", "usage_bytes"), ("memory", "working_set_bytes")],
     "memory.max": [("memory", "limit_bytes")],
     "io.stat": [("io", "read_bytes_total"), ("io", "write_bytes_total"), ("io", "devices")],

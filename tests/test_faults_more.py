@@ -21,7 +21,7 @@ BAD = ["", "junk\n", "-1\n", f"{2**80}\n", b"\xff\xfe\x00", "1 2 3\n"]
 V1_FEEDS = {
     "cpuacct.usage": [("cpu", "usage_seconds_total")],
     "cpuacct.stat": [("cpu", "user_seconds_total"), ("cpu", "system_seconds_total")],
-    "cpu.cfs_quota_us": [("cpu", "limit_cores")],
+    "cpu.cfs_quota_us": [("cpu", "limit_cores"), ("cpu", "quota_us")],
     "memory.usage_in_bytes": [("memory", "usage_bytes"), ("memory", "working_set_bytes")],
     "memory.limit_in_bytes": [("memory", "limit_bytes")],
     "memory.oom_control": [("memory", "oom_kills_total")],
@@ -44,6 +44,7 @@ def test_v1_good_values(tmp_path):
     assert rec["paths"] == {"cpu,cpuacct": "/docker/x", "memory": "/docker/x", "blkio": "/docker/x", "pids": "/docker/x"}
     assert rec["cpu"]["usage_seconds_total"] == 2.0 and rec["cpu"]["user_seconds_total"] == 1.5
     assert rec["cpu"]["limit_cores"] == 0.5 and rec["cpu"]["throttled_seconds_total"] == 0.25
+    assert (rec["cpu"]["quota_us"], rec["cpu"]["period_us"]) == (50000, 100000)
     assert rec["memory"]["working_set_bytes"] == 104857600 - 20971520 and rec["memory"]["oom_kills_total"] == 1
     assert rec["io"]["write_bytes_total"] == 16777216 and rec["io"]["read_ops_total"] == 8
     assert [e["source"] for e in rec["errors"]] == ["pressure"]  # v1 has no PSI

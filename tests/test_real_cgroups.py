@@ -179,7 +179,7 @@ def test_cpu_quota_percent_and_throttling(make_group, workload_bin, run_cgstat):
     after = v1_stat(g.read("cpu", "cpu.stat"))
     usage_after = int(g.read("cpuacct", "cpuacct.usage")) / 1e9
     cpu = rec["cpu"]
-    assert cpu["limit_cores"] == 0.5
+    assert cpu["limit_cores"] == 0.5 and (cpu["quota_us"], cpu["period_us"]) == (50000, 100000)
     approx(cpu["percent"], 50.0, rel=0.10)
     assert cpu["throttled_periods_total"] > 0
     assert before["nr_throttled"] <= cpu["throttled_periods_total"] <= after["nr_throttled"]
@@ -258,6 +258,7 @@ def test_pids_limit_and_exact_current(make_group, workload_bin, run_cgstat):
     rec = R.find(once(run_cgstat, g.name), g.cgroup)
     assert rec["pids"]["limit"] == 50
     assert rec["pids"]["current"] == 6
+    assert rec["pids"]["processes"] == len(g.members("pids")) == 6  # single-threaded: as many
 
 
 # --------------------------------------------------------------------------- block IO

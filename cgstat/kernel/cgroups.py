@@ -128,15 +128,17 @@ def _scaled(value: Optional[int], unit: float) -> Optional[float]:
 
 def _cpu_v2(folder: Folder, r: _Reader) -> CpuSample:
     stat = r.get(folder, "cpu.stat", parse.parse_flat_keyed)
-    limit = None
+    limit = quota_us = period_us = None
     # cpu.max exists only where the cpu controller is enabled; so do the throttling keys
     # of cpu.stat (usage_usec, user_usec and system_usec are always there). The root has
     # no cpu.max but may show the keys.
     controller = "cpu.max" in folder.files or (stat is not None and "nr_periods" in stat)
     if "cpu.max" in folder.files:
         quota_period = r.get(folder, "cpu.max", parse.parse_cpu_max)
-        if quota_period is not None and quota_period[0] is not None:
-            limit = quota_period[0] / quota_period[1]
+        if quota_period is not None:
+            quota_us, period_us = quota_period
+            if quota_us is not None:
+                limit = quota_us / period_us
     throttled_us = _key(stat, "throttled_usec", r, "cpu.stat") if controller else None
     return CpuSample(
         usage_seconds_total=_scaled(_key(stat, "usage_usec", r, "cpu.stat"), US),
@@ -146,6 +148,8 @@ def _cpu_v2(folder: Folder, r: _Reader) -> CpuSample:
         periods_total=_key(stat, "nr_periods", r, "cpu.stat") if controller else None,
         throttled_periods_total=_key(stat, "nr_throttled", r, "cpu.stat") if controller else None,
         throttled_seconds_total=_scaled(throttled_us, US),
+        quota_us=quota_us,
+        period_us=period_us,
     )
 
 
@@ -160,17 +164,18 @@ def _cpu_v1(acct: Optional[Folder], cpu: Optional[Folder], unified: Optional[Fol
         # Hybrid: the cgroup2 side always has cpu.stat with usage (kernel >= 4.15).
         u = _cpu_v2(unified, r)
         usage, user, system = u.usage_seconds_total, u.user_seconds_total, u.system_seconds_total
-    limit = periods = throttled = throttled_s = None
+    limit = periods = throttled = throttled_s = quota_us = period = None
     if cpu is not None:
         quota = r.get(cpu, "cpu.cfs_quota_us", parse.parse_int)
         period = r.get(cpu, "cpu.cfs_period_us", parse.parse_uint)
         if quota is not None and quota > 0 and period:
             limit = quota / period  # quota -1 means no limit
+            quota_us = quota
         stat = r.get(cpu, "cpu.stat", parse.parse_flat_keyed)
         periods = _key(stat, "nr_periods", r, "cpu.stat")
         throttled = _key(stat, "nr_throttled", r, "cpu.stat")
         throttled_s = _scaled(_key(stat, "throttled_time", r, "cpu.stat"), NS)
-    return CpuSample(usage, user, system, limit, periods, throttled, throttled_s)
+    return CpuSample(usage, user, system, limit, periods, throttled, throttled_s, quota_us, period)
 
 
 # -- memory ------------------------------------------------------------------------------
@@ -280,7 +285,12 @@ def _device_order(dev: str):
 
 def _pids(folder: Folder, r: _Reader) -> PidsSample:
     return PidsSample(r.get(folder, "pids.current", parse.parse_uint),
-                      r.get(folder, "pids.max", parse.parse_max_or_uint))
+                      r.get(folder, "pids.max", parse.parse_max_or_uint),
+                      r.get(folder, "cgroup.procs", _count_pids))
+
+
+def _count_pids(text: str) -> int:
+    return len(parse.parse_pid_list(text))
 
 
 def _pressure(folder: Folder, resource: str, r: _Reader) -> Optional[PressureSample]:

@@ -26,6 +26,8 @@ class CpuSample:
     periods_total: Optional[int] = None
     throttled_periods_total: Optional[int] = None
     throttled_seconds_total: Optional[float] = None
+    quota_us: Optional[int] = None  # CFS quota per period; None without a limit
+    period_us: Optional[int] = None  # CFS period
 
 
 @dataclass(frozen=True)
@@ -68,8 +70,9 @@ class IoSample:
 
 @dataclass(frozen=True)
 class PidsSample:
-    current: Optional[int] = None
+    current: Optional[int] = None  # tasks (threads), pids.current
     limit: Optional[int] = None
+    processes: Optional[int] = None  # processes: the PIDs in its cgroup.procs
 
 
 @dataclass(frozen=True)
