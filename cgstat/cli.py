@@ -27,7 +27,6 @@ from cgstat.errors import CgstatError
 from cgstat.outputs.formats import FORMATS, make_sink
 from cgstat.outputs.http import DEFAULT_LISTEN
 from cgstat.pipeline.diagnostics import Warner, say
-from cgstat.pipeline.events import EventDetector
 from cgstat.pipeline.modes import run_once, run_pid, run_stream
 from cgstat.pipeline.sampler import Sampler
 from cgstat.pipeline.select import compile_match
@@ -213,6 +212,8 @@ def stream(
     """Stream a batch of records every interval; the first batch comes after one interval,
     with rates. SIGTERM/SIGINT finish the line being written and exit 0."""
     def job(sampler: Sampler) -> int:
+        from cgstat.pipeline.events import EventDetector
+
         events = None if no_events else EventDetector(window_s=events_window)
         sink = make_sink(fmt, output, int(output_mode, 8), sampler.warner.warn)
         return run_stream(sampler, sink, interval, count, events, listen)

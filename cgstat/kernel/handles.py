@@ -29,7 +29,6 @@ and re-read only after IN_MODIFY, after an inotify overflow, or every SLOW_REFRE
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import os
 import resource
 from typing import Any, Dict, Optional, Set
@@ -72,6 +71,22 @@ class _Statfs(ctypes.Structure):
 
 
 _fs_kind: Dict[str, bool] = {}
+_libc: Any = None
+
+
+def _statfs_fn() -> Any:
+    """libc's statfs: from the symbols already loaded in this process (dlopen(NULL)), which
+    needs no `ldconfig -p` run as ctypes.util.find_library does; that as the fallback."""
+    global _libc
+    if _libc is None:
+        try:
+            _libc = ctypes.CDLL(None, use_errno=True)
+            _libc.statfs  # noqa: B018 (a static binary may not export it)
+        except (OSError, AttributeError):
+            from ctypes.util import find_library
+
+            _libc = ctypes.CDLL(find_library("c") or "libc.so.6", use_errno=True)
+    return _libc.statfs
 
 
 def is_cgroupfs(path: str) -> bool:
@@ -81,9 +96,8 @@ def is_cgroupfs(path: str) -> bool:
         return known
     result = False
     try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
         buf = _Statfs()
-        if libc.statfs(os.fsencode(path), ctypes.byref(buf)) == 0:
+        if _statfs_fn()(os.fsencode(path), ctypes.byref(buf)) == 0:
             result = (buf.f_type & 0xFFFFFFFF) in (CGROUP_SUPER_MAGIC, CGROUP2_SUPER_MAGIC)
     except (OSError, AttributeError):
         result = False

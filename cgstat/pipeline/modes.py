@@ -7,14 +7,15 @@ own beyond that order of events.
 from __future__ import annotations
 
 import time
-from typing import List, Optional
+from typing import TYPE_CHECKING, List, Optional
 
 from cgstat import sdnotify
 from cgstat.outputs.jsonl import JsonLinesSink, ReaderGone, SinkError, StdoutSink
-from cgstat.pipeline import state as statefile
-from cgstat.pipeline.events import EventDetector, judge_runs, state_extras
-from cgstat.pipeline.sampler import Sampler
 from cgstat.pipeline.schedule import Schedule, watchdog_heartbeat_s
+
+if TYPE_CHECKING:  # the state file and events are imported by the runs that use them
+    from cgstat.pipeline.events import EventDetector
+    from cgstat.pipeline.sampler import Sampler
 
 
 def run_stream(sampler: Sampler, sink: Optional[JsonLinesSink], interval_s: float, count: Optional[int],
@@ -80,6 +81,9 @@ def run_once(sampler: Sampler, sink: JsonLinesSink, state_path: Optional[str], w
     try:
         sink.open()
         if state_path:
+            from cgstat.pipeline import state as statefile
+            from cgstat.pipeline.events import judge_runs, state_extras
+
             # Checked, locked and ready to be replaced before anything is printed.
             with statefile.StateFile(state_path) as state:
                 previous, why = state.load(sampler.host.boot_id, sampler.clock.monotonic())

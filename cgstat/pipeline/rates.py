@@ -15,11 +15,13 @@ cron runs.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Dict, NamedTuple, Optional, Tuple
+from typing import TYPE_CHECKING, Dict, NamedTuple, Optional, Tuple
 
-from cgstat.kernel.netns import NetworkSample
 from cgstat.kernel.sample import Sample
 from cgstat.pipeline.network import NO_NETWORK_RATES, NetworkCounters, NetworkRates, network_counters, network_rates
+
+if TYPE_CHECKING:
+    from cgstat.kernel.netns import NetworkSample
 
 
 class IoRow(NamedTuple):

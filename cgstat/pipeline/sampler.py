@@ -15,18 +15,14 @@ from __future__ import annotations
 import os
 import time
 from dataclasses import dataclass
-from typing import Any, Dict, List, Optional, Pattern, Tuple, Union
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Pattern, Tuple, Union
 
 from cgstat.errors import CgstatError
-from cgstat.gpu.join import Attributed, by_subtree, cgroup_gpu
-from cgstat.gpu.nvml import Gateway
-from cgstat.gpu.sample import GpuDevice, GpuSnapshot, read_gpus
 from cgstat.kernel.cgroups import read_cgroup
 from cgstat.kernel.discover import Discoverer
 from cgstat.kernel.hierarchy import detect
 from cgstat.kernel.host import HostClock, host_root_note, read_host
 from cgstat.kernel.hostfs import HostFS
-from cgstat.kernel.netns import NetnsReader, NetworkResult, NetworkSample
 from cgstat.kernel.sample import Sample
 from cgstat.kernel.tree import Cgroup
 from cgstat.naming.paths import PathInfo, classify
@@ -37,6 +33,12 @@ from cgstat.pipeline.rates import Counters, counters, derive
 from cgstat.pipeline.record import build, build_gpu
 from cgstat.pipeline.select import compile_match, select
 from cgstat.text import quote
+
+if TYPE_CHECKING:  # imported where used: a run without GPUs or network namespaces never loads them
+    from cgstat.gpu.join import Attributed
+    from cgstat.gpu.nvml import Gateway
+    from cgstat.gpu.sample import GpuDevice, GpuSnapshot
+    from cgstat.kernel.netns import NetnsReader, NetworkResult, NetworkSample
 
 _QUIET_ERRORS = {"missing", "unavailable", "gone"}
 
@@ -75,11 +77,19 @@ class Sampler:
         self.namer = Namer(self.fs, self.layout, self.warner.once, read_state)
         # GPUs only on the live kernel (a recorded tree's processes aren't NVML's); pynvml
         # is imported on the first read, never at start-up.
-        self._gateway = Gateway(self.warner.once) if gpu and self.host.live else None
+        self._gateway: Optional[Gateway] = None
+        if gpu and self.host.live:
+            from cgstat.gpu.nvml import Gateway
+
+            self._gateway = Gateway(self.warner.once)
         self._gpu_read_s: Optional[float] = None
         # Network namespaces are read through member processes' /proc/<pid>/ns/net: only on
         # the live kernel (a recording has no namespaces to open).
-        self._netns = NetnsReader(self.fs) if self.host.live else None
+        self._netns: Optional[NetnsReader] = None
+        if self.host.live:
+            from cgstat.kernel.netns import NetnsReader
+
+            self._netns = NetnsReader(self.fs)
         self.previous: Dict[str, Counters] = {}
         self._classified: Dict[str, PathInfo] = {}
         note = pid_namespace_note(self.fs)
@@ -126,6 +136,9 @@ class Sampler:
         now = time.monotonic()
         if self._gateway is None:
             return None, (), now
+        from cgstat.gpu.join import Attributed
+        from cgstat.gpu.sample import read_gpus
+
         snapshot = read_gpus(self._gateway)
         if not snapshot.available:
             self.warner.once(f"gpu-off:{snapshot.reason}", f"GPU metrics off: {snapshot.reason}")
@@ -150,7 +163,11 @@ class Sampler:
         """The records (cgroups, then GPUs), and the counters to compare the next tick with."""
         records = []
         current: Dict[str, Counters] = {}
-        subtrees = by_subtree(tick.attributed) if tick.gpu is not None else {}
+        subtrees: Dict[str, Any] = {}
+        if tick.gpu is not None:
+            from cgstat.gpu.join import by_subtree, cgroup_gpu
+
+            subtrees = by_subtree(tick.attributed)
         for sample, workload in tick.samples:
             c = counters(sample, self._net_sample(tick, sample.path))
             current[sample.path] = c
