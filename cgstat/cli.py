@@ -1,4 +1,5 @@
-"""The command line: typer commands and the checks of their values; the work lives in agent.py.
+"""The command line: typer commands and the checks of their values; the work lives in
+pipeline/modes.py and below (the Sampler, the Schedule, the sinks and views).
 
 Exit status: 0 success (also when the reader of a pipe goes away), 2 bad usage (typer's
 one-line "Invalid value" message), 1 an expected failure with a one-line reason.

@@ -1,6 +1,6 @@
 """Raw samples: what one cgroup's files said at one moment, converted to seconds and bytes.
 
-Immutable, no rates: rates are derived from two samples (model.py). `None` means unknown
+Immutable, no rates: rates are derived from two samples (pipeline/rates.py). `None` means unknown
 or unsupported, and `errors` says why.
 """
 

@@ -32,7 +32,7 @@ def select(classified: Selected, all_cgroups: bool = False,
            is_sandbox: Optional[Callable[[Cgroup, PathInfo], bool]] = None) -> Tuple[Selected, str]:
     """The cgroups to report this tick, and a sentence saying what they are.
 
-    `classified` pairs each cgroup with what its path says (identity.classify).
+    `classified` pairs each cgroup with what its path says (naming/paths.classify).
     `is_sandbox` tells a pod's pause container (which needs runtime state to spot); those
     are left out of the default selection.
     """
