@@ -25,7 +25,7 @@ cgroups that are not named yet, one file or one search per ID:
 
 Trust rules (much of this is written by users and containers, the agent runs as root):
 - Who may name what. systemd delegates /user.slice/user-<UID>.slice/user@<UID>.service to
-  user UID, who may create any cgroup below it with any name (identity.user_subtree_uid).
+  user UID, who may create any cgroup below it with any name (naming/paths.user_subtree_uid).
   A cgroup with a `user@<UID>.service` component is named ONLY from that user's own
   stores: the home of UID in /etc/passwd (without a passwd entry: the /home/* folders
   owned by UID; with no /etc/passwd at all, as in recorded trees, root-owned /home/*
