@@ -32,8 +32,9 @@ from cgstat.pipeline.modes import run_once, run_pid, run_stream
 from cgstat.pipeline.sampler import Sampler
 from cgstat.pipeline.select import compile_match
 
-_HELP = """Per-cgroup CPU, memory, block IO, pids and pressure, read straight from the kernel's
-cgroup files (v1, v2 and hybrid), as JSON lines: one object per cgroup per tick.
+_HELP = """Per-container CPU, memory, block IO, network, pids, pressure and GPU, read straight
+from the kernel's cgroup files (v1, v2 and hybrid) and NVML, as JSON lines: one object per
+cgroup per tick (and one per GPU), plus events.
 
 By default cgstat reports containers, Kubernetes pods and systemd services/scopes (on a
 host with none, the root cgroup and its children); --all reports every cgroup.
