@@ -72,3 +72,23 @@ def test_serve_listens_on_loopback_only_by_default():
         out, err = proc.communicate(timeout=20)
     assert proc.returncode == 0, err
     assert out == b""  # serve writes no stream
+
+
+def test_stream_serves_metrics_beside_the_stream_from_the_same_ticks():
+    import socket as socket_mod
+
+    with socket_mod.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.Popen([sys.executable, "-m", "cgstat", "stream", "--interval", "0.2", "--host-root",
+                             os.path.join(V2, "t1"), "--match", "docker-5113", "--listen", f"127.0.0.1:{port}"],
+                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        first = proc.stdout.readline()  # a batch is out: the same tick was published
+        body = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read()
+    finally:
+        proc.terminate()
+        proc.wait(timeout=20)
+    assert b'"container":{"runtime":"docker"' in first
+    assert b'container_memory_working_set_bytes{id="/system.slice/docker-5113' in body
+    assert proc.returncode == 0
