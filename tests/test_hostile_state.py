@@ -10,14 +10,13 @@ subtree carrying other containers' IDs, a Docker socket that never answers.
 import io
 import os
 import shutil
-import socket
 import subprocess
 import sys
-import threading
 import time
 
 import orjson
 import pytest
+from fakedocker import SilentDocker as _SilentDocker
 from contract import ROOT, roundtrip, run_cgstat, validate
 from synth import v2_cgroup, write
 
@@ -297,25 +296,6 @@ def test_link_into_a_root_owned_store_is_refused(tmp_path):
 
 
 # --- Docker API --------------------------------------------------------------------------
-
-class _SilentDocker(threading.Thread):
-    """A unix socket that accepts connections and never answers."""
-
-    def __init__(self, path):
-        super().__init__(daemon=True)
-        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self.sock.bind(path)
-        self.sock.listen(64)
-        self.conns = []
-
-    def run(self):
-        while True:
-            try:
-                conn, _ = self.sock.accept()
-            except OSError:
-                return
-            self.conns.append(conn)  # held open, never read, never answered
-
 
 def test_docker_socket_that_never_answers_costs_one_timeout(tmp_path):
     root = _tree(tmp_path)

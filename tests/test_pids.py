@@ -1,15 +1,13 @@
 """PID -> container: live PIDs, a dead PID, PID reuse, the PID namespace warning, and the
 Docker Engine API fallback when Docker's state files can't be read."""
 
-import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
-import threading
 
 import pytest
+from fakedocker import FakeDocker as _FakeDocker
 from contract import ROOT, run_cgstat
 
 from cgstat.kernel.hierarchy import detect
@@ -81,32 +79,6 @@ def test_warns_inside_its_own_pid_namespace():
     # and not on the host's
     _, err, _ = run_cgstat("once", "--window", "0")
     assert "PID namespace" not in err
-
-
-class _FakeDocker(threading.Thread):
-    """A unix-socket HTTP server answering GET /containers/<id>/json like dockerd."""
-
-    def __init__(self, path, body):
-        super().__init__(daemon=True)
-        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self.sock.bind(path)
-        self.sock.listen(4)
-        self.body = body
-        self.requests = []
-
-    def run(self):
-        while True:
-            try:
-                conn, _ = self.sock.accept()
-            except OSError:
-                return
-            with conn:
-                req = conn.recv(65536).decode()
-                self.requests.append(req.split("\r\n", 1)[0])
-                body = json.dumps(self.body).encode()
-                status = "200 OK" if "/containers/" in req else "404 Not Found"
-                conn.sendall(f"HTTP/1.1 {status}\r\nContent-Type: application/json\r\n"
-                             f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n".encode() + body)
 
 
 def test_docker_api_fallback_when_state_is_missing(tmp_path):
