@@ -412,3 +412,17 @@ def test_real_cgroup_with_a_non_utf8_name(make_group):
                     break
                 except OSError:
                     time.sleep(0.05)
+
+
+def test_diagnostics_channel_hands_typed_lines_to_a_view():
+    """A view that owns the terminal takes warnings as Diagnostic(key, message), with the
+    once-only and rate-limit rules applied before it sees them."""
+    from cgstat.pipeline.diagnostics import Diagnostic, Warner
+
+    got = []
+    w = Warner(handler=got.append)
+    w.once("k", "first")
+    w.once("k", "first again")
+    w.warn("r", "repeat")
+    w.warn("r", "repeat")
+    assert got == [Diagnostic("k", "first"), Diagnostic("r", "repeat")]

@@ -17,7 +17,7 @@ from __future__ import annotations
 import sys
 import time
 from collections import OrderedDict
-from typing import Dict
+from typing import Callable, Dict, NamedTuple, Optional
 
 from cgstat.text import escape_controls, quote  # noqa: F401  (quote: for callers)
 
@@ -26,10 +26,25 @@ _MAX_KEYS = 4096  # distinct keys remembered, per memory
 _BURST = 100  # lines per repeat window; a start-up says a handful
 
 
+class Diagnostic(NamedTuple):
+    """One warning or notice as it goes out: `key` names the problem (the once-only and
+    rate-limit rules are per key), `message` is the one line for a person."""
+
+    key: str
+    message: str
+
+
 class Warner:
+    """The one diagnostics channel: every module warns through it, never to stderr itself.
+
+    Lines go to `stream` (stderr by default), or to `handler` when one is given: a view
+    that owns the terminal (`cgstat top`) takes them there.
+    """
+
     def __init__(self, stream=None, repeat_s: float = _REPEAT_S, max_keys: int = _MAX_KEYS,
-                 burst: int = _BURST):
+                 burst: int = _BURST, handler: Optional[Callable[[Diagnostic], None]] = None):
         self.stream = stream
+        self.handler = handler
         self.repeat_s = repeat_s
         self.max_keys = max(1, max_keys)
         self.burst = max(1, burst)
@@ -55,7 +70,7 @@ class Warner:
             self._suppressed.pop(old, None)
         again = self._suppressed.pop(key, 0)
         suffix = f" (repeated {again} times since last said)" if again else ""
-        self._emit(message + suffix, now)
+        self._emit(key, message + suffix, now)
 
     def once(self, key: str, message: str) -> None:
         """Say `message` the first time `key` is seen (while the key stays remembered)."""
@@ -65,23 +80,29 @@ class Warner:
         self._once[key] = None
         while len(self._once) > self.max_keys:
             self._once.popitem(last=False)
-        self._emit(message, time.monotonic())
+        self._emit(key, message, time.monotonic())
 
-    def _emit(self, message: str, now: float) -> None:
+    def _emit(self, key: str, message: str, now: float) -> None:
         if now - self._window_start >= self.repeat_s:
             if self._held:
-                say(f"{self._held} more warnings were not shown in the last "
-                    f"{self.repeat_s:g} s (more than {self.burst} distinct problems)", self.stream)
+                self._out("flood", f"{self._held} more warnings were not shown in the last "
+                          f"{self.repeat_s:g} s (more than {self.burst} distinct problems)")
             self._window_start = now
             self._said = self._held = 0
         if self._said >= self.burst:
             if not self._held:
-                say(f"more than {self.burst} warnings within {self.repeat_s:g} s: "
-                    "counting the rest instead of showing them", self.stream)
+                self._out("flood", f"more than {self.burst} warnings within {self.repeat_s:g} s: "
+                          "counting the rest instead of showing them")
             self._held += 1
             return
         self._said += 1
-        say(message, self.stream)
+        self._out(key, message)
+
+    def _out(self, key: str, message: str) -> None:
+        if self.handler is not None:
+            self.handler(Diagnostic(key, message))
+        else:
+            say(message, self.stream)
 
 
 def say(message: str, stream=None) -> None:
