@@ -12,6 +12,7 @@ tick (the first tick's rates are null), `close()` releases what it holds.
 
 from __future__ import annotations
 
+import gc
 import os
 import time
 from dataclasses import dataclass
@@ -185,11 +186,21 @@ class Sampler:
 
     def warm_up(self) -> None:
         """A tick that only advances the counters (no records are built)."""
-        self.previous = self.advance(self.collect())
+        paused = _pause_gc()
+        try:
+            self.previous = self.advance(self.collect())
+        finally:
+            if paused:
+                gc.enable()
 
     def tick(self) -> List[Dict[str, Any]]:
         """The records of one tick, with rates since the previous tick (null on the first)."""
-        records, self.previous = self.render(self.collect(), self.previous)
+        paused = _pause_gc()
+        try:
+            records, self.previous = self.render(self.collect(), self.previous)
+        finally:
+            if paused:
+                gc.enable()
         return records
 
     def close(self) -> None:
@@ -209,6 +220,19 @@ class Collected:
     gpu: Optional[GpuSnapshot]  # None: GPU metrics off
     attributed: Tuple[Attributed, ...]  # every GPU process with who it is
     gpu_time_s: float  # time.monotonic() of the GPU read
+
+
+def _pause_gc() -> bool:
+    """Pause the cyclic garbage collector for one tick; True when it was running (and must
+    be enabled again). A tick allocates tens of thousands of containers (samples, counters,
+    records: ~28,000 at 1,000 cgroups) that live until the next tick, and the collector's
+    passes over them, triggered by the allocations alone, were ~20 % of a tick's CPU there.
+    Reference counting frees them as before; the structures built hold no cycles, and any
+    that appear are collected after the tick."""
+    if not gc.isenabled():
+        return False
+    gc.disable()
+    return True
 
 
 def _on(a: Attributed, device: GpuDevice) -> bool:
