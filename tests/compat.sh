@@ -29,20 +29,21 @@ FULL="test_parse.py test_recorded_trees.py test_identity.py test_faults.py test_
       test_corpus.py test_cli.py test_cli_safety.py test_sdnotify.py test_events.py test_table_csv.py
       test_netdev.py test_netns_reader.py test_prometheus_render.py"
 V2=tests/fixtures/v2-systemd/t1
-for v in $versions; do
-    py=${pys[$v]}
+smoke() { # version python -> "compat: ..." lines; exit status 1 on failure
+    local v=$1 py=$2 venv log c
     venv=$(mktemp -d /tmp/cgstat-compat-XXXXXX)
-    trap 'rm -rf "$venv"' EXIT
-    "$py" -m venv "$venv" >/dev/null 2>&1 || { echo "compat: python $v has no venv, skipped"; continue; }
+    log="$venv/run.log"
+    if ! "$py" -m venv "$venv" >/dev/null 2>&1; then
+        echo "compat: python $v has no venv, skipped"; rm -rf "$venv"; return 0
+    fi
     "$venv/bin/python" -m pip install -q --disable-pip-version-check '.[test]' 2>&1 | grep -v WARNING || true
     echo "compat: python $v ($("$venv/bin/python" -c 'import typer, orjson; print("typer", typer.__version__, "orjson", orjson.__version__)'))"
-    log="$venv/run.log"
     if [ "$v" = "$oldest" ]; then
         # shellcheck disable=SC2086
         if (cd tests && "$venv/bin/python" -m pytest -q -p no:cacheprovider $FULL) >"$log" 2>&1; then
             tail -n 1 "$log"
         else
-            cat "$log"; echo "compat: python $v FAILED"; exit 1
+            cat "$log"; echo "compat: python $v FAILED"; rm -rf "$venv"; return 1
         fi
     else
         c="$venv/bin/cgstat"
@@ -53,9 +54,27 @@ for v in $versions; do
            } >"$log" 2>&1; then
             echo "smoke passed"
         else
-            cat "$log"; echo "compat: python $v FAILED"; exit 1
+            cat "$log"; echo "compat: python $v FAILED"; rm -rf "$venv"; return 1
         fi
     fi
     rm -rf "$venv"
-    trap - EXIT
+}
+
+# The oldest runs the full set in the foreground; the smoke runs (mostly pip installing)
+# run beside it, each printing its own lines when it is done.
+status=0
+outs=()
+for v in $versions; do
+    [ "$v" = "$oldest" ] && continue
+    out=$(mktemp /tmp/cgstat-compat-out-XXXXXX)
+    outs+=("$out")
+    (smoke "$v" "${pys[$v]}" >"$out" 2>&1; echo "rc=$?" >>"$out") &
 done
+smoke "$oldest" "${pys[$oldest]}" || status=1
+wait
+for out in "${outs[@]}"; do
+    grep -v '^rc=' "$out"
+    grep -q '^rc=0$' "$out" || status=1
+    rm -f "$out"
+done
+exit $status
