@@ -36,7 +36,7 @@ smoke() { # version python -> "compat: ..." lines; exit status 1 on failure
     if ! "$py" -m venv "$venv" >/dev/null 2>&1; then
         echo "compat: python $v has no venv, skipped"; rm -rf "$venv"; return 0
     fi
-    "$venv/bin/python" -m pip install -q --disable-pip-version-check '.[test]' 2>&1 | grep -v WARNING || true
+    "$venv/bin/python" -m pip install -q --disable-pip-version-check "$wheel[test]" 2>&1 | grep -v WARNING || true
     echo "compat: python $v ($("$venv/bin/python" -c 'import typer, orjson; print("typer", typer.__version__, "orjson", orjson.__version__)'))"
     if [ "$v" = "$oldest" ]; then
         # shellcheck disable=SC2086
@@ -59,6 +59,12 @@ smoke() { # version python -> "compat: ..." lines; exit status 1 on failure
     fi
     rm -rf "$venv"
 }
+
+# One wheel for every venv: parallel `pip install .` would build in the same build/ folder.
+wheel_dir=$(mktemp -d /tmp/cgstat-compat-wheel-XXXXXX)
+trap 'rm -rf "$wheel_dir"' EXIT
+python3 -m pip wheel -q --no-deps --disable-pip-version-check -w "$wheel_dir" . 2>&1 | grep -v WARNING || true
+wheel=$(ls "$wheel_dir"/cgstat-*.whl)
 
 # The oldest runs the full set in the foreground; the smoke runs (mostly pip installing)
 # run beside it, each printing its own lines when it is done.
