@@ -92,3 +92,29 @@ def test_stream_serves_metrics_beside_the_stream_from_the_same_ticks():
     assert b'"container":{"runtime":"docker"' in first
     assert b'container_memory_working_set_bytes{id="/system.slice/docker-5113' in body
     assert proc.returncode == 0
+
+
+def test_report_never_blocks_on_or_replaces_what_is_not_its_own(tmp_path):
+    import stat as stat_mod
+
+    stream = os.path.join(V2, "golden.jsonl")
+    fifo, device, foreign, link = (str(tmp_path / n) for n in ("fifo", "null", "hosts", "link"))
+    os.mkfifo(fifo)
+    os.mknod(device, stat_mod.S_IFCHR | 0o666, os.makedev(1, 3))  # a /dev/null of our own
+    with open(foreign, "w") as f:
+        f.write("127.0.0.1 localhost\n")
+    os.symlink(foreign, link)
+    for args in (["report", fifo, "-o", str(tmp_path / "a.html")],       # input: never blocks
+                 ["report", device, "-o", str(tmp_path / "a.html")],     # input: never endless
+                 ["report", stream, "-o", device], ["report", stream, "-o", fifo],
+                 ["report", stream, "-o", foreign], ["report", stream, "-o", link]):
+        _, err, rc = run_cgstat(*args, check=False, timeout=30)
+        assert rc == 1 and len(err.splitlines()) == 1, (args, err)
+    assert stat_mod.S_ISCHR(os.lstat(device).st_mode) and stat_mod.S_ISFIFO(os.lstat(fifo).st_mode)
+    assert open(foreign).read() == "127.0.0.1 localhost\n" and os.path.islink(link)
+    assert not os.path.exists(tmp_path / "a.html")
+    out = str(tmp_path / "r.html")
+    for _ in range(2):  # its own report is replaced
+        _, err, rc = run_cgstat("report", stream, "-o", out, check=False)
+        assert rc == 0, err
+    assert stat_mod.S_IMODE(os.stat(out).st_mode) == 0o600

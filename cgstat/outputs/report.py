@@ -29,15 +29,17 @@ import gzip
 import html
 import math
 import os
+import stat
 import tempfile
 import time
 from array import array
-from typing import Any, Dict, Iterator, List, Optional, Tuple
+from typing import Any, BinaryIO, Dict, Iterator, List, Optional, Tuple
 
 import orjson
 
-from cgstat.errors import CgstatError
-from cgstat.pipeline.events import number_at, parse_ts
+from cgstat.errors import CgstatError, file_kind, os_reason
+from cgstat.pipeline.events import parse_ts
+from cgstat.pipeline.record import number_at
 from cgstat.text import escape_controls
 
 _MAX_LINE = 16 * 1024 * 1024
@@ -149,12 +151,51 @@ def _kind(r: Dict[str, Any]) -> str:
 
 
 
-def _lines(path: str) -> Iterator[bytes]:
-    opener = gzip.open if path.endswith(".gz") else open
+# The mark of a report cgstat wrote: the only kind of existing file -o replaces.
+_GENERATOR = '<meta name="generator" content="cgstat">'
+
+
+def _open_stream(path: str) -> BinaryIO:
+    """The stream file, opened without blocking on a FIFO or following the last link; only
+    a regular file is read (a device such as /dev/zero would never end)."""
     try:
-        f = opener(path, "rb")
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
     except OSError as exc:
-        raise CgstatError("cannot read %s: %s" % (escape_controls(path), exc.strerror or exc)) from None
+        raise CgstatError("cannot read %s: %s" % (escape_controls(path), os_reason(exc))) from None
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode):
+        os.close(fd)
+        raise CgstatError("cannot read %s: it is %s, not a stream file" % (escape_controls(path), file_kind(st.st_mode)))
+    f = os.fdopen(fd, "rb")
+    return gzip.GzipFile(fileobj=f, mode="rb") if path.endswith(".gz") else f  # type: ignore[return-value]
+
+
+def _check_output(path: str) -> None:
+    """-o replaces only a missing or empty file or an earlier report of cgstat's: never a
+    link, device, FIFO or folder, and never a file of someone else's (a typo as root)."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        raise CgstatError("cannot write %s: %s" % (escape_controls(path), os_reason(exc))) from None
+    if not stat.S_ISREG(st.st_mode):
+        raise CgstatError("refusing to replace %s: it is %s (cgstat replaces only its own reports)"
+                          % (escape_controls(path), file_kind(st.st_mode)))
+    if st.st_size == 0:
+        return
+    try:
+        with open(path, "rb") as f:
+            start = f.read(4096)
+    except OSError as exc:
+        raise CgstatError("cannot write %s: %s" % (escape_controls(path), os_reason(exc))) from None
+    if _GENERATOR.encode() not in start:
+        raise CgstatError("refusing to replace %s: it is not a report of cgstat's (cgstat replaces only "
+                          "its own reports)" % escape_controls(path))
+
+
+def _lines(path: str) -> Iterator[bytes]:
+    f = _open_stream(path)
     with f:
         try:
             while True:
@@ -286,10 +327,10 @@ class ReportData:
             w.has_gpu = True
             sm = number_at(gpu, "sm_percent")
             gmem = number_at(gpu, "memory_bytes")
-        for stat, v in ((w.cpu, cpu), (w.ws, ws), (w.mem_pct, pct), (w.rd, rd), (w.wr, wr), (w.sm, sm),
+        for acc, v in ((w.cpu, cpu), (w.ws, ws), (w.mem_pct, pct), (w.rd, rd), (w.wr, wr), (w.sm, sm),
                         (w.gmem, gmem)):
             if v is not None:
-                stat.add(v)
+                acc.add(v)
         if cores is not None:
             w.cpu_limit = cores
         if limit is not None:
@@ -619,7 +660,7 @@ def render(d: ReportData, title: str, point_budget: int) -> str:
     points = max(60, min(d.points, point_budget // max(len(charted), 1)))
     start = d.t0 or 0.0
     end = d.t_end or start
-    head = ('<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">'
+    head = ('<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">' + _GENERATOR +
             '<meta name="viewport" content="width=device-width,initial-scale=1">'
             '<title>%s</title><style>%s</style></head><body>' % (_e(title), _CSS))
     out = [head, "<h1>%s</h1>" % _e(title)]
@@ -719,11 +760,13 @@ def build_report(input_path: str, output_path: str, title: Optional[str] = None,
     """Write the HTML report of the stream at `input_path` to `output_path`.
 
     Raises CgstatError (one line) when the input can't be read or holds no cgroup records,
-    or the output can't be written. The output is written to a temporary file beside it and
-    renamed into place (an existing symlink at the path is replaced, never followed).
+    or the output can't be used. The output is written to a temporary file beside it and
+    renamed into place, mode 0600; what is at the path already must be nothing, an empty
+    file or an earlier report (see _check_output).
     """
     if points < 10:
         raise CgstatError("points: at least 10")
+    _check_output(output_path)
     d = read_stream(input_path, points, max_workloads, max_summary, max_markers)
     text = render(d, title or "cgstat report: %s" % os.path.basename(input_path), point_budget)
     folder = os.path.dirname(os.path.abspath(output_path))
@@ -734,7 +777,7 @@ def build_report(input_path: str, output_path: str, title: Optional[str] = None,
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(text.encode("utf-8", "backslashreplace"))
-        os.chmod(tmp, 0o644)
+        os.chmod(tmp, 0o600)  # names and labels may come from root-only runtime state
         os.replace(tmp, output_path)
     except OSError as exc:
         try:
