@@ -166,7 +166,7 @@ def test_small_terminals_show_what_fits():
         lines, view = T.compose(m, h, w, 1.0, T.View(offset=1000, skip=1000))
         assert len(lines) <= h
         for text, _style in lines:
-            assert T._width(text) <= max(0, w - 1), (h, w, text)
+            assert T.text_width(text) <= max(0, w - 1), (h, w, text)
         if h >= 3:
             assert lines[-1][0].startswith("q quit")  # the footer survives
             assert lines[1][0].startswith("NAME")

@@ -129,6 +129,13 @@ class JsonLinesSink:
         raise NotImplementedError
 
 
+def _write_all(fd: int, data: bytes) -> None:
+    """os.write until all of `data` is out (a pipe or a signal may take part of it)."""
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+
+
 class StdoutSink(JsonLinesSink):
     """Lines on stdout (or another descriptor we were given); a reader gone ends the run."""
 
@@ -137,11 +144,8 @@ class StdoutSink(JsonLinesSink):
         self.fd = fd
 
     def _write_one(self, data: bytes) -> None:
-        view = memoryview(data)
         try:
-            while view:
-                n = os.write(self.fd, view)
-                view = view[n:]
+            _write_all(self.fd, data)
         except OSError as exc:
             if exc.errno in (errno.EPIPE, errno.EBADF):
                 raise ReaderGone() from None
@@ -179,11 +183,8 @@ class FileSink(JsonLinesSink):
         except OSError as exc:
             self.reopen()
             raise SinkError(f"{self.path}: {os_reason(exc)}") from None
-        view = memoryview(data)
         try:
-            while view:
-                n = os.write(fd, view)
-                view = view[n:]
+            _write_all(fd, data)
         except OSError as exc:
             try:
                 os.ftruncate(fd, start)  # never leave a partial line behind

@@ -28,6 +28,7 @@ import unicodedata
 from typing import Any, Dict, Iterable, List, Optional, Sequence
 
 from cgstat.outputs.jsonl import FileSink, StdoutSink
+from cgstat.pipeline.record import number_at, value_at
 from cgstat.text import escape_controls
 
 # -- docker's units (github.com/docker/go-units, size.go) ------------------------------------
@@ -66,34 +67,19 @@ def percent(value: Optional[float]) -> str:
 
 # -- reading a record ------------------------------------------------------------------------
 
-def _get(record: Any, dotted: str) -> Any:
-    obj = record
-    for key in dotted.split("."):
-        if not isinstance(obj, dict):
-            return None
-        obj = obj.get(key)
-    return obj
-
-
-def _number(value: Any) -> Optional[float]:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None
-    return value
-
-
 def display_name(record: Dict[str, Any]) -> str:
     """The container's name, else the systemd unit, else the cgroup path; controls escaped.
 
     A pod-level record (`type: "pod"`) is named `namespace/pod` when the pod is known.
     """
-    name = _get(record, "container.name")
-    if not name and record.get("type") == "pod" and _get(record, "pod.name"):
-        name = "%s/%s" % (_get(record, "pod.namespace") or "", _get(record, "pod.name"))
+    name = value_at(record, "container", "name")
+    if not name and record.get("type") == "pod" and value_at(record, "pod", "name"):
+        name = "%s/%s" % (value_at(record, "pod", "namespace") or "", value_at(record, "pod", "name"))
     name = name or record.get("unit") or record.get("cgroup") or "--"
     return escape_controls(str(name))
 
 
-def _width(text: str) -> int:
+def text_width(text: str) -> int:
     """Terminal columns of `text` (wide East Asian characters take two, combining none)."""
     if text.isascii():
         return len(text)
@@ -111,27 +97,27 @@ TABLE_HEADER = ("NAME", "CPU %", "MEM USAGE / LIMIT", "MEM %", "NET I/O", "BLOCK
 
 def table_row(record: Dict[str, Any]) -> List[str]:
     """The cells of one record, formatted as docker stats formats them."""
-    ws = _number(_get(record, "memory.working_set_bytes"))
-    limit = _number(_get(record, "memory.limit_bytes"))
-    mem_pct = _number(_get(record, "memory.percent"))
+    ws = number_at(record, "memory", "working_set_bytes")
+    limit = number_at(record, "memory", "limit_bytes")
+    mem_pct = number_at(record, "memory", "percent")
     if limit is None and ws and mem_pct:
         limit = ws * 100.0 / mem_pct  # docker shows the host's memory for an unlimited container
     mem = "-- / --" if ws is None else "%s / %s" % (bytes_size(ws), bytes_size(limit))
     net = record.get("network")
     if isinstance(net, dict):
-        net_io = "%s / %s" % (human_size(_number(net.get("rx_bytes_total"))),
-                              human_size(_number(net.get("tx_bytes_total"))))
+        net_io = "%s / %s" % (human_size(number_at(net.get("rx_bytes_total"))),
+                              human_size(number_at(net.get("tx_bytes_total"))))
     else:
         net_io = "--"
-    rd, wr = _number(_get(record, "io.read_bytes_total")), _number(_get(record, "io.write_bytes_total"))
+    rd, wr = number_at(record, "io", "read_bytes_total"), number_at(record, "io", "write_bytes_total")
     block = "--" if rd is None and wr is None else "%s / %s" % (human_size(rd), human_size(wr))
-    pids = _number(_get(record, "pids.current"))
+    pids = number_at(record, "pids", "current")
     gpu = record.get("gpu")
     gpu_mem = gpu_sm = "--"
     if isinstance(gpu, dict):
-        gpu_mem = bytes_size(_number(gpu.get("memory_bytes")))
-        gpu_sm = percent(_number(gpu.get("sm_percent")))
-    return [display_name(record), percent(_number(_get(record, "cpu.percent"))), mem, percent(mem_pct), net_io,
+        gpu_mem = bytes_size(number_at(gpu.get("memory_bytes")))
+        gpu_sm = percent(number_at(gpu.get("sm_percent")))
+    return [display_name(record), percent(number_at(record, "cpu", "percent")), mem, percent(mem_pct), net_io,
             block, "--" if pids is None else "%d" % pids, gpu_mem, gpu_sm]
 
 
@@ -140,7 +126,7 @@ def render_table(rows: Sequence[Sequence[str]], header: Sequence[str] = TABLE_HE
     widths = [0] * len(header)
     for row in [header] + list(rows):
         for i, cell in enumerate(row):
-            widths[i] = max(widths[i], _width(cell))
+            widths[i] = max(widths[i], text_width(cell))
     lines = []
     for row in [header] + list(rows):
         out = []
@@ -148,7 +134,7 @@ def render_table(rows: Sequence[Sequence[str]], header: Sequence[str] = TABLE_HE
             if i == len(row) - 1:
                 out.append(cell)
             else:
-                out.append(cell + " " * (max(10, widths[i] + 3) - _width(cell)))
+                out.append(cell + " " * (max(10, widths[i] + 3) - text_width(cell)))
         lines.append("".join(out).rstrip())
     return "\n".join(lines) + "\n"
 
@@ -164,7 +150,7 @@ def format_table(records: Iterable[Dict[str, Any]]) -> str:
     text = render_table(rows)
     for e in records:
         if isinstance(e, dict) and e.get("type") == "event":
-            who = _get(e, "container.name") or e.get("cgroup") or "--"
+            who = value_at(e, "container", "name") or e.get("cgroup") or "--"
             text += "! %s %s %s: %s\n" % (escape_controls(str(e.get("severity"))), escape_controls(str(e.get("kind"))),
                                           escape_controls(str(who)), escape_controls(str(e.get("message"))))
     return text
@@ -224,14 +210,14 @@ def csv_values(record: Dict[str, Any]) -> List[Any]:
     values: List[Any] = []
     for col in CSV_COLUMNS:
         if col == "name":
-            v = display_name(record) if not event else (_get(record, "container.name") or record.get("cgroup"))
+            v = display_name(record) if not event else (value_at(record, "container", "name") or record.get("cgroup"))
         elif col.startswith("event."):
             v = record.get(col[6:]) if event else None
         elif col == "gpu.devices":
-            devs = _get(record, "gpu.devices")
+            devs = value_at(record, "gpu", "devices")
             v = " ".join(str(d) for d in devs) if isinstance(devs, list) else None
         elif col == "gpu.processes":
-            procs = _get(record, "gpu.processes")
+            procs = value_at(record, "gpu", "processes")
             v = len(procs) if isinstance(procs, list) else None
         elif col == "errors":
             errs = record.get("errors")
@@ -240,7 +226,7 @@ def csv_values(record: Dict[str, Any]) -> List[Any]:
         elif event and col.split(".")[0] in ("cpu", "memory", "io", "network", "pids", "pressure", "gpu", "pod"):
             v = None
         else:
-            v = _get(record, col)
+            v = value_at(record, *col.split("."))
             if isinstance(v, (dict, list)):
                 v = None
         values.append(v)

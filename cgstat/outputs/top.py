@@ -54,8 +54,9 @@ import time
 from typing import Any, Callable, Deque, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 from cgstat.outputs.jsonl import ReaderGone, SinkError, StdoutSink
-from cgstat.outputs.table import _get, _number, _width, human_size, render_table, table_row
+from cgstat.outputs.table import human_size, render_table, table_row, text_width
 from cgstat.pipeline.events import EventDetector, Thresholds
+from cgstat.pipeline.record import number_at, value_at
 from cgstat.pipeline.sampler import Sampler
 from cgstat.pipeline.schedule import Schedule, _Wake
 from cgstat.text import escape_controls
@@ -124,12 +125,12 @@ def _sum(*values: Optional[float]) -> Optional[float]:
 def make_row(record: Dict[str, Any], open_kinds: Dict[str, str]) -> Row:
     """One workload's row; `open_kinds` is kind -> severity of its open event episodes."""
     name, cpu, mem, mem_pct, _net, _block, pids, gpu_mem, gpu_sm = table_row(record)
-    rd = _number(_get(record, "io.read_bytes_per_second"))
-    wr = _number(_get(record, "io.write_bytes_per_second"))
+    rd = number_at(record, "io", "read_bytes_per_second")
+    wr = number_at(record, "io", "write_bytes_per_second")
     net = record.get("network")
     rx = tx = None
     if isinstance(net, dict):
-        rx, tx = _number(net.get("rx_bytes_per_second")), _number(net.get("tx_bytes_per_second"))
+        rx, tx = number_at(net.get("rx_bytes_per_second")), number_at(net.get("tx_bytes_per_second"))
         net_cell = _rate_pair(rx, tx)
     else:
         net_cell = "--"
@@ -137,20 +138,20 @@ def make_row(record: Dict[str, Any], open_kinds: Dict[str, str]) -> Row:
     gpu = record.get("gpu")
     gpu_keys = None
     if isinstance(gpu, dict):
-        gpu_keys = (_number(gpu.get("memory_bytes")), _number(gpu.get("sm_percent")))
+        gpu_keys = (number_at(gpu.get("memory_bytes")), number_at(gpu.get("sm_percent")))
         if gpu_keys == (None, None):
             gpu_keys = None
     keys = {
-        "cpu": _number(_get(record, "cpu.percent")),
-        "memory": _number(_get(record, "memory.working_set_bytes")),
+        "cpu": number_at(record, "cpu", "percent"),
+        "memory": number_at(record, "memory", "working_set_bytes"),
         "gpu": gpu_keys,
         "io": None if rd is None and wr is None and rx is None and tx is None
         else (_sum(rd, wr) or 0.0, _sum(rx, tx) or 0.0),
-        "pids": _number(_get(record, "pids.current")),
+        "pids": number_at(record, "pids", "current"),
         "name": name.lower(),
     }
     worst = max(open_kinds.values(), key=lambda s: _SEVERITY_RANK.get(s, 0)) if open_kinds else None
-    cells = [name, cpu, _cpu_limit(_number(_get(record, "cpu.limit_cores"))), mem, mem_pct, net_cell,
+    cells = [name, cpu, _cpu_limit(number_at(record, "cpu", "limit_cores")), mem, mem_pct, net_cell,
              _rate_pair(rd, wr), pids, gpu_mem, gpu_sm, marks or ""]
     return Row(str(record.get("cgroup")), cells, keys, worst)
 
@@ -218,7 +219,7 @@ class Model:
 
 def event_line(e: Dict[str, Any]) -> str:
     """'! severity kind name: message', as `--format table` lists events; controls escaped."""
-    who = _get(e, "container.name") or e.get("cgroup") or "--"
+    who = value_at(e, "container", "name") or e.get("cgroup") or "--"
     kind = e.get("kind")
     if kind == "resolved" and e.get("resolves"):
         kind = "resolved %s" % e.get("resolves")
@@ -235,12 +236,12 @@ def clip(text: str, columns: int) -> str:
     """`text` cut to at most `columns` terminal columns (wide characters count two)."""
     if columns <= 0:
         return ""
-    if _width(text) <= columns:
+    if text_width(text) <= columns:
         return text
     out = []
     used = 0
     for ch in text:
-        w = _width(ch)
+        w = text_width(ch)
         if used + w > columns:
             break
         out.append(ch)
@@ -250,9 +251,9 @@ def clip(text: str, columns: int) -> str:
 
 def shorten(text: str, columns: int, ellipsis: str = "~") -> str:
     """`text` cut to `columns` with `ellipsis` marking the cut."""
-    if _width(text) <= columns:
+    if text_width(text) <= columns:
         return text
-    return clip(text, max(0, columns - _width(ellipsis))) + ellipsis
+    return clip(text, max(0, columns - text_width(ellipsis))) + ellipsis
 
 
 def screen_table(rows: Sequence[Row], width: int, skip: int = 0, ellipsis: str = "~") -> Tuple[List[str], int]:
@@ -263,14 +264,14 @@ def screen_table(rows: Sequence[Row], width: int, skip: int = 0, ellipsis: str =
     table = [list(TOP_HEADER)] + [list(r.cells) for r in rows]
     skip = max(0, min(skip, len(TOP_HEADER) - 2))
     shown = [0] + list(range(1 + skip, len(TOP_HEADER)))
-    widths = {i: max(_width(line[i]) for line in table) for i in shown}
+    widths = {i: max(text_width(line[i]) for line in table) for i in shown}
     rest = sum(widths[i] + _GAP for i in shown[1:])
     name_w = max(_MIN_NAME, min(widths[0], width - rest - _GAP))
     lines = []
     for line in table:
         cells = [shorten(line[0], name_w, ellipsis)] + [line[i] for i in shown[1:]]
         colw = [name_w] + [widths[i] for i in shown[1:]]
-        out = "".join(c + " " * (w - _width(c) + _GAP) for c, w in zip(cells[:-1], colw[:-1])) + cells[-1]
+        out = "".join(c + " " * (w - text_width(c) + _GAP) for c, w in zip(cells[:-1], colw[:-1])) + cells[-1]
         lines.append(out.rstrip())
     return lines, skip
 

@@ -23,9 +23,10 @@ from __future__ import annotations
 
 import calendar
 import collections
-import math
 import time
 from typing import Any, Deque, Dict, Iterable, List, Mapping, Optional, Tuple
+
+from cgstat.pipeline.record import number_at
 
 EVENT_SCHEMA = 1
 
@@ -93,17 +94,6 @@ class Thresholds:
 
 
 # -- small helpers ----------------------------------------------------------------------------
-
-def number_at(obj: Any, *keys: str) -> Optional[float]:
-    """The number at record[k1][k2]..., or None where a level is missing or it is not a
-    finite number (records are JSON: null, or written by another version)."""
-    for k in keys:
-        if not isinstance(obj, dict):
-            return None
-        obj = obj.get(k)
-    if isinstance(obj, bool) or not isinstance(obj, (int, float)) or not math.isfinite(obj):
-        return None
-    return obj
 
 
 def parse_ts(ts: Any) -> Optional[float]:

@@ -7,6 +7,7 @@ unknown is None (JSON null), never a fake 0.
 
 from __future__ import annotations
 
+import math
 import time
 from typing import Any, Dict, Iterable, List, Optional
 
@@ -20,6 +21,25 @@ from cgstat.pipeline.network import network_record
 from cgstat.pipeline.rates import NO_IO_RATES, Rates
 
 SCHEMA_VERSION = 1
+
+
+def value_at(record: Any, *keys: str) -> Any:
+    """record[k1][k2]..., or None where a level is missing or not an object (for views and
+    rules that read records, which may come from a file another version wrote)."""
+    obj = record
+    for k in keys:
+        if not isinstance(obj, dict):
+            return None
+        obj = obj.get(k)
+    return obj
+
+
+def number_at(record: Any, *keys: str) -> Optional[float]:
+    """The finite number at record[k1][k2]..., else None (null, missing, not a number)."""
+    value = value_at(record, *keys)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        return None
+    return value
 
 
 def rfc3339(wall_s: float) -> str:
