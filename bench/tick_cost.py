@@ -383,6 +383,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     ap.add_argument("--json", action="store_true", help="print one JSON document instead of a table")
     ap.add_argument("--no-cgstat", action="store_true", help="measure only the C side")
     ap.add_argument("--setup-only", action="store_true", help="create, check and remove the groups; no measuring")
+    ap.add_argument("--hold", action="store_true",
+                    help="create the groups of the first size (populated if it is in --populated), print "
+                         "the --match pattern, keep them until stdin closes, Enter, Ctrl-C or SIGTERM, "
+                         "then remove them: for profiling cgstat by hand")
     args = ap.parse_args(argv)
     sizes = [int(s) for s in args.sizes.split(",") if s]
     global USE_REPO
@@ -410,6 +414,22 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                    "cgstat": cgstat, "match": match},
         "rows": [],
     }
+    if args.hold:
+        n = sizes[0]
+        try:
+            with BenchGroups(hierarchies, n) as groups:
+                check_groups(groups)
+                if n in [int(x) for x in args.populated.split(",") if x]:
+                    groups.populate()
+                print(f"{len(groups.created)} groups under {groups.parent}; --all --match {match}", flush=True)
+                sys.stdin.readline()
+        except (KeyboardInterrupt, _Terminate):
+            pass
+        finally:
+            for s, h in old.items():
+                signal.signal(s, h)
+        return 0
+
     try:
         with tempfile.TemporaryDirectory(prefix="cgstat-bench.") as work:
             binary = None if args.setup_only else compile_c(work)
