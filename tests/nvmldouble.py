@@ -147,18 +147,21 @@ def run_python(code: str, scenario_path: Optional[str], variant: Optional[str] =
 
 
 def run_reads(folder, steps: List[Dict[str, Any]], variant: Optional[str] = "full",
-              timeout: float = 60.0, **gateway) -> Dict[str, Any]:
+              timeout: float = 60.0, distribution_version: Optional[str] = None,
+              **gateway) -> Dict[str, Any]:
     """Read the GPUs once per step in one process, against the double.
 
     steps: [{"scenario": Scenario or text (optional: written before this read),
              "advance": seconds added to the fake monotonic clock before this read}]
     gateway: Gateway keyword arguments (reinit_backoff_s, retry_s).
+    distribution_version: what the installed nvidia-ml-py claims to be (default: the real one).
     Returns {"snapshots": [asdict(GpuSnapshot)...], "warnings": [...], "inits": n,
              "symbols": {...}, "pynvml_on_import": bool}.
     """
     folder = str(folder)
     scenario_path = os.path.join(folder, "scenario.txt")
-    plan = {"scenario_path": scenario_path, "gateway": gateway, "steps": [
+    plan = {"scenario_path": scenario_path, "gateway": gateway,
+            "distribution_version": distribution_version, "steps": [
         {"scenario": (s["scenario"].text() if isinstance(s.get("scenario"), Scenario) else s.get("scenario")),
          "advance": s.get("advance", 0)} for s in steps]}
     if plan["steps"] and plan["steps"][0]["scenario"] is not None:
@@ -181,11 +184,14 @@ def _main(plan_path: str) -> None:
 
     import cgstat.gpu.sample  # noqa: F401
     on_import = "pynvml" in sys.modules
+    from cgstat.gpu import nvml
     from cgstat.gpu.nvml import Gateway
     from cgstat.gpu.sample import read_gpus
 
     with open(plan_path) as f:
         plan = json.load(f)
+    if plan.get("distribution_version"):
+        nvml._distribution_version = lambda: plan["distribution_version"]
     now = [1000.0]
     warnings: List[str] = []
     gw = Gateway(warn=lambda key, message: warnings.append(message), clock=lambda: now[0],

@@ -277,3 +277,13 @@ def test_release_known_to_shuffle_pids_is_refused():
     assert "32-byte" in release_problem(None, 32)
     assert release_problem("13.615.71", 24) is None
     assert release_problem(None, None) is None
+
+
+def test_gateway_refuses_the_shuffling_release_before_reading_anything(tmp_path):
+    s = gpu(Scenario(), 0, U0).proc(0, 4242, 5 * GiB)
+    r = run_reads(tmp_path, [{"scenario": s}], distribution_version="12.535.77")
+    snap = r["snapshots"][0]
+    assert snap["available"] is False
+    assert "12.535.77" in snap["reason"] and "12.535.108" in snap["reason"]
+    assert snap["devices"] == [] and snap["processes"] == []
+    assert r["inits"] == 0

@@ -177,12 +177,6 @@ class Gateway:
             except ImportError:
                 self._unavailable("pynvml is not installed (pip install nvidia-ml-py)", now)
                 return
-            problem = release_problem(_distribution_version(),
-                                      ctypes.sizeof(getattr(pynvml, "c_nvmlProcessInfo_v3_t",
-                                                            pynvml.c_nvmlProcessInfo_t)))
-            if problem:
-                self._unavailable(problem, now)
-                return
             self._nv = pynvml
             self._errors = (pynvml.NVMLError, pynvml.NVMLLibraryMismatchError)
         nv = self._nv
@@ -193,6 +187,16 @@ class Gateway:
             return
         except OSError as exc:  # pragma: no cover - pynvml turns these into LibraryNotFound
             self._unavailable(f"cannot load {LIBRARY}: {exc}", now)
+            return
+        # The release check reads the installed distribution's metadata (importlib.metadata,
+        # ~12 ms): only once a driver answered, so a GPU-less host never pays for it. Nothing
+        # has been read through pynvml yet; a bad release shuts NVML down again.
+        problem = release_problem(_distribution_version(),
+                                  ctypes.sizeof(getattr(nv, "c_nvmlProcessInfo_v3_t",
+                                                        nv.c_nvmlProcessInfo_t)))
+        if problem:
+            self._shutdown()
+            self._unavailable(problem, now)
             return
         self._ready = True
         self._reinit_at = None
