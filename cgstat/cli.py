@@ -23,14 +23,18 @@ except ImportError:  # older typer (Python 3.7 to 3.9) uses click itself
 _ABORT: Type[BaseException] = (getattr(click_errors, "Abort", None) or getattr(typer, "Abort", None)
                                or KeyboardInterrupt)
 
+from typing import TYPE_CHECKING
+
 from cgstat import __version__
 from cgstat.errors import CgstatError
-from cgstat.outputs.formats import FORMATS, make_sink
-from cgstat.outputs.http import DEFAULT_LISTEN
-from cgstat.pipeline.diagnostics import Warner, say
-from cgstat.pipeline.modes import run_once, run_pid, run_stream
-from cgstat.pipeline.sampler import Sampler
-from cgstat.pipeline.select import compile_match
+from cgstat.outputs import DEFAULT_LISTEN
+from cgstat.outputs.formats import FORMATS
+from cgstat.pipeline.diagnostics import say
+
+# The pipeline, sinks and views are imported by the command that runs them, so that
+# --help, --version, report and a usage error don't load the sampler (cron start-up).
+if TYPE_CHECKING:
+    from cgstat.pipeline.sampler import Sampler
 
 _HELP = """Per-container CPU, memory, block IO, network, pids, pressure and GPU, read straight
 from the kernel's cgroup files (v1, v2 and hybrid) and NVML, as JSON lines: one object per
@@ -148,6 +152,10 @@ def _root(
 def _sampler(ctx: typer.Context, host_root: Optional[str], all_: bool, match: Optional[str],
            max_user: Optional[int] = None) -> Sampler:
     """The Sampler for the common options, given before the command or after it (after wins)."""
+    from cgstat.pipeline.diagnostics import Warner
+    from cgstat.pipeline.sampler import Sampler
+    from cgstat.pipeline.select import compile_match
+
     top_root, top_all, top_match, top_max = ctx.obj or (None, False, None, None)
     regex = match if match is not None else top_match
     try:
@@ -214,7 +222,9 @@ def stream(
     """Stream a batch of records every interval; the first batch comes after one interval,
     with rates. SIGTERM/SIGINT finish the line being written and exit 0."""
     def job(sampler: Sampler) -> int:
+        from cgstat.outputs.formats import make_sink
         from cgstat.pipeline.events import EventDetector
+        from cgstat.pipeline.modes import run_stream
 
         events = None if no_events else EventDetector(window_s=events_window)
         sink = make_sink(fmt, output, int(output_mode, 8), sampler.warner.warn)
@@ -242,8 +252,12 @@ def serve(
 
     Sampling runs on its own schedule; a scrape gets the latest tick's exposition and never
     waits for a read. SIGTERM/SIGINT exit 0."""
-    _run(lambda: _sampler(ctx, host_root, all_, match, max_user),
-         lambda sampler: run_stream(sampler, None, interval, count, None, listen))
+    def job(sampler: Sampler) -> int:
+        from cgstat.pipeline.modes import run_stream
+
+        return run_stream(sampler, None, interval, count, None, listen)
+
+    _run(lambda: _sampler(ctx, host_root, all_, match, max_user), job)
 
 
 @app.command()
@@ -268,9 +282,14 @@ def once(
     max_user: Optional[int] = _max_user_option(),
 ) -> None:
     """Print one batch of records and exit (for cron and scripts)."""
-    _run(lambda: _sampler(ctx, host_root, all_, match, max_user),
-         lambda sampler: run_once(sampler, make_sink(fmt, output, int(output_mode, 8), sampler.warner.warn),
-                                  state, window, not no_events))
+    def job(sampler: Sampler) -> int:
+        from cgstat.outputs.formats import make_sink
+        from cgstat.pipeline.modes import run_once
+
+        return run_once(sampler, make_sink(fmt, output, int(output_mode, 8), sampler.warner.warn),
+                        state, window, not no_events)
+
+    _run(lambda: _sampler(ctx, host_root, all_, match, max_user), job)
 
 
 def _sort(value: str) -> str:
@@ -342,7 +361,12 @@ def pid(
     """Print, for each PID, one JSON object: its cgroup path(s) and container.
 
     A PID with no process prints {"pid": N, "error": "no such process", ...}; exit 0."""
-    _run(lambda: _sampler(ctx, host_root, False, None), lambda sampler: run_pid(sampler, pids))
+    def job(sampler: Sampler) -> int:
+        from cgstat.pipeline.modes import run_pid
+
+        return run_pid(sampler, pids)
+
+    _run(lambda: _sampler(ctx, host_root, False, None), job)
 
 
 def main(argv: Optional[List[str]] = None) -> None:

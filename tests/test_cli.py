@@ -210,3 +210,17 @@ def test_state_folder_is_created(tmp_path):
     state = tmp_path / "new" / "folder" / "once.state"
     run_cgstat("once", "--host-root", V2, "--state", str(state))
     assert json.load(open(state))["version"] == 1
+
+
+def test_help_and_version_load_no_pipeline_server_or_gpu_library():
+    """A cron line's --version, --help or usage error must not pay for the sampler, the HTTP
+    server, pynvml or importlib.metadata: the commands import what they run."""
+    probe = ("import sys, cgstat.cli\n"
+             "print(' '.join(sorted(m for m in sys.modules if m.split('.')[0] in ('cgstat', 'pynvml', 'socket', "
+             "'gzip') or m == 'importlib.metadata')))")
+    out = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, stdout=subprocess.PIPE,
+                         universal_newlines=True, check=True).stdout.split()
+    assert "cgstat.cli" in out
+    for heavy in ("cgstat.pipeline.sampler", "cgstat.kernel.discover", "cgstat.outputs.http",
+                  "cgstat.outputs.jsonl", "pynvml", "socket", "gzip", "importlib.metadata"):
+        assert heavy not in out, out

@@ -35,13 +35,13 @@ import threading
 import time
 from typing import Callable, Dict, Optional, Tuple
 
+from cgstat.outputs import DEFAULT_LISTEN, DEFAULT_PORT  # noqa: F401 (re-exported)
+
 MAX_HEAD = 16 * 1024
 HEAD_TIMEOUT_S = 10.0
 WRITE_TIMEOUT_S = 30.0
 IDLE_TIMEOUT_S = 60.0
 MAX_CONNECTIONS = 256
-DEFAULT_PORT = 17923
-DEFAULT_LISTEN = "127.0.0.1:%d" % DEFAULT_PORT
 
 _REASONS = {200: "OK", 400: "Bad Request", 404: "Not Found", 405: "Method Not Allowed",
             431: "Request Header Fields Too Large", 503: "Service Unavailable",
