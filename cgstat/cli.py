@@ -150,7 +150,7 @@ def _root(
 
 
 def _sampler(ctx: typer.Context, host_root: Optional[str], all_: bool, match: Optional[str],
-           max_user: Optional[int] = None) -> Sampler:
+           max_user: Optional[int] = None, follow: bool = True) -> Sampler:
     """The Sampler for the common options, given before the command or after it (after wins)."""
     from cgstat.pipeline.diagnostics import Warner
     from cgstat.pipeline.sampler import Sampler
@@ -163,7 +163,7 @@ def _sampler(ctx: typer.Context, host_root: Optional[str], all_: bool, match: Op
     except ValueError as exc:
         raise typer.BadParameter(str(exc), param_hint="'--match'") from None
     return Sampler(host_root or top_root or "/", all_ or top_all, pattern, Warner(),
-                 max_user_cgroups=max_user or top_max or 1000)
+                 max_user_cgroups=max_user or top_max or 1000, follow=follow)
 
 
 def _run(make: Callable[[], Sampler], job: Callable[[Sampler], int]) -> None:
@@ -289,7 +289,7 @@ def once(
         return run_once(sampler, make_sink(fmt, output, int(output_mode, 8), sampler.warner.warn),
                         state, window, not no_events)
 
-    _run(lambda: _sampler(ctx, host_root, all_, match, max_user), job)
+    _run(lambda: _sampler(ctx, host_root, all_, match, max_user, follow=False), job)
 
 
 def _sort(value: str) -> str:
@@ -366,7 +366,7 @@ def pid(
 
         return run_pid(sampler, pids)
 
-    _run(lambda: _sampler(ctx, host_root, False, None), job)
+    _run(lambda: _sampler(ctx, host_root, False, None, follow=False), job)
 
 
 def main(argv: Optional[List[str]] = None) -> None:

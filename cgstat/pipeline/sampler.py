@@ -50,12 +50,15 @@ class Sampler:
     `host_root`: where the host's / is (a recorded tree, or the host mounted in a
     container). `all`: every cgroup, not only workloads. `match`: a regular expression
     (string or compiled) on cgroup paths. `max_user_cgroups`: cgroups walked per user's
-    delegated subtree. Raises CgstatError (one line) when the host can't be read.
+    delegated subtree. `follow`: walk the folders once and follow them with inotify (a
+    long run); False walks them on every tick (a one-shot, where watching every folder
+    would be work for nothing). Raises CgstatError (one line) when the host can't be read.
     """
 
     def __init__(self, host_root: str = "/", all: bool = False,
                  match: Union[None, str, Pattern[str]] = None, warner: Optional[Warner] = None,
-                 read_state: bool = True, max_user_cgroups: Optional[int] = 1000, gpu: bool = True):
+                 read_state: bool = True, max_user_cgroups: Optional[int] = 1000, gpu: bool = True,
+                 follow: bool = True):
         if isinstance(match, str):
             try:
                 match = compile_match(match)
@@ -72,7 +75,7 @@ class Sampler:
         self.clock = HostClock(self.fs, self.host.live)
         self.warner = warner or Warner()
         self.discoverer = Discoverer(self.fs, self.layout, max_user_cgroups=max_user_cgroups,
-                                     warn=self.warner.once)
+                                     warn=self.warner.once, follow=None if follow else False)
         self.all_cgroups = all_cgroups
         self.match = match
         self.namer = Namer(self.fs, self.layout, self.warner.once, read_state)
