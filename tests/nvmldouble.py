@@ -205,7 +205,7 @@ def _main(plan_path: str) -> None:
     json.dump({"snapshots": snapshots, "warnings": warnings, "inits": gw.inits,
                "symbols": {"processes": gw.process_symbols, "utilization": gw.utilization_symbol,
                            "memory_v2": gw.memory_v2, "driver": gw.driver_version},
-               "pynvml_on_import": on_import}, sys.stdout)
+               "pynvml_on_import": on_import, "pynvml_loaded": "pynvml" in sys.modules}, sys.stdout)
 
 
 if __name__ == "__main__":

@@ -191,6 +191,12 @@ def test_no_library_is_unavailable_with_reason(tmp_path):
     assert r["snapshots"] == [{"available": False, "devices": [], "processes": [],
                                "reason": "NVIDIA driver library libnvidia-ml.so.1 not found "
                                          "(no NVIDIA driver installed here)"}]
+    assert r["pynvml_loaded"] is False  # a GPU-less host never pays for importing it
+
+
+def test_with_the_library_pynvml_is_what_reads(tmp_path):
+    r = run_reads(tmp_path, [{"scenario": gpu(Scenario(), 0, U0)}])
+    assert r["pynvml_loaded"] is True and r["snapshots"][0]["available"] is True
 
 
 def test_no_gpu_is_unavailable(tmp_path):

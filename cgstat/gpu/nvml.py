@@ -172,6 +172,11 @@ class Gateway:
 
     def _init(self, now: float) -> None:
         if self._nv is None:
+            if not _library_loadable():
+                # Most hosts have no NVIDIA driver: say so without importing pynvml (~8 ms of
+                # ctypes declarations per start); its nvmlInit would dlopen the same name.
+                self._unavailable(_init_reason(LIBRARY_NOT_FOUND, None), now)
+                return
             try:
                 import pynvml  # noqa: WPS433 - lazily, so that importing cgstat never loads it
             except ImportError:
@@ -437,6 +442,15 @@ def _error_name(code: int) -> str:
     if code == NO_PERMISSION:
         return "permission_denied"
     return "read_failed"
+
+
+def _library_loadable() -> bool:
+    """Whether the dynamic loader finds the NVML library (dlopen, as pynvml's own load)."""
+    try:
+        ctypes.CDLL(LIBRARY)
+    except OSError:
+        return False
+    return True
 
 
 def _init_reason(code: Optional[int], exc: Any) -> str:
