@@ -86,7 +86,8 @@ def main() -> int:
             on.append(measure(root, args.ticks, True))
         # check the names really were read
         agent = Sampler(root, warner=Warner(io.StringIO()))
-        named = sum(1 for line in agent.tick() if b'"name":"' in line and b'"container":{' in line)
+        named = sum(1 for record in agent.tick() if (record.get("container") or {}).get("name"))
+        agent.close()
     finally:
         shutil.rmtree(root, ignore_errors=True)
     result = {"containers": args.containers, "named_records": named,
