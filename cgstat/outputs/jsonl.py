@@ -3,11 +3,13 @@
 Every sink has the same small interface: `open()` (fail at start, not silently later),
 `write(records)`, `reopen()` (SIGHUP) and `close()`. Serialising is done here, one
 `text.dumps_record` per record (orjson, then the controls orjson leaves raw escaped); a
-record that can't be serialised is dropped with a warning and the batch goes on.
+record that can't be serialised is dropped with a warning and the batch goes on. A batch
+is serialised and written in chunks of about 256 KiB, never held whole in memory.
 
 Every batch is written whole or not at all: a file that fails mid-write (ENOSPC, EIO) is
 truncated back to where the batch began, so a reader never sees half a line, and the
-batch is kept (bounded) and retried on the next tick. SIGHUP makes a file sink reopen its
+batch is kept (bounded) and retried on the next tick. On stdout, which can't be cut back,
+what did not go out is kept, so the line begun is completed first on the next tick. SIGHUP makes a file sink reopen its
 path (logrotate's move-and-create). A closed stdout (`cgstat stream | head`) ends the
 stream quietly.
 
@@ -19,16 +21,21 @@ file must be a regular file; a new file is created with mode 0600 (`--output-mod
 
 from __future__ import annotations
 
+import collections
 import errno
 import os
 import stat
-from typing import Any, Callable, Dict, Iterable, List, Optional
+from typing import Any, Callable, Deque, Dict, Iterable, Iterator, List, Optional, Sequence
 
 from cgstat.errors import CgstatError, file_kind, os_reason
 from cgstat.kernel.hostfs import close_quietly
 from cgstat.text import dumps_record, quote
 
 _PENDING_MAX_BYTES = 16 * 1024 * 1024
+# Serialised lines are written in pieces of about this size: few enough writes, and the
+# batch's bytes never in memory whole (the peak RSS of a tick at 1,000 cgroups was the
+# joined batch, ~3.7 MB, with its lines and the copies made to join them).
+_CHUNK_BYTES = 256 * 1024
 
 
 class ReaderGone(Exception):
@@ -77,8 +84,9 @@ class JsonLinesSink:
 
     def __init__(self, warn: Optional[Callable[[str, str], None]] = None):
         self.warn = warn
-        self._pending: List[bytes] = []
+        self._pending: Deque[bytes] = collections.deque()  # serialised batches not yet out, oldest first
         self._pending_bytes = 0
+        self._head_continues = False  # _pending[0] is the rest of a line stdout began
         self.dropped_lines = 0
 
     def open(self) -> None:
@@ -90,42 +98,91 @@ class JsonLinesSink:
     def close(self) -> None:
         pass
 
-    def serialise(self, records: Iterable[Dict[str, Any]]) -> bytes:
-        lines = []
+    def chunks(self, records: Sequence[Dict[str, Any]], quiet: bool = False) -> Iterator[bytes]:
+        """The batch as whole lines, in pieces of about _CHUNK_BYTES; `quiet`: no warning
+        for a record dropped (the batch serialised again for the backlog, see FileSink)."""
+        lines: List[bytes] = []
+        size = 0
         for record in records:
             line = dumps_record(record)
             if line is None:
-                if self.warn is not None:
+                if self.warn is not None and not quiet:
                     self.warn("unserialisable", f"{quote(str(record.get('cgroup')))}: record dropped: "
                                                 "it cannot be written as JSON")
                 continue
             lines.append(line)
-        return b"\n".join(lines) + b"\n" if lines else b""
+            size += len(line) + 1
+            if size >= _CHUNK_BYTES:
+                lines.append(b"")  # the last line's newline, without copying the piece again
+                yield b"\n".join(lines)
+                lines = []
+                size = 0
+        if lines:
+            lines.append(b"")
+            yield b"\n".join(lines)
+
+    def serialise(self, records: Iterable[Dict[str, Any]]) -> bytes:
+        """The batch as one bytes object of whole lines (for tests and callers that want it)."""
+        return b"".join(self.chunks(list(records)))
 
     def write(self, records: Iterable[Dict[str, Any]]) -> None:
         """Write this batch, after whatever earlier batches failed to go out.
 
-        Batches go out oldest first, each whole or not at all; the first failure keeps it
-        and the newer ones for the next tick. The backlog is bounded: past 16 MiB the
-        oldest batches are dropped (and counted), so a disk full for hours costs memory
+        The batch is serialised and written a chunk at a time (about 256 KiB), so its bytes
+        never sit in memory whole: at 1,000 cgroups a batch is ~3.7 MB. Batches go out
+        oldest first, each whole or not at all (see the sinks' _write_batch); a failure keeps
+        the batch, and any newer one, for the next tick. The backlog is bounded: past 16 MiB
+        the oldest batches are dropped (and counted), so a disk full for hours costs memory
         once, not for ever.
         """
-        self.write_bytes(self.serialise(records))
+        batch = records if isinstance(records, (list, tuple)) else list(records)
+        self._send(self.chunks(batch), lambda: b"".join(self.chunks(batch, quiet=True)))
 
     def write_bytes(self, batch: bytes) -> None:
         """Write already serialised whole lines (the same rules as write())."""
-        if batch:
-            self._pending.append(batch)
-            self._pending_bytes += len(batch)
-        while self._pending_bytes > _PENDING_MAX_BYTES and len(self._pending) > 1:
-            dropped = self._pending.pop(0)
+        self._send(iter((batch,) if batch else ()), lambda: batch)
+
+    def _send(self, chunks: Iterator[bytes], whole: Callable[[], bytes]) -> None:
+        if self._pending:
+            try:
+                self._drain()
+            except SinkError:
+                self._keep(b"".join(chunks))  # behind the older ones: the order is kept
+                raise
+        self._write_batch(chunks, whole, self._keep)
+
+    def _drain(self) -> None:
+        """Write the kept batches, oldest first; the first failure keeps it at the front."""
+        while self._pending:
+            data = self._pending.popleft()
+            self._pending_bytes -= len(data)
+            self._write_batch(iter((data,)), lambda: data, self._keep_first)
+            self._head_continues = False
+
+    def _keep(self, data: bytes) -> None:
+        """Keep a batch that did not go out, dropping the oldest whole ones past the bound."""
+        if not data:
+            return
+        self._pending.append(data)
+        self._pending_bytes += len(data)
+        # A head that continues a line already begun on stdout is never dropped: the line
+        # would be left half.
+        first = 1 if self._head_continues else 0
+        while self._pending_bytes > _PENDING_MAX_BYTES and len(self._pending) > first + 1:
+            dropped = self._pending[first]
+            del self._pending[first]
             self._pending_bytes -= len(dropped)
             self.dropped_lines += dropped.count(b"\n")
-        while self._pending:
-            self._write_one(self._pending[0])
-            self._pending_bytes -= len(self._pending.pop(0))
 
-    def _write_one(self, data: bytes) -> None:
+    def _keep_first(self, data: bytes) -> None:
+        if data:
+            self._pending.appendleft(data)
+            self._pending_bytes += len(data)
+
+    def _write_batch(self, chunks: Iterator[bytes], whole: Callable[[], bytes],
+                     keep: Callable[[bytes], None]) -> None:
+        """Write one batch's chunks; on failure `keep` what must be tried again (the batch,
+        or what of it did not go out; `whole()` gives the batch again) and raise SinkError."""
         raise NotImplementedError
 
 
@@ -143,13 +200,22 @@ class StdoutSink(JsonLinesSink):
         super().__init__(warn)
         self.fd = fd
 
-    def _write_one(self, data: bytes) -> None:
-        try:
-            _write_all(self.fd, data)
-        except OSError as exc:
-            if exc.errno in (errno.EPIPE, errno.EBADF):
-                raise ReaderGone() from None
-            raise SinkError(f"cannot write to stdout: {os_reason(exc)}") from None
+    def _write_batch(self, chunks: Iterator[bytes], whole: Callable[[], bytes],
+                     keep: Callable[[bytes], None]) -> None:
+        for chunk in chunks:
+            view = memoryview(chunk)
+            try:
+                while view:
+                    view = view[os.write(self.fd, view):]
+            except OSError as exc:
+                if exc.errno in (errno.EPIPE, errno.EBADF):
+                    raise ReaderGone() from None
+                # What went out stays out (stdout can't be cut back): the rest, which
+                # completes the line begun, is what the next tick writes first.
+                if len(view) < len(chunk):
+                    self._head_continues = True  # what is kept goes first (pending was empty, or it is the head)
+                keep(bytes(view) + b"".join(chunks))
+                raise SinkError(f"cannot write to stdout: {os_reason(exc)}") from None
 
 
 class FileSink(JsonLinesSink):
@@ -176,18 +242,32 @@ class FileSink(JsonLinesSink):
         close_quietly(self.fd)
         self.fd = None
 
-    def _write_one(self, data: bytes) -> None:
-        fd = self._fd()
+    def _write_batch(self, chunks: Iterator[bytes], whole: Callable[[], bytes],
+                     keep: Callable[[bytes], None]) -> None:
+        try:
+            fd = self._fd()
+        except SinkError:
+            keep(b"".join(chunks))
+            raise
         try:
             start = os.fstat(fd).st_size
         except OSError as exc:
             self.reopen()
+            keep(b"".join(chunks))
             raise SinkError(f"{self.path}: {os_reason(exc)}") from None
-        try:
-            _write_all(fd, data)
-        except OSError as exc:
+        first = True
+        for chunk in chunks:
             try:
-                os.ftruncate(fd, start)  # never leave a partial line behind
-            except OSError:
-                pass
-            raise SinkError(f"cannot write {self.path}: {os_reason(exc)}; will retry") from None
+                _write_all(fd, chunk)
+            except OSError as exc:
+                try:
+                    os.ftruncate(fd, start)  # never leave a partial line behind, nor part of a batch
+                except OSError:
+                    pass
+                # The batch is kept whole: this chunk and the rest as they are or, when
+                # earlier chunks had gone out (and were cut back), the batch serialised again
+                # (the same records give the same bytes). Only a failing output holds a
+                # whole batch in memory.
+                keep(chunk + b"".join(chunks) if first else whole())
+                raise SinkError(f"cannot write {self.path}: {os_reason(exc)}; will retry") from None
+            first = False

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import os
 import unicodedata
-from typing import Any, Dict, Iterable, List, Optional, Sequence
+from typing import Any, Dict, Iterable, Iterator, List, Optional, Sequence
 
 from cgstat.outputs.jsonl import FileSink, StdoutSink
 from cgstat.pipeline.record import number_at, value_at
@@ -253,6 +253,9 @@ class _TableFormat:
 
     _batches = 0
 
+    def chunks(self, records: Sequence[Dict[str, Any]], quiet: bool = False) -> Iterator[bytes]:
+        yield self.serialise(records)  # one piece: the columns are laid out over the batch
+
     def serialise(self, records: Iterable[Dict[str, Any]]) -> bytes:
         text = format_table(records)
         if self._batches:
@@ -268,6 +271,9 @@ class _CsvFormat:
 
     def _output_empty(self) -> bool:
         return True
+
+    def chunks(self, records: Sequence[Dict[str, Any]], quiet: bool = False) -> Iterator[bytes]:
+        yield self.serialise(records)  # one piece: the header is decided per batch
 
     def serialise(self, records: Iterable[Dict[str, Any]]) -> bytes:
         text = csv_rows(records)
