@@ -15,8 +15,9 @@ from realcg import make_group, realcg_env  # noqa: F401  (fixtures)
 from cgstat.kernel import handles, inotify
 from cgstat.kernel.discover import Discoverer
 from cgstat.kernel.handles import KEPT, KeptFiles
-from cgstat.kernel.hierarchy import detect
+from cgstat.kernel.hierarchy import Hierarchy, detect
 from cgstat.kernel.hostfs import HostFS
+from cgstat.kernel.tree import Folder
 from cgstat.pipeline.sampler import Sampler
 
 pytestmark = pytest.mark.realcg
@@ -90,8 +91,9 @@ def test_overflow_walks_again(group, monkeypatch):
         rescans = d.rescans
         # Events lost: stop watching the group's folders, make a child, then the kernel's
         # IN_Q_OVERFLOW. The next join must walk again and find the child.
-        for wd, (f, path) in list(d._wd.items()):
-            if path == group.rel(f.h.name.split(",")[0]) or path.endswith("/" + group.name):
+        for wd, folder in list(d._wd.items()):
+            path = folder.path
+            if path == group.rel(folder.hierarchy.name.split(",")[0]) or path.endswith("/" + group.name):
                 d._inotify.rm_watch(wd)
         group.mkdir("lost")
         real = d._inotify.events
@@ -129,13 +131,14 @@ def test_removed_cgroup_descriptors_are_closed(group):
         s.tick()
         recs = {r["cgroup"] for r in s.tick()}
         assert group.cgroup + "/gone" in recs
-        kept = [k for k in KEPT._folders if k.endswith("/" + group.name + "/gone")]
-        assert kept and all(KEPT._folders[k].fds for k in kept)
-        fds = [fd for k in kept for fd in KEPT._folders[k].fds.values()]
+        kept = [e for _m, p, e in KEPT.entries() if p.endswith("/" + group.name + "/gone")]
+        assert len(kept) == len(group.dirs) and all(e.fds() for e in kept)  # one per hierarchy
+        fds = [fd for e in kept for fd in e.fds()]
+        assert all(os.readlink(f"/proc/self/fd/{fd}").split("/")[-2] == "gone" for fd in fds)
         group.rmdir("gone")
         recs = {r["cgroup"] for r in s.tick()}
         assert group.cgroup + "/gone" not in recs
-        assert not [k for k in KEPT._folders if k.endswith("/" + group.name + "/gone")]
+        assert not [p for _m, p, _e in KEPT.entries() if p.endswith("/" + group.name + "/gone")]
         for fd in fds:  # closed (or reused by something else, not pointing at the old files)
             try:
                 target = os.readlink(f"/proc/self/fd/{fd}")
@@ -172,13 +175,13 @@ def test_limit_written_between_ticks_is_read_next_tick(group):
 def test_descriptor_cap(group):
     files = KeptFiles(cap=2)
     d = group.dirs["memory"]
-    ino = os.stat(d).st_ino
     names = ["memory.usage_in_bytes", "memory.stat", "memory.oom_control"]
+    folder = Folder(Hierarchy("memory", 1, frozenset({"memory"}), d), "/", d, os.stat(d).st_ino, frozenset(names))
     for _ in range(3):
         for name in names:
             with open(os.path.join(d, name), "rb") as f:
                 want_prefix = f.read()[:10]
-            got = files.read(d, ino, name)
+            got = files.read(folder, name)
             if name != "memory.usage_in_bytes":
                 assert got[:10] == want_prefix
     assert files.count == 2 and files.overflowed == 3

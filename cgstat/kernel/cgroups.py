@@ -77,24 +77,39 @@ class _Reader:
         if name not in folder.files:
             self.problems.append(Problem(name, "missing", f"no {name} in {folder.hierarchy.name}:{folder.path}"))
             return None
-        kept = _keeps(folder)
-        slow = kept and name in SLOW_FILES
-        if slow:
-            known = KEPT.cached(folder.local, folder.inode, name)
-            if known is not None:
-                return known[0]  # type: ignore[no-any-return,unused-ignore]
+        keeps = _kept_mounts.get(folder.hierarchy.mount_dir)
+        if keeps is None:
+            keeps = _keeps(folder)
+        if not keeps or name in SLOW_FILES:
+            return self._uncached(folder, name, parser, keeps)
+        # The common case, every tick for every file: one pread on a kept descriptor.
         try:
-            if kept and not slow:
-                text = KEPT.read(folder.local, folder.inode, name).decode("utf-8")
-            else:  # a recorded tree, or a file read once a minute: no descriptor kept
-                text = read_text(folder.local + "/" + name)
+            text = KEPT.read(folder, name).decode()
         except ReadError as exc:
-            if isinstance(exc, Gone):
-                self.gone = True
-            self.problems.append(Problem(name, exc.code, exc.detail))
+            self._failed(name, exc)
             return None
         except UnicodeDecodeError:
             self.problems.append(Problem(name, "malformed", "not UTF-8 text"))
+            return None
+        try:
+            return parser(text)
+        except ValueError as exc:
+            self.problems.append(Problem(name, "malformed", str(exc)))
+            return None
+
+    def _uncached(self, folder: Folder, name: str, parser: Callable[[str], T], keeps: bool) -> Optional[T]:
+        """A slow file (its value kept while the folder is watched, read with
+        open/read/close when due: it never holds a descriptor), or any file of a recorded
+        tree (no descriptor kept: tests and users replace its files by rename)."""
+        slow = keeps and name in SLOW_FILES
+        if slow:
+            known = KEPT.cached(folder, name)
+            if known is not None:
+                return known[0]  # type: ignore[no-any-return,unused-ignore]
+        try:
+            text = read_text(folder.local + "/" + name)
+        except ReadError as exc:
+            self._failed(name, exc)
             return None
         try:
             value = parser(text)
@@ -102,8 +117,13 @@ class _Reader:
             self.problems.append(Problem(name, "malformed", str(exc)))
             return None
         if slow:
-            KEPT.keep(folder.local, folder.inode, name, value)
+            KEPT.keep(folder, name, value)
         return value
+
+    def _failed(self, name: str, exc: ReadError) -> None:
+        if isinstance(exc, Gone):
+            self.gone = True
+        self.problems.append(Problem(name, exc.code, exc.detail))
 
 
 def _key(table: Optional[Dict[str, Optional[int]]], key: str, reader: _Reader, source: str) -> Optional[int]:
@@ -284,19 +304,36 @@ def _device_order(dev: str):
 
 
 def _pids(folder: Folder, r: _Reader) -> PidsSample:
-    return PidsSample(r.get(folder, "pids.current", parse.parse_uint),
-                      r.get(folder, "pids.max", parse.parse_max_or_uint),
-                      r.get(folder, "cgroup.procs", _count_pids))
+    current = r.get(folder, "pids.current", parse.parse_uint)
+    limit = r.get(folder, "pids.max", parse.parse_max_or_uint)
+    if current == 0 and "cgroup.procs" in folder.files:
+        # pids.current counts the tasks of the cgroup and all its descendants (pids.rst):
+        # at 0 its cgroup.procs is empty too, so an empty cgroup (most slices, every idle
+        # pod parent) costs one file less. Read in the other order the two could disagree
+        # just the same (a task may join between the reads); 0 and 0 is one moment's view.
+        # A descriptor kept while it had tasks is closed: slots go to files read each tick.
+        processes: Optional[int] = 0
+        if _kept_mounts.get(folder.hierarchy.mount_dir):
+            KEPT.release(folder, "cgroup.procs")
+    else:
+        processes = r.get(folder, "cgroup.procs", _count_pids)
+    return PidsSample(current, limit, processes)
 
 
 def _count_pids(text: str) -> int:
     return len(parse.parse_pid_list(text))
 
 
-def _pressure(folder: Folder, resource: str, r: _Reader) -> Optional[PressureSample]:
-    table = r.get(folder, resource + ".pressure", parse.parse_pressure)
-    if table is None:
-        return None
+def _pressure_sample(text: str) -> PressureSample:
+    """A PSI file as a PressureSample (seconds for the totals); ValueError as parse_pressure."""
+    m = parse.PSI_FILE.fullmatch(text)
+    if m is not None:  # the kernel's own two lines: no intermediate tables
+        g = m.groups()
+        some_total, full_total = int(g[3]), int(g[7])
+        if some_total <= parse.U64_MAX and full_total <= parse.U64_MAX:
+            return PressureSample(float(g[0]), float(g[1]), float(g[2]), some_total / US,
+                                  float(g[4]), float(g[5]), float(g[6]), full_total / US)
+    table = parse.parse_pressure(text)
     some = table["some"]
     full = table.get("full")
     return PressureSample(
@@ -308,73 +345,87 @@ def _pressure(folder: Folder, resource: str, r: _Reader) -> Optional[PressureSam
 
 # -- one cgroup --------------------------------------------------------------------------
 
+_PRESSURE_FILES = tuple((resource, resource + ".pressure") for resource in PRESSURE_RESOURCES)
+_NO_CPU = CpuSample()
+_NO_MEMORY = MemorySample()
+_NO_IO = IoSample(None)
+_NO_PIDS = PidsSample()
 
-_by_layout: Dict[int, Tuple[Layout, Dict[str, Optional[Hierarchy]]]] = {}
+# (layout, cpuacct, cpu, unified, memory, blkio, pids folder) of one cgroup
+_Plan = Tuple[Layout, Optional[Folder], Optional[Folder], Optional[Folder], Optional[Folder],
+              Optional[Folder], Optional[Folder]]
 
 
-def _controllers(layout: Layout) -> Dict[str, Optional[Hierarchy]]:
-    """layout.find() of each controller read, computed once per layout."""
-    known = _by_layout.get(id(layout))
-    if known is None or known[0] is not layout:
-        if len(_by_layout) > 16:
-            _by_layout.clear()
-        known = _by_layout[id(layout)] = (layout, {c: layout.find(c) for c in
-                                                   ("cpu", "cpuacct", "memory", "blkio", "pids")})
-    return known[1]
+def _plan(cg: Cgroup, layout: Layout) -> _Plan:
+    """The cgroup's folder for each controller read, found once per Cgroup (the walk keeps
+    a Cgroup from tick to tick while its folders stay the same)."""
+    plan: Optional[_Plan] = cg.memo
+    if plan is not None and plan[0] is layout:
+        return plan
+
+    def folder_of(controller: str) -> Optional[Folder]:
+        h = layout.find(controller)
+        return cg.folder(h) if h is not None else None
+
+    unified_h = layout.unified
+    plan = (layout, folder_of("cpuacct"), folder_of("cpu"), cg.folder(unified_h) if unified_h else None,
+            folder_of("memory"), folder_of("blkio"), folder_of("pids"))
+    cg.remember(plan)
+    return plan
 
 
 def read_cgroup(cg: Cgroup, layout: Layout, time_s: float, wall_s: float) -> Sample:
     problems: List[Problem] = []
     r = _Reader(problems)
-    unified_h = layout.unified
-    unified = cg.folder(unified_h) if unified_h else None
-
-    found = _controllers(layout)
-
-    def folder_of(controller: str) -> Optional[Folder]:
-        h = found.get(controller)
-        return cg.folder(h) if h is not None else None
-
-    def absent(controller: str) -> None:
-        problems.append(Problem(controller, "unavailable", f"no {controller} cgroup for {cg.path}"))
-
-    def enabled(folder: Optional[Folder], marker: str, controller: str,
-                read: Callable[[Folder, _Reader], T], empty: T) -> T:
-        # v2 shows a controller's files only where the parent enables it in
-        # cgroup.subtree_control: no marker file, no controller (null, with the reason).
-        if folder is None:
-            return empty
-        if marker not in folder.files:
-            absent(controller)
-            return empty
-        return read(folder, r)
+    _layout, acct, cpu_f, unified, mem_f, blk_f, pids_f = _plan(cg, layout)
 
     if layout.kind == "v2":
-        cpu = _cpu_v2(unified, r) if unified else CpuSample()
-        memory = enabled(unified, "memory.current", "memory", _memory_v2, MemorySample())
-        io = enabled(unified, "io.stat", "io", _io_v2, IoSample(None))
-        pids = enabled(unified, "pids.current", "pids", _pids, PidsSample())
+        # v2 shows a controller's files only where the parent enables it in
+        # cgroup.subtree_control: no marker file, no controller (null, with the reason).
+        cpu = _cpu_v2(unified, r) if unified else _NO_CPU
+        memory, io, pids = _NO_MEMORY, _NO_IO, _NO_PIDS
+        if unified is not None:
+            files = unified.files
+            if "memory.current" in files:
+                memory = _memory_v2(unified, r)
+            else:
+                _absent(problems, "memory", cg)
+            if "io.stat" in files:
+                io = _io_v2(unified, r)
+            else:
+                _absent(problems, "io", cg)
+            if "pids.current" in files:
+                pids = _pids(unified, r)
+            else:
+                _absent(problems, "pids", cg)
     else:
-        acct, cpu_f = folder_of("cpuacct"), folder_of("cpu")
         if acct is None and cpu_f is None and unified is None:
-            absent("cpu")
+            _absent(problems, "cpu", cg)
         cpu = _cpu_v1(acct, cpu_f, unified, r)
-        mem_f, blk_f, pids_f = folder_of("memory"), folder_of("blkio"), folder_of("pids")
-        memory = _memory_v1(mem_f, r) if mem_f else MemorySample()
-        io = _io_v1(blk_f, r) if blk_f else IoSample(None)
-        pids = _pids(pids_f, r) if pids_f else PidsSample()
-        for name, f in (("memory", mem_f), ("io", blk_f), ("pids", pids_f)):
-            if f is None:
-                absent(name)
+        memory = _memory_v1(mem_f, r) if mem_f else _NO_MEMORY
+        io = _io_v1(blk_f, r) if blk_f else _NO_IO
+        pids = _pids(pids_f, r) if pids_f else _NO_PIDS
+        if mem_f is None:
+            _absent(problems, "memory", cg)
+        if blk_f is None:
+            _absent(problems, "io", cg)
+        if pids_f is None:
+            _absent(problems, "pids", cg)
 
     pressure: Dict[str, Optional[PressureSample]] = {}
-    for resource in PRESSURE_RESOURCES:
-        has = unified is not None and (resource + ".pressure") in unified.files
-        pressure[resource] = _pressure(unified, resource, r) if unified is not None and has else None
-    if not any(v is not None for v in pressure.values()) and not any(
-        p.source.endswith(".pressure") for p in problems
-    ):
+    any_pressure = False
+    for resource, name in _PRESSURE_FILES:
+        value = None
+        if unified is not None and name in unified.files:
+            value = r.get(unified, name, _pressure_sample)
+            any_pressure = any_pressure or value is not None
+        pressure[resource] = value
+    if not any_pressure and not any(p.source.endswith(".pressure") for p in problems):
         problems.append(Problem("pressure", "unavailable", "no PSI files for this cgroup (cgroup v1, or kernel without PSI)"))
 
     return Sample(cg.path, cg.paths, cg.inodes, time_s, wall_s, cpu, memory, io, pids,
                   pressure, tuple(problems), gone=r.gone)
+
+
+def _absent(problems: List[Problem], controller: str, cg: Cgroup) -> None:
+    problems.append(Problem(controller, "unavailable", f"no {controller} cgroup for {cg.path}"))

@@ -69,13 +69,12 @@ RESCAN_S = 60.0  # a full walk of followed hierarchies at least this often
 class _Followed:
     """One hierarchy followed with inotify: its folders outside delegated subtrees."""
 
-    __slots__ = ("h", "tree", "delegated", "wds", "ok", "changed")
+    __slots__ = ("h", "tree", "delegated", "ok", "changed")
 
     def __init__(self, h: Hierarchy):
         self.h = h
         self.tree: Dict[str, Folder] = {}
         self.delegated: Dict[str, Tuple[str, int]] = {}  # user@UID.service path -> (local, inode)
-        self.wds: Set[int] = set()
         self.ok = True  # False: walked every tick (watch limit reached)
         self.changed = True
 
@@ -85,8 +84,7 @@ def _close_all(ino: Inotify, follow: Dict[str, _Followed]) -> None:
     ino.close()
     for f in follow.values():
         for folder in f.tree.values():
-            KEPT.forget(folder.local)
-            handles.WATCHED.discard(folder.local)
+            KEPT.forget(folder)
 
 
 def load_inode_manifest(fs: HostFS) -> Dict[str, int]:
@@ -154,7 +152,9 @@ class Discoverer:
             follow = os.environ.get("CGSTAT_INOTIFY", "1") != "0"
         self._inotify: Optional[Inotify] = None
         self._follow: Dict[str, _Followed] = {}  # hierarchy name -> followed tree
-        self._wd: Dict[int, Tuple[_Followed, str]] = {}  # watch -> (its tree, folder path)
+        # watch -> the folder it was added for (its hierarchy and path; the tree holds the
+        # folder as it is now)
+        self._wd: Dict[int, Folder] = {}
         self._rescan_at = 0.0
         self._result: Optional[List[Cgroup]] = None  # the last join, while nothing changed
         self._result_key: Optional[Dict[str, Dict[str, Folder]]] = None  # delegated trees it used
@@ -219,19 +219,25 @@ class Discoverer:
         return out
 
     def _walk(self, h: Hierarchy, stack: List[Tuple[str, str, int, Optional[str]]], out: Dict[str, Folder],
-              left_out: Optional[Dict[str, int]], follow: Optional["_Followed"]) -> None:
+              left_out: Optional[Dict[str, int]], follow: Optional["_Followed"],
+              reuse: Optional[Dict[str, Folder]] = None) -> None:
         """Walk from the folders on `stack` into `out`. With `follow`, each folder outside
         a delegated subtree is watched before it is listed (so no child made meanwhile is
-        missed), and delegated subtrees are not entered: their roots go to follow.delegated."""
+        missed), and delegated subtrees are not entered: their roots go to follow.delegated.
+        `reuse`: folders of an earlier walk, kept where nothing about them changed (a rescan
+        then allocates nothing for an unchanged tree)."""
         cap = self.max_user_cgroups
         used: Dict[str, int] = {}  # delegated subtree -> folders admitted so far
         # (printable path, local path, inode, delegated subtree above it or None)
         while stack:
             path, local, ino, subtree = stack.pop()
-            if follow is not None and subtree is None and not self._watch(follow, path, local):
-                if not follow.ok:
-                    return
-                continue  # gone meanwhile
+            wd = None
+            if follow is not None and subtree is None:
+                wd = self._watch(follow, local)
+                if wd is None:
+                    if not follow.ok:
+                        return
+                    continue  # gone meanwhile
             budget = None if subtree is None or cap is None else max(0, cap - used.get(subtree, 0))
             try:
                 with os.scandir(local) as it:
@@ -251,8 +257,18 @@ class Discoverer:
                             left_out[subtree] = left_out.get(subtree, 0) + dropped
             except OSError:
                 # Removed while walking (ENOENT) or unreadable: not a cgroup this tick.
+                if wd is not None and self._inotify is not None:
+                    self._inotify.rm_watch(wd)
                 continue
-            out[path] = Folder(h, path, local, self._inode(local, ino), self._files(listing.files))
+            inode = self._inode(local, ino)
+            files = self._files(listing.files)
+            folder = reuse.get(path) if reuse is not None else None
+            if (folder is None or folder.inode != inode or folder.files is not files
+                    or folder.watched != (wd is not None) or folder.local != local):
+                folder = Folder(h, path, local, inode, files, wd is not None)
+            out[folder.path] = folder
+            if wd is not None:
+                self._wd[wd] = folder
             if budget is not None:
                 children.reverse()  # popped smallest first: a stable choice
             for name, child_local, child_ino in children:
@@ -268,32 +284,29 @@ class Discoverer:
 
     # -- following -------------------------------------------------------------------
 
-    def _watch(self, f: "_Followed", path: str, local: str) -> bool:
-        """Watch one folder; False when it is gone, or (f.ok False) past the watch limit."""
+    def _watch(self, f: "_Followed", local: str) -> Optional[int]:
+        """Watch one folder: the watch, or None when it is gone or (f.ok False) past the
+        watch limit. The caller maps the watch to the folder it then lists."""
         assert self._inotify is not None
         try:
-            wd = self._inotify.add_watch(local)
+            return self._inotify.add_watch(local)
         except OSError as exc:
             if exc.errno in (errno.ENOENT, errno.ENOTDIR):
-                return False
+                return None
             # ENOSPC (fs.inotify.max_user_watches) or anything else: walk it every tick.
             self._unfollow(f, f"cannot watch {quote(local)} ({os.strerror(exc.errno or 0)}): "
                               f"walking the {f.h.name} hierarchy every tick instead")
-            return False
-        self._wd[wd] = (f, path)
-        f.wds.add(wd)
-        handles.WATCHED.add(local)
-        return True
+            return None
+
+    def _watches(self, f: "_Followed") -> List[int]:
+        return [wd for wd, folder in self._wd.items() if folder.hierarchy is f.h]
 
     def _unfollow(self, f: "_Followed", why: str) -> None:
         f.ok = False
-        for wd in f.wds:
-            self._wd.pop(wd, None)
+        for wd in self._watches(f):
+            del self._wd[wd]
             if self._inotify is not None:
                 self._inotify.rm_watch(wd)
-        for folder in f.tree.values():
-            handles.WATCHED.discard(folder.local)
-        f.wds = set()
         f.tree = {}
         f.delegated = {}
         if self.warn is not None:
@@ -303,21 +316,25 @@ class Discoverer:
         """Walk a followed hierarchy from its mount point again, watching every folder."""
         self.rescans += 1
         old = f.tree
-        old_wds = f.wds
-        for folder in old.values():
-            handles.WATCHED.discard(folder.local)
-        f.tree, f.delegated, f.wds = {}, {}, set()
+        old_wds = self._watches(f)
+        f.tree, f.delegated = {}, {}
         try:
             root_ino = os.stat(f.h.mount_dir).st_ino
         except OSError:
             root_ino = None
         if root_ino is not None:
-            self._walk(f.h, [("/", f.h.mount_dir, root_ino, None)], f.tree, None, f)
-        for wd in old_wds - f.wds:
-            if self._wd.get(wd, (None,))[0] is f:
+            self._walk(f.h, [("/", f.h.mount_dir, root_ino, None)], f.tree, None, f, old)
+        if not f.ok:
+            return
+        # inotify_add_watch of a watched inode gives its watch again, so the walk mapped
+        # every watch still in use to a folder of the new tree; the others are stale.
+        tree = f.tree
+        for wd in old_wds:
+            folder = self._wd.get(wd)
+            if folder is not None and tree.get(folder.path) is not folder:
                 del self._wd[wd]
-            if self._inotify is not None:
-                self._inotify.rm_watch(wd)
+                if self._inotify is not None:
+                    self._inotify.rm_watch(wd)
         f.changed = True
 
     def _apply(self, events) -> None:
@@ -331,11 +348,11 @@ class Discoverer:
             hit = self._wd.get(wd)
             if hit is None:
                 continue
-            f, path = hit
             if mask & inotify.IN_IGNORED:
                 del self._wd[wd]
-                f.wds.discard(wd)
                 continue
+            f = self._follow[hit.hierarchy.name]
+            path = hit.path
             parent = f.tree.get(path)
             if parent is None:
                 continue
@@ -349,7 +366,7 @@ class Discoverer:
                     if name == "cgroup.subtree_control":
                         self._refresh_children_files(f, path)
                     elif name in handles.SLOW_FILES:
-                        KEPT.modified(parent.local, name)
+                        KEPT.modified(parent, name)
                 continue
             text = decode_name(name)
             child = path + text if path == "/" else path + "/" + text
@@ -381,9 +398,7 @@ class Discoverer:
         prefixes = tuple(p + "/" for p in paths)
         gone = [p for p in f.tree if p in exact or p.startswith(prefixes)]
         for p in gone:
-            folder = f.tree.pop(p)
-            KEPT.forget(folder.local)
-            handles.WATCHED.discard(folder.local)
+            KEPT.forget(f.tree.pop(p))
         for p in [d for d in f.delegated if d in exact or d.startswith(prefixes)]:
             del f.delegated[p]
         f.changed = True
@@ -402,7 +417,8 @@ class Discoverer:
                     continue
                 files = self._files(listing.files)
                 if files != folder.files:
-                    f.tree[p] = Folder(folder.hierarchy, folder.path, folder.local, folder.inode, files)
+                    f.tree[p] = Folder(folder.hierarchy, folder.path, folder.local, folder.inode, files,
+                                       folder.watched)
                     f.changed = True
 
     def _trees(self, left_out: Dict[str, int]) -> Tuple[Dict[str, Dict[str, Folder]], bool]:
@@ -495,8 +511,8 @@ class Discoverer:
         result = self._join_trees(trees)
         self._result = result
         self._recheck_at = min(self._memberless.values(), default=float("inf")) + _EMPTY_RECHECK_S
-        if self._follow:
-            KEPT.retain({f.local for tree in trees.values() for f in tree.values()})
+        # Close what is kept for folders gone from the trees (also when walking every tick).
+        KEPT.retain({h.mount_dir: trees[h.name] for h in self.layout.hierarchies})
         return list(result)
 
     def _join_trees(self, trees: Dict[str, Dict[str, Folder]]) -> List[Cgroup]:

@@ -7,14 +7,15 @@ every tick (the C reader in bench/ is 4-6x cheaper that way than with open/read/
 Rules:
 - Only on a real cgroup filesystem (statfs magic), never on a recorded tree, whose files
   tests and users replace by rename (a kept descriptor would read the old file).
-- A descriptor belongs to one life of a folder: the entry is keyed by the folder's local
-  path and its inode; a new inode (removed and made again) closes the old descriptors.
+- A descriptor belongs to one life of a folder: the entry is keyed by the folder's mount
+  point and cgroup path, and holds its inode; a new inode (removed and made again) closes
+  the old descriptors.
 - A read that fails (ENODEV: the cgroup was removed under an open file) closes that
   folder's descriptors; discover.py also forgets a folder as soon as it sees it go.
-- Capped: at most `cap` descriptors (default: 16,384, and never more than a quarter of
-  RLIMIT_NOFILE's soft limit, the rest left to everything else). Past the cap a file is
-  read with open/read/close; nothing is evicted (a tick reads every file once, in the same
-  order, where an LRU would only churn).
+- Capped: at most `cap` descriptors (default: 16,384, and never more than three quarters
+  of RLIMIT_NOFILE's soft limit, the last quarter left to everything else). Past the cap a
+  file is read with open/read/close; nothing is evicted (a tick reads every file once, in
+  the same order, where an LRU would only churn).
 - Each kept descriptor pins kernel memory: the struct file, kernfs_open_file, seq_file and
   its buffer (one page, more for a file that ever outgrew it), ~4.5 KiB; `pinned_bytes()`
   is that estimate. bench/tick_cost.py measures the real figure from the agent's memory
@@ -23,7 +24,9 @@ Rules:
 Limit files (cpu.cfs_quota_us, cpu.max, memory.limit_in_bytes, memory.max, pids.max ...)
 change only when someone writes them, and a write shows as IN_MODIFY on the folder's
 inotify watch. For a folder discover.py watches, the parsed value of such a file is kept
-and re-read only after IN_MODIFY, after an inotify overflow, or every SLOW_REFRESH_S.
+and re-read only after IN_MODIFY, after an inotify overflow, or at the full rescan every
+SLOW_REFRESH_S. They are always read with open/read/close: a descriptor kept for a file
+read once a minute would take a slot (and pin a page) for nothing.
 """
 
 from __future__ import annotations
@@ -31,9 +34,12 @@ from __future__ import annotations
 import ctypes
 import os
 import resource
-from typing import Any, Dict, Optional, Set
+from typing import TYPE_CHECKING, Any, Dict, Iterator, List, Optional, Tuple
 
 from cgstat.kernel.hostfs import classify, read_bytes
+
+if TYPE_CHECKING:
+    from cgstat.kernel.tree import Folder
 
 # statfs(2) f_type of the two cgroup filesystems (linux/magic.h)
 CGROUP_SUPER_MAGIC = 0x27E0EB
@@ -107,124 +113,187 @@ def is_cgroupfs(path: str) -> bool:
     return result
 
 
-class _Folder:
-    """The kept state of one folder's life."""
+class _Entry:
+    """The kept state of one folder's life: by file name, the descriptor (an int) of a file
+    read every tick, or (value,) for a slow file of a watched folder. One dict for both:
+    a slow file never holds a descriptor."""
 
-    __slots__ = ("inode", "fds", "values")
+    __slots__ = ("inode", "kept")
 
     def __init__(self, inode: int):
         self.inode = inode
-        self.fds: Dict[str, int] = {}
-        self.values: Dict[str, Any] = {}  # slow file -> (parsed value,), while watched
+        self.kept: Dict[str, Any] = {}
+
+    def fds(self) -> List[int]:
+        return [v for v in self.kept.values() if v.__class__ is int]
 
 
 class KeptFiles:
-    """Descriptors (and slow values) by folder local path; see the module's text."""
+    """Descriptors (and slow values) by folder (mount point, then cgroup path); see the
+    module's text."""
 
     def __init__(self, cap: Optional[int] = None):
         self.cap = _default_cap() if cap is None else cap
         self.count = 0  # descriptors open now
         self.overflowed = 0  # reads done with open/read/close because of the cap
-        self._folders: Dict[str, _Folder] = {}
+        self._mounts: Dict[str, Dict[str, _Entry]] = {}  # mount_dir -> cgroup path -> entry
 
     # -- reading ---------------------------------------------------------------------
 
-    def _entry(self, local: str, inode: int) -> _Folder:
-        entry = self._folders.get(local)
-        if entry is None or entry.inode != inode:
-            if entry is not None:
-                self._close(entry)
-            entry = self._folders[local] = _Folder(inode)
+    def _lookup(self, folder: Folder) -> Optional[_Entry]:
+        tree = self._mounts.get(folder.hierarchy.mount_dir)
+        if tree is None:
+            return None
+        entry = tree.get(folder.path)
+        if entry is None or entry.inode != folder.inode:
+            return None
         return entry
 
-    def read(self, local: str, inode: int, name: str) -> bytes:
-        """The bytes of local/name through a kept descriptor; raises ReadError like read_bytes."""
-        entry = self._folders.get(local)
-        if entry is None or entry.inode != inode:
-            entry = self._entry(local, inode)
-        fd = entry.fds.get(name)
-        if fd is None:
-            path = local + "/" + name
-            if self.count >= self.cap:
-                self.overflowed += 1
-                return read_bytes(path)
-            try:
-                fd = os.open(path, _FLAGS)
-            except OSError as exc:
-                raise classify(exc, path) from None
-            entry.fds[name] = fd
-            self.count += 1
+    def _entry(self, folder: Folder) -> _Entry:
+        """The entry of this life of the folder; a new inode closes the old one's."""
+        tree = self._mounts.get(folder.hierarchy.mount_dir)
+        if tree is None:
+            tree = self._mounts[folder.hierarchy.mount_dir] = {}
+        entry = tree.get(folder.path)
+        if entry is None or entry.inode != folder.inode:
+            if entry is not None:
+                self._close(entry)
+            entry = tree[folder.path] = _Entry(folder.inode)
+        return entry
+
+    def read(self, folder: Folder, name: str) -> bytes:
+        """The bytes of a file of `folder` through a kept descriptor; raises ReadError like
+        read_bytes. Slow files are read with open/read/close (they never hold a slot)."""
+        tree = self._mounts.get(folder.hierarchy.mount_dir)
+        if tree is not None:
+            entry = tree.get(folder.path)
+            if entry is not None and entry.inode == folder.inode:
+                fd = entry.kept.get(name)
+                if fd.__class__ is int:
+                    try:
+                        data = os.pread(fd, _READ, 0)
+                    except OSError as exc:
+                        # ENODEV: removed under us. Whatever it was, don't keep a descriptor
+                        # that fails.
+                        self.forget(folder)
+                        raise classify(exc, folder.local + "/" + name) from None
+                    if len(data) >= _READ:
+                        return read_bytes(folder.local + "/" + name)  # large: chunked, capped
+                    return data
+        return self._open(folder, name)
+
+    def _open(self, folder: Folder, name: str) -> bytes:
+        path = folder.local + "/" + name
+        if name in SLOW_FILES:
+            return read_bytes(path)
+        if self.count >= self.cap:
+            self.overflowed += 1
+            return read_bytes(path)
+        try:
+            fd = os.open(path, _FLAGS)
+        except OSError as exc:
+            raise classify(exc, path) from None
+        self._entry(folder).kept[name] = fd
+        self.count += 1
         try:
             data = os.pread(fd, _READ, 0)
         except OSError as exc:
-            # ENODEV: removed under us. Whatever it was, don't keep a descriptor that fails.
-            self.forget(local)
-            raise classify(exc, local + "/" + name) from None
+            self.forget(folder)
+            raise classify(exc, path) from None
         if len(data) >= _READ:
-            return read_bytes(local + "/" + name)  # a large file: the chunked, capped read
+            return read_bytes(path)
         return data
+
+    def release(self, folder: Folder, name: str) -> None:
+        """Close the descriptor kept for one file of `folder`, if any (no longer read)."""
+        entry = self._lookup(folder)
+        if entry is not None:
+            fd = entry.kept.get(name)
+            if fd.__class__ is int:
+                del entry.kept[name]
+                self.count -= 1
+                try:
+                    os.close(fd)
+                except OSError:
+                    pass
 
     # -- slow files ------------------------------------------------------------------
 
-    def cached(self, local: str, inode: int, name: str) -> Any:
+    def cached(self, folder: Folder, name: str) -> Any:
         """(value,) of a slow file of a watched folder, or None (read it)."""
-        entry = self._folders.get(local)
-        if entry is None or entry.inode != inode or local not in WATCHED:
+        if not folder.watched:
             return None
-        return entry.values.get(name)
+        entry = self._lookup(folder)
+        if entry is None:
+            return None
+        return entry.kept.get(name)
 
-    def keep(self, local: str, inode: int, name: str, value: Any) -> None:
-        entry = self._folders.get(local)
-        if entry is not None and entry.inode == inode and local in WATCHED:
-            entry.values[name] = (value,)
+    def keep(self, folder: Folder, name: str, value: Any) -> None:
+        if folder.watched and name in SLOW_FILES:
+            self._entry(folder).kept[name] = (value,)
 
-    def modified(self, local: str, name: str) -> None:
-        """IN_MODIFY: `name` of that folder was written; read it again."""
-        entry = self._folders.get(local)
-        if entry is not None and entry.values:
-            entry.values.pop(name, None)
+    def modified(self, folder: Folder, name: str) -> None:
+        """IN_MODIFY: slow file `name` of that folder was written; read it again."""
+        entry = self._lookup(folder)
+        if entry is not None and name in SLOW_FILES:
+            entry.kept.pop(name, None)
 
     def drop_values(self) -> None:
         """Forget every slow value (events were lost, or the periodic refresh)."""
-        for entry in self._folders.values():
-            if entry.values:
-                entry.values.clear()
+        for tree in self._mounts.values():
+            for entry in tree.values():
+                kept = entry.kept
+                for name in [n for n, v in kept.items() if v.__class__ is not int]:
+                    del kept[name]
 
     # -- lifetime --------------------------------------------------------------------
 
-    def _close(self, entry: _Folder) -> None:
-        for fd in entry.fds.values():
+    def _close(self, entry: _Entry) -> None:
+        fds = entry.fds()
+        for fd in fds:
             try:
                 os.close(fd)
             except OSError:
                 pass
-        self.count -= len(entry.fds)
-        entry.fds = {}
-        entry.values.clear()
+        self.count -= len(fds)
+        entry.kept = {}
 
-    def forget(self, local: str) -> None:
+    def forget(self, folder: Folder) -> None:
         """Close what is kept for a folder (gone, or no longer read)."""
-        entry = self._folders.pop(local, None)
-        if entry is not None:
-            self._close(entry)
+        tree = self._mounts.get(folder.hierarchy.mount_dir)
+        if tree is not None:
+            entry = tree.pop(folder.path, None)
+            if entry is not None:
+                self._close(entry)
+            if not tree:
+                del self._mounts[folder.hierarchy.mount_dir]
 
-    def forget_below(self, local: str) -> None:
-        """forget() a folder and every folder below it."""
-        prefix = local + "/"
-        for key in [k for k in self._folders if k == local or k.startswith(prefix)]:
-            self.forget(key)
-
-    def retain(self, live) -> None:
-        """Forget every folder whose local path is not in `live` (a set)."""
-        for key in [k for k in self._folders if k not in live]:
-            self.forget(key)
+    def retain(self, trees: Dict[str, Dict[str, Folder]]) -> None:
+        """For each mount point given, forget every folder not in its tree (cgroup path ->
+        Folder). Other mount points are left alone."""
+        for mount, tree in trees.items():
+            kept = self._mounts.get(mount)
+            if kept is None:
+                continue
+            for path in [p for p in kept if p not in tree]:
+                self._close(kept.pop(path))
+            if not kept:
+                del self._mounts[mount]
 
     def close_all(self) -> None:
-        for key in list(self._folders):
-            self.forget(key)
+        for kept in self._mounts.values():
+            for entry in kept.values():
+                self._close(entry)
+        self._mounts = {}
+
+    def entries(self) -> Iterator[Tuple[str, str, _Entry]]:
+        """(mount point, cgroup path, entry) of every folder with something kept."""
+        for mount, kept in self._mounts.items():
+            for path, entry in kept.items():
+                yield mount, path, entry
 
     def folders(self) -> int:
-        return len(self._folders)
+        return sum(len(kept) for kept in self._mounts.values())
 
     def pinned_bytes(self) -> int:
         """Estimated kernel memory held by the kept descriptors."""
@@ -232,6 +301,4 @@ class KeptFiles:
 
 
 KEPT = KeptFiles()
-# Local paths of the folders an inotify watch follows now (discover.py keeps this).
-WATCHED: Set[str] = set()
 ENABLED = os.environ.get("CGSTAT_KEEP_FDS", "1") != "0"

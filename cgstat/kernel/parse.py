@@ -157,7 +157,7 @@ _PSI_LINE = re.compile(
 )
 
 
-_PSI_FILE = re.compile(
+PSI_FILE = re.compile(  # the kernel's own two lines (cgroups.py parses these straight to a sample)
     r"some avg10=(\d+\.\d+) avg60=(\d+\.\d+) avg300=(\d+\.\d+) total=(\d+)\n"
     r"full avg10=(\d+\.\d+) avg60=(\d+\.\d+) avg300=(\d+\.\d+) total=(\d+)\n", re.ASCII
 )
@@ -170,7 +170,7 @@ def parse_pressure(text: str) -> Dict[str, Dict[str, float]]:
     kernels before 5.13. (Format: Documentation/accounting/psi.rst; keys beyond these four
     are tolerated.)
     """
-    m = _PSI_FILE.fullmatch(text)
+    m = PSI_FILE.fullmatch(text)
     if m is not None:  # the kernel's own two lines, in one match
         g = m.groups()
         some_total, full_total = int(g[3]), int(g[7])
