@@ -15,8 +15,7 @@ keep it between cron runs.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, Dict, Optional, Tuple
+from typing import Any, Dict, NamedTuple, Optional, Tuple
 
 from cgstat.kernel.netns import NetworkResult, NetworkSample
 
@@ -24,8 +23,9 @@ from cgstat.kernel.netns import NetworkResult, NetworkSample
 IfRow = Tuple[int, int, int, int]
 
 
-@dataclass(frozen=True)
-class NetworkCounters:
+class NetworkCounters(NamedTuple):
+    """What rates need of one namespace's reading (kept per cgroup from tick to tick)."""
+
     netns: int
     time_s: float
     interfaces: Dict[str, IfRow]
@@ -56,8 +56,7 @@ def network_counters(sample: Optional[NetworkSample]) -> Optional[NetworkCounter
         for i in sample.interfaces})
 
 
-@dataclass(frozen=True)
-class NetworkRates:
+class NetworkRates(NamedTuple):
     interval_s: Optional[float] = None
     rx_bytes_per_second: Optional[float] = None
     tx_bytes_per_second: Optional[float] = None

@@ -14,7 +14,6 @@ cron runs.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Dict, NamedTuple, Optional, Tuple
 
 from cgstat.kernel.sample import Sample
@@ -33,8 +32,9 @@ class IoRow(NamedTuple):
     write_ops: Optional[int]
 
 
-@dataclass(frozen=True)
-class Counters:
+class Counters(NamedTuple):
+    """What rates need of one sample (a tuple: one per cgroup is kept from tick to tick)."""
+
     inodes: Tuple[Tuple[str, int], ...]  # (hierarchy, folder inode): one life of the cgroup
     time_s: float
     cpu_usage_seconds: Optional[float]
@@ -91,12 +91,14 @@ def _opt_float(v) -> Optional[float]:
 
 
 def counters(sample: Sample, network: Optional[NetworkSample] = None) -> Counters:
-    io = None
-    if sample.io.devices is not None:
+    cpu = sample.cpu
+    devices = sample.io.devices
+    io: Optional[Dict[str, IoRow]] = None
+    if devices is not None:
         io = {d.device: IoRow(d.read_bytes_total, d.write_bytes_total, d.read_ops_total, d.write_ops_total)
-              for d in sample.io.devices}
-    return Counters(sample.inodes, sample.time_s, sample.cpu.usage_seconds_total,
-                    sample.cpu.periods_total, sample.cpu.throttled_periods_total, io, network_counters(network))
+              for d in devices}
+    return Counters(sample.inodes, sample.time_s, cpu.usage_seconds_total, cpu.periods_total,
+                    cpu.throttled_periods_total, io, None if network is None else network_counters(network))
 
 
 class IoRates(NamedTuple):
@@ -109,10 +111,12 @@ class IoRates(NamedTuple):
 
 
 NO_IO_RATES = IoRates()
+_IDLE_IO_RATES = IoRates(0.0, 0.0, 0.0, 0.0)  # no devices then and now: nothing moved
 
 
-@dataclass(frozen=True)
-class Rates:
+class Rates(NamedTuple):
+    """The rates of one cgroup between two samples (a tuple: one per record per tick)."""
+
     interval_s: Optional[float] = None
     cpu_percent: Optional[float] = None
     cpu_throttled_percent: Optional[float] = None
@@ -144,7 +148,10 @@ def _sum(rows, i):
 
 
 def derive(prev: Optional[Counters], cur: Counters, cpus: Optional[int]) -> Rates:
-    """Rates between two samples of one cgroup, or NO_RATES when they can't be compared."""
+    """Rates between two samples of one cgroup, or NO_RATES when they can't be compared.
+
+    Called for every record of every tick: the common cases (no previous sample, a cgroup
+    without IO devices or network) take no generic loop."""
     if prev is None or prev.inodes != cur.inodes:
         return NO_RATES
     dt = cur.time_s - prev.time_s
@@ -170,16 +177,23 @@ def derive(prev: Optional[Counters], cur: Counters, cpus: Optional[int]) -> Rate
         throttled = 0.0
     totals = NO_IO_RATES
     devices: Optional[Dict[str, IoRates]] = None
-    if prev.io is not None and cur.io is not None:
+    old_io, new_io = prev.io, cur.io
+    if old_io is not None and new_io is not None:
         devices = {}
-        for dev, row in cur.io.items():
-            old = prev.io.get(dev)
-            # a device without an earlier reading has no rate yet
-            devices[dev] = NO_IO_RATES if old is None else _io_rates(old, row, dt)
-        if set(prev.io) <= set(cur.io):
-            totals = _io_rates(_sums(prev.io.values()), _sums(cur.io.values()), dt)
-    return Rates(dt, cpu_percent, throttled, *totals, devices=devices,
-                 network=network_rates(prev.network, cur.network))
+        if not new_io:
+            if not old_io:
+                totals = _IDLE_IO_RATES  # what the sums of no rows give: 0 moved over dt
+        else:
+            for dev, row in new_io.items():
+                old = old_io.get(dev)
+                # a device without an earlier reading has no rate yet
+                devices[dev] = NO_IO_RATES if old is None else _io_rates(old, row, dt)
+            if old_io.keys() <= new_io.keys():
+                totals = _io_rates(_sums(old_io.values()), _sums(new_io.values()), dt)
+    network = NO_NETWORK_RATES
+    if prev.network is not None and cur.network is not None:
+        network = network_rates(prev.network, cur.network)
+    return Rates(dt, cpu_percent, throttled, totals[0], totals[1], totals[2], totals[3], devices, network)
 
 
 def _io_rates(old: IoRow, new: IoRow, dt: float) -> IoRates:

@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import math
 import time
-from typing import Any, Dict, Iterable, List, Optional
+from typing import Any, Dict, Iterable, List, Optional, Tuple
 
 from cgstat.gpu.join import Attributed
 from cgstat.gpu.sample import GpuDevice
 from cgstat.kernel.host import HostInfo
 from cgstat.kernel.netns import NetworkResult
-from cgstat.kernel.sample import PRESSURE_RESOURCES, Problem, Sample
+from cgstat.kernel.sample import PressureSample, Problem, Sample
 from cgstat.naming.workload import Workload
 from cgstat.pipeline.network import network_record
 from cgstat.pipeline.rates import NO_IO_RATES, Rates
@@ -42,10 +42,17 @@ def number_at(record: Any, *keys: str) -> Optional[float]:
     return value
 
 
+_second: Tuple[int, str] = (-1, "")  # the last second formatted: a tick's records share it
+
+
 def rfc3339(wall_s: float) -> str:
+    global _second
     whole = int(wall_s)
     ms = int((wall_s - whole) * 1000)
-    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(whole)) + f".{ms:03d}Z"
+    last = _second  # one read, one write: a thread beside this one at worst formats again
+    if last[0] != whole:
+        last = _second = (whole, time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(whole)))
+    return f"{last[1]}.{ms:03d}Z"
 
 
 def build(sample: Sample, rates: Rates, workload: Workload, host: HostInfo,
@@ -64,11 +71,24 @@ def build(sample: Sample, rates: Rates, workload: Workload, host: HostInfo,
     if mem.working_set_bytes is not None and denominator:
         mem_percent = mem.working_set_bytes / denominator * 100.0
 
-    devices = None
-    if io.devices is not None:
+    devices: Optional[List[Dict[str, Any]]] = None
+    rows = io.devices
+    read_bytes: Optional[int]
+    write_bytes: Optional[int]
+    read_ops: Optional[int]
+    write_ops: Optional[int]
+    if rows is None:
+        read_bytes = write_bytes = read_ops = write_ops = None
+    elif not rows:  # an IO controller without devices: zero moved (IoSample.total of nothing)
+        read_bytes = write_bytes = read_ops = write_ops = 0
         devices = []
-        for d in io.devices:
-            dev_rates = (rates.devices or {}).get(d.device, NO_IO_RATES)
+    else:
+        read_bytes, write_bytes, read_ops, write_ops = (io.total("read_bytes_total"), io.total("write_bytes_total"),
+                                                        io.total("read_ops_total"), io.total("write_ops_total"))
+        devices = []
+        dev_rates_of = rates.devices or {}
+        for d in rows:
+            dev_rates = dev_rates_of.get(d.device, NO_IO_RATES)
             devices.append({
                 "device": d.device,
                 "name": workload.device_names.get(d.device),
@@ -84,15 +104,8 @@ def build(sample: Sample, rates: Rates, workload: Workload, host: HostInfo,
                 "write_ops_per_second": dev_rates.write_ops_per_second,
             })
 
-    pressure = {}
-    for resource in PRESSURE_RESOURCES:
-        p = sample.pressure.get(resource)
-        pressure[resource] = None if p is None else {
-            "some_avg10": p.some_avg10, "some_avg60": p.some_avg60, "some_avg300": p.some_avg300,
-            "some_seconds_total": p.some_seconds_total,
-            "full_avg10": p.full_avg10, "full_avg60": p.full_avg60, "full_avg300": p.full_avg300,
-            "full_seconds_total": p.full_seconds_total,
-        }
+    psi = sample.pressure.get  # the record has every resource of kernel/sample.PRESSURE_RESOURCES
+    pressure = {"cpu": _pressure(psi("cpu")), "memory": _pressure(psi("memory")), "io": _pressure(psi("io"))}
 
     return {
         "schema": SCHEMA_VERSION,
@@ -132,10 +145,10 @@ def build(sample: Sample, rates: Rates, workload: Workload, host: HostInfo,
             "oom_events_total": mem.oom_events_total,
         },
         "io": {
-            "read_bytes_total": io.total("read_bytes_total"),
-            "write_bytes_total": io.total("write_bytes_total"),
-            "read_ops_total": io.total("read_ops_total"),
-            "write_ops_total": io.total("write_ops_total"),
+            "read_bytes_total": read_bytes,
+            "write_bytes_total": write_bytes,
+            "read_ops_total": read_ops,
+            "write_ops_total": write_ops,
             "read_bytes_per_second": rates.read_bytes_per_second,
             "write_bytes_per_second": rates.write_bytes_per_second,
             "read_ops_per_second": rates.read_ops_per_second,
@@ -148,6 +161,17 @@ def build(sample: Sample, rates: Rates, workload: Workload, host: HostInfo,
         "gpu": gpu,
         "errors": _problems(sample.errors if network is None or network.problem is None
                             else list(sample.errors) + [network.problem]),
+    }
+
+
+def _pressure(p: Optional[PressureSample]) -> Optional[Dict[str, Optional[float]]]:
+    if p is None:
+        return None
+    return {
+        "some_avg10": p.some_avg10, "some_avg60": p.some_avg60, "some_avg300": p.some_avg300,
+        "some_seconds_total": p.some_seconds_total,
+        "full_avg10": p.full_avg10, "full_avg60": p.full_avg60, "full_avg300": p.full_avg300,
+        "full_seconds_total": p.full_seconds_total,
     }
 
 
