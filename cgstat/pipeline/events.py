@@ -23,6 +23,9 @@ from __future__ import annotations
 
 import calendar
 import collections
+import itertools
+import math
+import operator
 import time
 from typing import Any, Deque, Dict, Iterable, List, Mapping, Optional, Tuple
 
@@ -111,17 +114,29 @@ def parse_ts(ts: Any) -> Optional[float]:
 def fit_line(points: List[Tuple[float, float]]) -> Tuple[float, float]:
     """Least-squares slope and R² of (x, y) points (R² = 1 for a flat or perfect line)."""
     n = len(points)
-    mx = sum(p[0] for p in points) / n
-    my = sum(p[1] for p in points) / n
-    sxx = sum((p[0] - mx) ** 2 for p in points)
-    sxy = sum((p[0] - mx) * (p[1] - my) for p in points)
-    syy = sum((p[1] - my) ** 2 for p in points)
+    xs, ys = [p[0] for p in points], [p[1] for p in points]
+    mx = sum(xs) / n
+    my = sum(ys) / n
+    # Two passes (deviations from the means, the stable way), the loops in C: run every
+    # tick on every changing cgroup's window.
+    dx = [x - mx for x in xs]
+    dy = [y - my for y in ys]
+    sxx = sum(map(pow, dx, itertools.repeat(2)))
+    sxy = sum(map(operator.mul, dx, dy))
+    syy = sum(map(pow, dy, itertools.repeat(2)))
     if sxx <= 0:
         return 0.0, 0.0
     slope = sxy / sxx
     if syy <= 0:
         return slope, 1.0
     return slope, (sxy * sxy) / (sxx * syy)
+
+
+def _number(value: Any) -> Optional[float]:
+    """record.number_at's rule for one value: a finite number, else None."""
+    if value is None or isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        return None
+    return value
 
 
 def _mib(n: Optional[float]) -> str:
@@ -162,12 +177,14 @@ class _Open:
 
 
 class _Cgroup:
-    __slots__ = ("ring", "t", "open")
+    __slots__ = ("ring", "t", "open", "ws", "ws_since")
 
     def __init__(self) -> None:
         self.ring: Deque[tuple] = collections.deque()
         self.t = 0.0
         self.open: Dict[str, _Open] = {}
+        self.ws: Optional[float] = None  # the last working set seen (not None)...
+        self.ws_since = math.inf  # ...and the time of the first sample since which every one seen was it
 
 
 class EventDetector:
@@ -239,13 +256,25 @@ class EventDetector:
             sm = number_at(gpu, "sm_percent")
             procs = gpu.get("processes")
             gprocs = len(procs) if isinstance(procs, list) else None
-        sample = (t, number_at(r, "memory", "working_set_bytes"), number_at(r, "memory", "limit_bytes"),
-                  number_at(r, "memory", "oom_kills_total"), number_at(r, "cpu", "usage_seconds_total"),
-                  number_at(r, "cpu", "periods_total"), number_at(r, "cpu", "throttled_periods_total"),
-                  number_at(r, "cpu", "limit_cores"), sm, gprocs)
+        # number_at's rules (a finite number, else None), one lookup of each object
+        mem, cpu = r.get("memory"), r.get("cpu")
+        if isinstance(mem, dict):
+            ws, limit, kills = (_number(mem.get("working_set_bytes")), _number(mem.get("limit_bytes")),
+                                _number(mem.get("oom_kills_total")))
+        else:
+            ws = limit = kills = None
+        if isinstance(cpu, dict):
+            usage, periods, throttled, cores = (_number(cpu.get("usage_seconds_total")), _number(cpu.get("periods_total")),
+                                                _number(cpu.get("throttled_periods_total")),
+                                                _number(cpu.get("limit_cores")))
+        else:
+            usage = periods = throttled = cores = None
+        sample = (t, ws, limit, kills, usage, periods, throttled, cores, sm, gprocs)
         prev = st.ring[-1] if st.ring else None
         ring = st.ring
         ring.append(sample)
+        if ws is not None and ws != st.ws:
+            st.ws, st.ws_since = ws, t
         while len(ring) >= 2 and ring[1][_T] <= t - th.window_s:
             ring.popleft()
         if len(ring) > th.max_samples:
@@ -260,11 +289,13 @@ class EventDetector:
         self._throttled(st, r, events)
         self._gpu_idle(st, r, events)
 
-    def _window(self, st: _Cgroup) -> Optional[List[tuple]]:
+    def _window(self, st: _Cgroup) -> Optional[Deque[tuple]]:
+        """The samples sustained rules judge (the ring itself: read it, never change it), or
+        None while they don't cover enough of the window yet."""
         ring = st.ring
         if len(ring) < 2 or ring[-1][_T] - ring[0][_T] < self.th.coverage * self.th.window_s:
             return None
-        return list(ring)
+        return ring
 
     def _raise(self, st: _Cgroup, r: Mapping[str, Any], kind: str, severity: str, message: str,
                evidence: Dict[str, Any], events: List[Dict[str, Any]], t: float) -> Dict[str, Any]:
@@ -335,8 +366,14 @@ class EventDetector:
         th = self.th
         window = self._window(st)
         t = sample[_T]
-        points = [(s[_T], s[_WS]) for s in (window or ()) if s[_WS] is not None]
         is_open = "memory_growth" in st.open
+        if (not is_open and window is not None and st.ws_since <= window[0][_T]
+                and th.growth_min_bytes_per_second >= 1.0):
+            # Every working set in the window is the same value: the fit's slope is 0 (a
+            # rounding residue far below a byte per second), never a climb. An idle
+            # cgroup's whole window is not fitted again every tick.
+            return
+        points = [(s[_T], s[_WS]) for s in (window or ()) if s[_WS] is not None]
         if window is None or len(points) < th.growth_min_samples:
             if is_open and sample[_WS] is None:
                 self._resolve(st, r, "memory_growth", t, "Memory growth", {}, events)
@@ -396,9 +433,11 @@ class EventDetector:
     # gpu_idle_cpu_bound: GPU processes at ~0 % SM while the CPU sits at its quota.
     def _gpu_idle(self, st: _Cgroup, r, events) -> None:
         th = self.th
+        is_open = "gpu_idle_cpu_bound" in st.open
+        if not is_open and not st.ring[-1][_GPROCS]:
+            return  # raising needs GPU processes in every sample, this one included
         window = self._window(st)
         t = st.ring[-1][_T]
-        is_open = "gpu_idle_cpu_bound" in st.open
         cores = st.ring[-1][_CORES]
         sm_values = [s[_SM] for s in (window or ()) if s[_SM] is not None]
         has_procs = window is not None and all(s[_GPROCS] for s in window)
@@ -472,7 +511,7 @@ class EventDetector:
         self._gpu_procs.clear()
 
 
-def _throttle_fraction(window: Optional[List[tuple]]) -> Tuple[Optional[float], int, int]:
+def _throttle_fraction(window: Optional[Deque[tuple]]) -> Tuple[Optional[float], int, int]:
     if window is None:
         return None, 0, 0
     first, last = window[0], window[-1]
@@ -485,10 +524,10 @@ def _throttle_fraction(window: Optional[List[tuple]]) -> Tuple[Optional[float], 
     return throttled / periods, periods, throttled
 
 
-def _throttled_share(window: List[tuple], fraction: float) -> float:
+def _throttled_share(window: Deque[tuple], fraction: float) -> float:
     """The share of the window's time whose tick-to-tick throttled fraction >= fraction."""
     total = hit = 0.0
-    for a, b in zip(window, window[1:]):
+    for a, b in zip(window, itertools.islice(window, 1, None)):
         dt = b[_T] - a[_T]
         total += dt
         if None in (a[_PERIODS], b[_PERIODS], a[_THROTTLED], b[_THROTTLED]):
@@ -499,7 +538,7 @@ def _throttled_share(window: List[tuple], fraction: float) -> float:
     return hit / total if total > 0 else 0.0
 
 
-def _cpu_percent(window: Optional[List[tuple]]) -> Optional[float]:
+def _cpu_percent(window: Optional[Deque[tuple]]) -> Optional[float]:
     if window is None:
         return None
     first, last = window[0], window[-1]
