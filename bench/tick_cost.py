@@ -202,24 +202,51 @@ def _raise_terminate(signum, frame):  # SIGTERM / SIGHUP -> unwind through final
 LAST_USER_SYS = (0.0, 0.0)  # (user, sys) seconds of the last run_rusage child
 
 
+RUSAGE: Optional[str] = None  # bench/rusage.c, compiled by compile_c
+
+
 def run_rusage(argv: Sequence[str], env: Optional[dict] = None, stdin=subprocess.DEVNULL) -> Tuple[int, float, float, int, str]:
-    """Run argv; return (exit code, cpu seconds user+sys, wall seconds, maxrss KiB, stderr)."""
+    """Run argv; return (exit code, cpu seconds user+sys, wall seconds, maxrss KiB, stderr).
+
+    Through bench/rusage.c when it is built: a child forked straight from this Python
+    process would count this process's memory in its ru_maxrss (see rusage.c)."""
     global LAST_USER_SYS
     with tempfile.TemporaryFile() as err:
-        t0 = time.monotonic()
-        proc = subprocess.Popen(argv, env=env, stdin=stdin, stdout=subprocess.DEVNULL, stderr=err)
-        try:
-            _, status, ru = os.wait4(proc.pid, 0)
-        except BaseException:
-            proc.kill()
-            proc.wait()
-            raise
-        wall = time.monotonic() - t0
-        code = os.waitstatus_to_exitcode(status) if hasattr(os, "waitstatus_to_exitcode") else status >> 8
-        proc.returncode = code  # already reaped: keep Popen from waiting again
-        LAST_USER_SYS = (ru.ru_utime, ru.ru_stime)
+        if RUSAGE is None:
+            t0 = time.monotonic()
+            proc = subprocess.Popen(argv, env=env, stdin=stdin, stdout=subprocess.DEVNULL, stderr=err)
+            try:
+                _, status, ru = os.wait4(proc.pid, 0)
+            except BaseException:
+                proc.kill()
+                proc.wait()
+                raise
+            wall = time.monotonic() - t0
+            code = os.waitstatus_to_exitcode(status) if hasattr(os, "waitstatus_to_exitcode") else status >> 8
+            proc.returncode = code  # already reaped: keep Popen from waiting again
+            user, system, maxrss = ru.ru_utime, ru.ru_stime, ru.ru_maxrss
+        else:
+            read_end, write_end = os.pipe()
+            try:
+                t0 = time.monotonic()
+                proc = subprocess.Popen([RUSAGE, str(write_end), *argv], env=env, stdin=stdin,
+                                        stdout=subprocess.DEVNULL, stderr=err, pass_fds=(write_end,))
+                os.close(write_end)
+                write_end = -1
+                with os.fdopen(read_end, "r") as report:
+                    read_end = -1
+                    line = report.read()
+                proc.wait()
+                wall = time.monotonic() - t0
+            finally:
+                for fd in (read_end, write_end):
+                    if fd >= 0:
+                        os.close(fd)
+            code_s, user_s, sys_s, rss_s = line.split()
+            code, user, system, maxrss = int(code_s), float(user_s), float(sys_s), int(rss_s)
+        LAST_USER_SYS = (user, system)
         err.seek(0)
-        return code, ru.ru_utime + ru.ru_stime, wall, ru.ru_maxrss, err.read().decode(errors="replace")
+        return code, user + system, wall, maxrss, err.read().decode(errors="replace")
 
 
 def per_tick(argv_for_k, ticks: int, reps: int, env: Optional[dict] = None) -> dict:
@@ -248,9 +275,14 @@ def per_tick(argv_for_k, ticks: int, reps: int, env: Optional[dict] = None) -> d
 
 
 def compile_c(workdir: str) -> str:
+    """Build readfiles.c (returned) and rusage.c (RUSAGE)."""
+    global RUSAGE
     binary = os.path.join(workdir, "readfiles")
     cc = os.environ.get("CC", "cc")
     subprocess.run([cc, "-O2", "-o", binary, os.path.join(HERE, "readfiles.c")], check=True)
+    launcher = os.path.join(workdir, "rusage")
+    subprocess.run([cc, "-O2", "-o", launcher, os.path.join(HERE, "rusage.c")], check=True)
+    RUSAGE = launcher
     return binary
 
 
@@ -486,7 +518,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     return 0
 
 
-def print_table(report: dict) -> None:
+def print_table(report: dict, others: bool = True) -> None:
     host = report["host"]
     m = report["method"]
     print(f"kernel {host['kernel']}, {host['cpus']} CPUs, Python {host['python']}; "
@@ -524,9 +556,10 @@ def print_table(report: dict) -> None:
     if 1000 in rows and 5000 in rows:
         print(f"\n5000/1000 cgstat tick cost: "
               f"{rows[5000]['cgstat']['cpu_ms_per_tick'] / rows[1000]['cgstat']['cpu_ms_per_tick']:.2f}")
-    print("\nOther costs: bench/gpu_cost.py (NVML double, 8 GPUs x 50 processes), bench/naming_cost.py "
-          "(naming containers), bench/prometheus_cost.py (rendering), bench/network_cost.py (network "
-          "per workload), bench/soak.py (RSS and descriptors over 100,000 ticks).")
+    if others:
+        print("\nOther costs, all in one run with this table: bench/all.py (GPU reading through the NVML "
+              "double, naming 1,000 containers, Prometheus rendering, network per workload); "
+              "bench/soak.py: RSS and descriptors over 100,000 ticks.")
 
 
 if __name__ == "__main__":
