@@ -16,7 +16,7 @@ import gc
 import os
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Dict, List, Optional, Pattern, Tuple, Union
+from typing import TYPE_CHECKING, Any, Dict, Iterable, Iterator, List, Optional, Pattern, Tuple, Union
 
 from cgstat.errors import CgstatError
 from cgstat.kernel.cgroups import read_cgroup
@@ -25,14 +25,13 @@ from cgstat.kernel.hierarchy import detect
 from cgstat.kernel.host import HostClock, host_root_note, read_host
 from cgstat.kernel.hostfs import HostFS
 from cgstat.kernel.sample import Sample
-from cgstat.kernel.tree import Cgroup
 from cgstat.naming.paths import PathInfo, classify
 from cgstat.naming.pids import pid_namespace_note
 from cgstat.naming.workload import Namer, Workload
 from cgstat.pipeline.diagnostics import Warner
 from cgstat.pipeline.rates import Counters, counters, derive
 from cgstat.pipeline.record import build, build_gpu
-from cgstat.pipeline.select import compile_match, select
+from cgstat.pipeline.select import Selected, compile_match, select
 from cgstat.text import quote
 
 if TYPE_CHECKING:  # imported where used: a run without GPUs or network namespaces never loads them
@@ -105,6 +104,11 @@ class Sampler:
 
     def collect(self) -> Collected:
         """Read every selected cgroup once, and the GPUs; say who each workload is."""
+        return self._collect(lazy=False)
+
+    def _collect(self, lazy: bool) -> Collected:
+        """What collect() says; `lazy`: the cgroups are read as `samples` is iterated (once),
+        so that a tick holds one sample at a time, not every one (~2 KiB each)."""
         namer = self.namer
         self.clock.start_tick()
         cgroups = self.discoverer.join()
@@ -116,24 +120,29 @@ class Sampler:
         namer.begin_tick(classified)
         selected, what = select(classified, self.all_cgroups, self.match, namer.is_sandbox)
         self.warner.once("selection", f"{self.layout.kind} cgroup layout; showing {what}")
-        out = []
-        kept: List[Cgroup] = []
+        # Network namespaces and GPUs first (they need only which cgroups): the cgroups'
+        # own files are then read one by one as the records are made.
+        network: Dict[str, NetworkResult] = {}
+        if self._netns is not None:
+            network = self._netns.read(namer.member_pids(cg for cg, _ in selected))
+            if self._netns.host.note:
+                self.warner.once("netns-host", self._netns.host.note)
+        gpu = self._read_gpus()
+        samples = self._read(selected)
+        return Collected(samples if lazy else list(samples), network, *gpu)
+
+    def _read(self, selected: Selected) -> Iterator[Tuple[Sample, Workload]]:
+        namer = self.namer
+        clock = self.clock
         for cg, info in selected:
-            now = self.clock.monotonic()
-            sample = read_cgroup(cg, self.layout, now, self.clock.wall(now))
+            now = clock.monotonic()
+            sample = read_cgroup(cg, self.layout, now, clock.wall(now))
             if sample.gone and not all(os.path.isdir(f.local) for f in cg.folders):
                 continue  # removed while we read it: its record stops here
             for p in sample.errors:
                 if p.error not in _QUIET_ERRORS:
                     self.warner.warn(f"{p.source}:{p.error}", f"{quote(cg.path)}: {p.source}: {p.error}: {p.detail}")
-            out.append((sample, namer.workload(cg, info, sample)))
-            kept.append(cg)
-        network: Dict[str, NetworkResult] = {}
-        if self._netns is not None:
-            network = self._netns.read(namer.member_pids(kept))
-            if self._netns.host.note:
-                self.warner.once("netns-host", self._netns.host.note)
-        return Collected(out, network, *self._read_gpus())
+            yield sample, namer.workload(cg, info, sample)
 
     def _read_gpus(self) -> Tuple[Optional[GpuSnapshot], Tuple[Attributed, ...], float]:
         """NVML's view and who each GPU process is; (None, (), now) when GPU metrics are off."""
@@ -191,7 +200,7 @@ class Sampler:
         """A tick that only advances the counters (no records are built)."""
         paused = _pause_gc()
         try:
-            self.previous = self.advance(self.collect())
+            self.previous = self.advance(self._collect(lazy=True))
         finally:
             if paused:
                 gc.enable()
@@ -200,7 +209,7 @@ class Sampler:
         """The records of one tick, with rates since the previous tick (null on the first)."""
         paused = _pause_gc()
         try:
-            records, self.previous = self.render(self.collect(), self.previous)
+            records, self.previous = self.render(self._collect(lazy=True), self.previous)
         finally:
             if paused:
                 gc.enable()
@@ -218,7 +227,7 @@ class Sampler:
 class Collected:
     """What one tick read: each selected cgroup with its workload, and the GPUs."""
 
-    samples: List[Tuple[Sample, Workload]]
+    samples: Iterable[Tuple[Sample, Workload]]  # iterated once (read as it is, in a tick)
     network: Dict[str, NetworkResult]  # cgroup path -> its network namespace's counters
     gpu: Optional[GpuSnapshot]  # None: GPU metrics off
     attributed: Tuple[Attributed, ...]  # every GPU process with who it is
