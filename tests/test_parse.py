@@ -118,3 +118,17 @@ def test_unlimited_sentinel_is_no_limit():
     assert parse.limit_bytes(9223372036854771712) is None  # v1, 4 KiB pages
     assert parse.limit_bytes(9223372036854710272) is None  # v1, 64 KiB pages
     assert parse.limit_bytes(199999488) == 199999488  # a real, page-rounded limit
+
+
+def test_flat_keyed_only_some_keys():
+    text = "cache 5\nrss 7\ntotal_rss 9\nmapped_file 0\n"
+    assert parse.parse_flat_keyed(text, ("total_rss", "rss", "absent")) == {"total_rss": 9, "rss": 7}
+    # the whole file is still checked: a bad value elsewhere is None only for its key...
+    assert parse.parse_flat_keyed("rss x\ncache 5\n", ("cache",)) == {"cache": 5}
+    assert parse.parse_flat_keyed("rss x\ncache 5\n", ("rss",)) == {"rss": None}
+    # ...a repeated key fails the file, a value past 2^64-1 is None, 20 digits below it not
+    with pytest.raises(ValueError):
+        parse.parse_flat_keyed("rss 1\ncache 5\nrss 2\n", ("cache",))
+    assert parse.parse_flat_keyed("big 18446744073709551616\n", ("big",)) == {"big": None}
+    assert parse.parse_flat_keyed("big 18446744073709551615\n") == {"big": 18446744073709551615}
+    assert parse.parse_flat_keyed("", ("rss",)) == {}

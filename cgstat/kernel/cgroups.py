@@ -209,10 +209,24 @@ def _working_set(usage: Optional[int], inactive_file: Optional[int]) -> Optional
     return max(0, usage - inactive_file)
 
 
+# The memory.stat keys a record uses (the file has ~40-50; see parse_flat_keyed's `only`).
+_MEMORY_STAT_V1 = ("total_inactive_file", "total_rss", "total_cache", "total_shmem", "shmem",
+                   "total_swap", "swap")
+_MEMORY_STAT_V2 = ("inactive_file", "anon", "file", "shmem")
+
+
+def _memory_stat_v1(text: str) -> Dict[str, Optional[int]]:
+    return parse.parse_flat_keyed(text, _MEMORY_STAT_V1)
+
+
+def _memory_stat_v2(text: str) -> Dict[str, Optional[int]]:
+    return parse.parse_flat_keyed(text, _MEMORY_STAT_V2)
+
+
 def _memory_v2(folder: Folder, r: _Reader) -> MemorySample:
     usage = r.get(folder, "memory.current", parse.parse_uint)
     limit = r.get(folder, "memory.max", parse.parse_max_or_uint)
-    stat = r.get(folder, "memory.stat", parse.parse_flat_keyed)
+    stat = r.get(folder, "memory.stat", _memory_stat_v2)
     events = r.get(folder, "memory.events", parse.parse_flat_keyed)
     swap = r.get(folder, "memory.swap.current", parse.parse_uint)
     inactive = _key(stat, "inactive_file", r, "memory.stat")
@@ -234,7 +248,7 @@ def _memory_v2(folder: Folder, r: _Reader) -> MemorySample:
 def _memory_v1(folder: Folder, r: _Reader) -> MemorySample:
     usage = r.get(folder, "memory.usage_in_bytes", parse.parse_uint)
     limit = r.get(folder, "memory.limit_in_bytes", parse.parse_uint)
-    stat = r.get(folder, "memory.stat", parse.parse_flat_keyed)
+    stat = r.get(folder, "memory.stat", _memory_stat_v1)
     oom = r.get(folder, "memory.oom_control", parse.parse_flat_keyed)
 
     def hier(key: str) -> Optional[int]:
@@ -351,14 +365,18 @@ _NO_MEMORY = MemorySample()
 _NO_IO = IoSample(None)
 _NO_PIDS = PidsSample()
 
-# (layout, cpuacct, cpu, unified, memory, blkio, pids folder) of one cgroup
+_NO_PSI = Problem("pressure", "unavailable", "no PSI files for this cgroup (cgroup v1, or kernel without PSI)")
+
+# (layout, cpuacct, cpu, unified, memory, blkio, pids folder, controller -> its
+# "unavailable" problem) of one cgroup
 _Plan = Tuple[Layout, Optional[Folder], Optional[Folder], Optional[Folder], Optional[Folder],
-              Optional[Folder], Optional[Folder]]
+              Optional[Folder], Optional[Folder], Dict[str, Problem]]
 
 
 def _plan(cg: Cgroup, layout: Layout) -> _Plan:
-    """The cgroup's folder for each controller read, found once per Cgroup (the walk keeps
-    a Cgroup from tick to tick while its folders stay the same)."""
+    """The cgroup's folder for each controller read, and the problems that say which it
+    has none of, found once per Cgroup (the walk keeps a Cgroup from tick to tick while
+    its folders, and so their file names, stay the same)."""
     plan: Optional[_Plan] = cg.memo
     if plan is not None and plan[0] is layout:
         return plan
@@ -368,8 +386,19 @@ def _plan(cg: Cgroup, layout: Layout) -> _Plan:
         return cg.folder(h) if h is not None else None
 
     unified_h = layout.unified
-    plan = (layout, folder_of("cpuacct"), folder_of("cpu"), cg.folder(unified_h) if unified_h else None,
-            folder_of("memory"), folder_of("blkio"), folder_of("pids"))
+    acct, cpu, mem, blk, pids = (folder_of(c) for c in ("cpuacct", "cpu", "memory", "blkio", "pids"))
+    unified = cg.folder(unified_h) if unified_h else None
+    if layout.kind == "v2":
+        # v2 shows a controller's files only where the parent enables it in
+        # cgroup.subtree_control: no marker file, no controller.
+        files = unified.files if unified is not None else None
+        missing = [c for c, marker in (("memory", "memory.current"), ("io", "io.stat"), ("pids", "pids.current"))
+                   if files is not None and marker not in files]
+    else:
+        missing = [c for c, f in (("cpu", acct or cpu or unified), ("memory", mem), ("io", blk), ("pids", pids))
+                   if f is None]
+    absent = {c: Problem(c, "unavailable", f"no {c} cgroup for {cg.path}") for c in missing}
+    plan = (layout, acct, cpu, unified, mem, blk, pids, absent)
     cg.remember(plan)
     return plan
 
@@ -377,11 +406,10 @@ def _plan(cg: Cgroup, layout: Layout) -> _Plan:
 def read_cgroup(cg: Cgroup, layout: Layout, time_s: float, wall_s: float) -> Sample:
     problems: List[Problem] = []
     r = _Reader(problems)
-    _layout, acct, cpu_f, unified, mem_f, blk_f, pids_f = _plan(cg, layout)
+    _layout, acct, cpu_f, unified, mem_f, blk_f, pids_f, absent = _plan(cg, layout)
 
     if layout.kind == "v2":
-        # v2 shows a controller's files only where the parent enables it in
-        # cgroup.subtree_control: no marker file, no controller (null, with the reason).
+        # A controller not enabled for this cgroup: null, with the reason (see _plan).
         cpu = _cpu_v2(unified, r) if unified else _NO_CPU
         memory, io, pids = _NO_MEMORY, _NO_IO, _NO_PIDS
         if unified is not None:
@@ -389,28 +417,28 @@ def read_cgroup(cg: Cgroup, layout: Layout, time_s: float, wall_s: float) -> Sam
             if "memory.current" in files:
                 memory = _memory_v2(unified, r)
             else:
-                _absent(problems, "memory", cg)
+                problems.append(absent["memory"])
             if "io.stat" in files:
                 io = _io_v2(unified, r)
             else:
-                _absent(problems, "io", cg)
+                problems.append(absent["io"])
             if "pids.current" in files:
                 pids = _pids(unified, r)
             else:
-                _absent(problems, "pids", cg)
+                problems.append(absent["pids"])
     else:
         if acct is None and cpu_f is None and unified is None:
-            _absent(problems, "cpu", cg)
+            problems.append(absent["cpu"])
         cpu = _cpu_v1(acct, cpu_f, unified, r)
         memory = _memory_v1(mem_f, r) if mem_f else _NO_MEMORY
         io = _io_v1(blk_f, r) if blk_f else _NO_IO
         pids = _pids(pids_f, r) if pids_f else _NO_PIDS
         if mem_f is None:
-            _absent(problems, "memory", cg)
+            problems.append(absent["memory"])
         if blk_f is None:
-            _absent(problems, "io", cg)
+            problems.append(absent["io"])
         if pids_f is None:
-            _absent(problems, "pids", cg)
+            problems.append(absent["pids"])
 
     pressure: Dict[str, Optional[PressureSample]] = {}
     any_pressure = False
@@ -421,11 +449,7 @@ def read_cgroup(cg: Cgroup, layout: Layout, time_s: float, wall_s: float) -> Sam
             any_pressure = any_pressure or value is not None
         pressure[resource] = value
     if not any_pressure and not any(p.source.endswith(".pressure") for p in problems):
-        problems.append(Problem("pressure", "unavailable", "no PSI files for this cgroup (cgroup v1, or kernel without PSI)"))
+        problems.append(_NO_PSI)
 
     return Sample(cg.path, cg.paths, cg.inodes, time_s, wall_s, cpu, memory, io, pids,
                   pressure, tuple(problems), gone=r.gone)
-
-
-def _absent(problems: List[Problem], controller: str, cg: Cgroup) -> None:
-    problems.append(Problem(controller, "unavailable", f"no {controller} cgroup for {cg.path}"))
