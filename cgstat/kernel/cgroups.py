@@ -345,8 +345,10 @@ def _pressure_sample(text: str) -> PressureSample:
         g = m.groups()
         some_total, full_total = int(g[3]), int(g[7])
         if some_total <= parse.U64_MAX and full_total <= parse.U64_MAX:
-            return PressureSample(float(g[0]), float(g[1]), float(g[2]), some_total / US,
-                                  float(g[4]), float(g[5]), float(g[6]), full_total / US)
+            # Most averages read 0.00 (no stall in the last 10 s to 5 min): one shared float.
+            a = [0.0 if x == "0.00" else float(x) for x in g]
+            return PressureSample(a[0], a[1], a[2], some_total / US if some_total else 0.0,
+                                  a[4], a[5], a[6], full_total / US if full_total else 0.0)
     table = parse.parse_pressure(text)
     some = table["some"]
     full = table.get("full")
@@ -364,6 +366,7 @@ _NO_CPU = CpuSample()
 _NO_MEMORY = MemorySample()
 _NO_IO = IoSample(None)
 _NO_PIDS = PidsSample()
+_NO_PRESSURE: Dict[str, Optional[PressureSample]] = {resource: None for resource in PRESSURE_RESOURCES}
 
 _NO_PSI = Problem("pressure", "unavailable", "no PSI files for this cgroup (cgroup v1, or kernel without PSI)")
 
@@ -440,14 +443,16 @@ def read_cgroup(cg: Cgroup, layout: Layout, time_s: float, wall_s: float) -> Sam
         if pids_f is None:
             problems.append(absent["pids"])
 
-    pressure: Dict[str, Optional[PressureSample]] = {}
+    pressure: Dict[str, Optional[PressureSample]] = _NO_PRESSURE  # read only (record.py)
     any_pressure = False
-    for resource, name in _PRESSURE_FILES:
-        value = None
-        if unified is not None and name in unified.files:
-            value = r.get(unified, name, _pressure_sample)
-            any_pressure = any_pressure or value is not None
-        pressure[resource] = value
+    if unified is not None:
+        pressure = {}
+        for resource, name in _PRESSURE_FILES:
+            value = None
+            if name in unified.files:
+                value = r.get(unified, name, _pressure_sample)
+                any_pressure = any_pressure or value is not None
+            pressure[resource] = value
     if not any_pressure and not any(p.source.endswith(".pressure") for p in problems):
         problems.append(_NO_PSI)
 

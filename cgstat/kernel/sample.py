@@ -18,6 +18,7 @@ from typing import Dict, NamedTuple, Optional, Tuple
 
 @dataclass(frozen=True)
 class Problem:
+    __slots__ = ("source", "error", "detail")  # a reader keeps a cgroup's "unavailable" ones
     source: str  # the file (e.g. "memory.stat") or the controller ("io") concerned
     error: str  # gone | unsupported | permission_denied | malformed | read_failed | missing | unavailable
     detail: str
