@@ -188,6 +188,9 @@ def test_slow_tick_warns_once_and_skips_missed_slots(monkeypatch, capfd):
             time.sleep(0.25)  # makes the tick slow; the assertion is on the warning, not the time
             return [{"n": SlowAgent.ticks}]
 
+        def records(self):  # what stream takes: the records one at a time
+            yield from self.tick()
+
         def warm_up(self):
             SlowAgent.ticks += 1
 

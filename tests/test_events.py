@@ -383,3 +383,45 @@ def test_real_near_limit_and_calm(make_group, workload_bin):
     assert ev == []
     p.kill()
     q.kill()
+
+
+def test_watch_passes_each_record_and_then_the_events_as_observe_would():
+    """stream feeds the detector one record at a time (EventDetector.watch): the same
+    events as observe() over the list, after the tick's records, in the same order."""
+    seq = []
+    for i in range(40):
+        grow = 16 * MiB * 0.5 * min(i, 20)
+        seq.append([rec(t=i * 0.5, ws=100 * MiB + grow, limit=2048 * MiB),
+                    rec(path="/docker/near", t=i * 0.5, ws=(950 if 10 <= i < 30 else 100) * MiB),
+                    rec(path="/docker/calm", t=i * 0.5, ws=5 * MiB, limit=None)])
+    listed, watched = EventDetector(window_s=4), EventDetector(window_s=4)
+    expected, got = [], []
+    for tick in seq:
+        events = listed.observe(tick)
+        passed = list(watched.watch(iter(tick)))
+        assert passed[:len(tick)] == tick  # the records first, unchanged, in order
+        expected.extend(events)
+        got.extend(passed[len(tick):])
+    assert got == expected
+    assert sorted(kinds(got), key=str) == sorted([("memory_near_limit", None), ("memory_growth", None),
+                                                  ("resolved", "memory_growth"), ("resolved", "memory_near_limit")],
+                                                 key=str)
+
+
+def test_a_flat_window_is_not_fitted_but_still_resolves_an_open_growth():
+    """An idle cgroup's window is not fitted every tick (no climb is possible), while an
+    open growth episode still ends when the working set stops moving."""
+    d = EventDetector(window_s=4)
+    fits = []
+    import cgstat.pipeline.events as events_mod
+
+    real = events_mod.fit_line
+    events_mod.fit_line = lambda points: fits.append(len(points)) or real(points)
+    try:
+        flat = run(d, [[rec(path="/docker/idle", t=i * 0.5, ws=100 * MiB)] for i in range(40)])
+        assert flat == [] and fits == []
+        seq = [[rec(t=i * 0.5, ws=100 * MiB + 16 * MiB * 0.5 * min(i, 20))] for i in range(60)]
+        assert kinds(run(d, seq)) == [("memory_growth", None), ("resolved", "memory_growth")]
+        assert fits  # a changing window is fitted
+    finally:
+        events_mod.fit_line = real

@@ -308,3 +308,67 @@ def test_the_backlog_is_bounded_but_never_drops_a_line_stdout_began(monkeypatch)
     assert [x[:6] for x in sink._pending] == [b'rest o', b'{"n":4']
     assert sink._pending_bytes == sum(len(x) for x in sink._pending)
     assert sink.dropped_lines == 4
+
+
+def test_records_that_come_one_at_a_time_are_kept_whole_when_a_later_chunk_fails(tmp_path, monkeypatch):
+    """stream hands the sink its records one at a time (a generator): the file still gets
+    the batch whole or not at all, from the chunks already written and the rest."""
+    records = _big_records(3000)
+    expected = b"".join(orjson.dumps(r) + b"\n" for r in records)
+    out = tmp_path / "out.jsonl"
+    sink = sinks.FileSink(str(out))
+    real_write = os.write
+    calls = []
+
+    def third_chunk_fails(fd, data):
+        calls.append(len(data))
+        if len(calls) == 3:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real_write(fd, data)
+
+    monkeypatch.setattr(os, "write", third_chunk_fails)
+    taken = []
+
+    def one_at_a_time():
+        for r in records:
+            taken.append(r)
+            yield r
+
+    with pytest.raises(sinks.SinkError, match="No space left"):
+        sink.write(one_at_a_time())
+    assert out.read_bytes() == b"" and len(taken) == len(records)
+    sink.write(iter([{"b": 2}]))
+    assert out.read_bytes() == expected + b'{"b":2}\n'
+
+
+def test_records_that_stop_coming_half_way_leave_nothing_of_the_batch(tmp_path):
+    out = tmp_path / "out.jsonl"
+    sink = sinks.FileSink(str(out))
+    sink.write([{"a": 1}])
+
+    def fails_after_a_chunk():
+        yield from _big_records(2000)
+        raise RuntimeError("the tick failed")
+
+    with pytest.raises(RuntimeError):
+        sink.write(fails_after_a_chunk())
+    assert out.read_bytes() == b'{"a":1}\n'
+
+
+def test_sampler_records_one_at_a_time_are_the_tick_and_advance_only_when_taken(tmp_path):
+    root = str(tmp_path)
+    v2_host(root)
+    for name in ("a", "b", "c"):
+        v2_cgroup(root, "/" + name)
+    agent = Sampler(root, all=True, warner=Warner(io.StringIO()))
+    first = list(agent.records())
+    assert [r["cgroup"] for r in first] == [r["cgroup"] for r in Sampler(root, all=True, warner=Warner(io.StringIO())).tick()]
+    assert all(r["interval_s"] is None for r in first)
+    previous = agent.previous
+    it = agent.records()
+    next(it)
+    it.close()  # a tick left half-way (the reader went away)
+    assert agent.previous is previous
+    assert __import__("gc").isenabled()  # the collector paused for the tick runs again
+    assert len(list(agent.records())) == len(first)
+    assert agent.previous is not previous and set(agent.previous) == {r["cgroup"] for r in first}

@@ -98,7 +98,7 @@ class JsonLinesSink:
     def close(self) -> None:
         pass
 
-    def chunks(self, records: Sequence[Dict[str, Any]], quiet: bool = False) -> Iterator[bytes]:
+    def chunks(self, records: Iterable[Dict[str, Any]], quiet: bool = False) -> Iterator[bytes]:
         """The batch as whole lines, in pieces of about _CHUNK_BYTES; `quiet`: no warning
         for a record dropped (the batch serialised again for the backlog, see FileSink)."""
         lines: List[bytes] = []
@@ -129,20 +129,25 @@ class JsonLinesSink:
         """Write this batch, after whatever earlier batches failed to go out.
 
         The batch is serialised and written a chunk at a time (about 256 KiB), so its bytes
-        never sit in memory whole: at 1,000 cgroups a batch is ~3.7 MB. Batches go out
-        oldest first, each whole or not at all (see the sinks' _write_batch); a failure keeps
-        the batch, and any newer one, for the next tick. The backlog is bounded: past 16 MiB
-        the oldest batches are dropped (and counted), so a disk full for hours costs memory
-        once, not for ever.
+        never sit in memory whole: at 1,000 cgroups a batch is ~3.7 MB. `records` may be a
+        list or an iterator that makes each record as it is taken (Sampler.records): then
+        no more than a chunk's records exist at once. Batches go out oldest first, each
+        whole or not at all (see the sinks' _write_batch); a failure keeps the batch, and
+        any newer one, for the next tick. The backlog is bounded: past 16 MiB the oldest
+        batches are dropped (and counted), so a disk full for hours costs memory once, not
+        for ever.
         """
-        batch = records if isinstance(records, (list, tuple)) else list(records)
-        self._send(self.chunks(batch), lambda: b"".join(self.chunks(batch, quiet=True)))
+        if isinstance(records, (list, tuple)):
+            batch = records
+            self._send(self.chunks(batch), lambda: b"".join(self.chunks(batch, quiet=True)))
+        else:
+            self._send(self.chunks(records), None)  # one pass: no second serialising
 
     def write_bytes(self, batch: bytes) -> None:
         """Write already serialised whole lines (the same rules as write())."""
         self._send(iter((batch,) if batch else ()), lambda: batch)
 
-    def _send(self, chunks: Iterator[bytes], whole: Callable[[], bytes]) -> None:
+    def _send(self, chunks: Iterator[bytes], whole: Optional[Callable[[], bytes]]) -> None:
         if self._pending:
             try:
                 self._drain()
@@ -179,11 +184,19 @@ class JsonLinesSink:
             self._pending.appendleft(data)
             self._pending_bytes += len(data)
 
-    def _write_batch(self, chunks: Iterator[bytes], whole: Callable[[], bytes],
+    def _write_batch(self, chunks: Iterator[bytes], whole: Optional[Callable[[], bytes]],
                      keep: Callable[[bytes], None]) -> None:
         """Write one batch's chunks; on failure `keep` what must be tried again (the batch,
-        or what of it did not go out; `whole()` gives the batch again) and raise SinkError."""
+        or what of it did not go out) and raise SinkError. `whole()` makes the batch again;
+        None when it can't be (its records came one at a time)."""
         raise NotImplementedError
+
+
+def _cut_back(fd: int, size: int) -> None:
+    try:
+        os.ftruncate(fd, size)
+    except OSError:
+        pass
 
 
 def _write_all(fd: int, data: bytes) -> None:
@@ -200,8 +213,10 @@ class StdoutSink(JsonLinesSink):
         super().__init__(warn)
         self.fd = fd
 
-    def _write_batch(self, chunks: Iterator[bytes], whole: Callable[[], bytes],
+    def _write_batch(self, chunks: Iterator[bytes], whole: Optional[Callable[[], bytes]],
                      keep: Callable[[bytes], None]) -> None:
+        # Chunks are whole lines: should the records stop coming half-way (an error while
+        # the tick is read), what went out is whole lines.
         for chunk in chunks:
             view = memoryview(chunk)
             try:
@@ -242,7 +257,7 @@ class FileSink(JsonLinesSink):
         close_quietly(self.fd)
         self.fd = None
 
-    def _write_batch(self, chunks: Iterator[bytes], whole: Callable[[], bytes],
+    def _write_batch(self, chunks: Iterator[bytes], whole: Optional[Callable[[], bytes]],
                      keep: Callable[[bytes], None]) -> None:
         try:
             fd = self._fd()
@@ -255,19 +270,32 @@ class FileSink(JsonLinesSink):
             self.reopen()
             keep(b"".join(chunks))
             raise SinkError(f"{self.path}: {os_reason(exc)}") from None
-        first = True
-        for chunk in chunks:
+        # The chunks gone out, when a failure could not make them again: a batch of records
+        # that came one at a time is held here as bytes until it is out (~1.9 KB a record).
+        done: List[bytes] = []
+        written = False
+        while True:
+            try:
+                chunk = next(chunks)
+            except StopIteration:
+                return
+            except BaseException:
+                _cut_back(fd, start)  # the records stopped coming half-way: none of the batch stays
+                raise
             try:
                 _write_all(fd, chunk)
             except OSError as exc:
-                try:
-                    os.ftruncate(fd, start)  # never leave a partial line behind, nor part of a batch
-                except OSError:
-                    pass
-                # The batch is kept whole: this chunk and the rest as they are or, when
-                # earlier chunks had gone out (and were cut back), the batch serialised again
-                # (the same records give the same bytes). Only a failing output holds a
-                # whole batch in memory.
-                keep(chunk + b"".join(chunks) if first else whole())
+                _cut_back(fd, start)  # never leave a partial line behind, nor part of a batch
+                # The batch is kept whole: what of it had gone out (and was cut back), this
+                # chunk and the rest; or, when earlier chunks had gone out of a batch that
+                # can be made again, that (the same records give the same bytes). Only a
+                # failing output holds a whole batch in memory, or one whose records came
+                # one at a time (`done`).
+                if written and whole is not None:
+                    keep(whole())
+                else:
+                    keep(b"".join(done) + chunk + b"".join(chunks))
                 raise SinkError(f"cannot write {self.path}: {os_reason(exc)}; will retry") from None
-            first = False
+            written = True
+            if whole is None:
+                done.append(chunk)

@@ -2,7 +2,9 @@
 turned into `type: "event"` records (docs/diagnostics.md has every rule and threshold).
 
 `EventDetector.observe(records)` is called once per tick with that tick's records (cgroup,
-pod and `type: "gpu"` records; others are ignored) and returns the events of that tick.
+pod and `type: "gpu"` records; others are ignored) and returns the events of that tick;
+`watch(records)` does the same for records that come one at a time (stream), passing each
+on and the events after them.
 Each condition is raised once per episode; when it clears, one notice with
 `kind: "resolved"` and `resolves: <the kind>` ends the episode (so counting events by kind
 counts episodes). Nothing is raised every tick.
@@ -27,7 +29,7 @@ import itertools
 import math
 import operator
 import time
-from typing import Any, Deque, Dict, Iterable, List, Mapping, Optional, Tuple
+from typing import Any, Deque, Dict, Iterable, Iterator, List, Mapping, Optional, Set, Tuple
 
 from cgstat.pipeline.record import number_at
 
@@ -187,6 +189,18 @@ class _Cgroup:
         self.ws_since = math.inf  # ...and the time of the first sample since which every one seen was it
 
 
+class _Tick:
+    """What observe() gathers over one tick's records."""
+
+    __slots__ = ("events", "seen", "gpu_records", "oom_raised")
+
+    def __init__(self) -> None:
+        self.events: List[Dict[str, Any]] = []
+        self.seen: Set[str] = set()
+        self.gpu_records: List[Mapping[str, Any]] = []
+        self.oom_raised: List[Tuple[str, Dict[str, Any]]] = []
+
+
 class EventDetector:
     """Raises diagnostics events from the records of successive ticks (see the module doc)."""
 
@@ -205,33 +219,47 @@ class EventDetector:
 
     def observe(self, records: Iterable[Mapping[str, Any]], now: Optional[float] = None) -> List[Dict[str, Any]]:
         """The events of one tick (possibly none), given that tick's records."""
-        events: List[Dict[str, Any]] = []
-        seen = set()
-        gpu_records = []
-        oom_raised: List[Tuple[str, Dict[str, Any]]] = []
+        tick = _Tick()
         for r in records:
-            kind = r.get("type")
-            if kind == "gpu":
-                gpu_records.append(r)
-                continue
-            if kind not in ("cgroup", "pod") or not isinstance(r.get("cgroup"), str):
-                continue
-            path = r["cgroup"]
-            if path in seen:
-                continue
-            seen.add(path)
-            self._observe_cgroup(path, r, now, events, oom_raised)
+            self._feed(tick, r, now)
+        return self._end(tick)
+
+    def watch(self, records: Iterable[Mapping[str, Any]], now: Optional[float] = None) -> Iterator[Mapping[str, Any]]:
+        """observe() for a tick whose records come one at a time: each record, observed as
+        it passes, then the events of the tick. Holds no record once it has passed (GPU
+        device records, few, until the end of the tick)."""
+        tick = _Tick()
+        for r in records:
+            self._feed(tick, r, now)
+            yield r
+        yield from self._end(tick)
+
+    def _feed(self, tick: _Tick, r: Mapping[str, Any], now: Optional[float]) -> None:
+        kind = r.get("type")
+        if kind == "gpu":
+            tick.gpu_records.append(r)
+            return
+        if kind not in ("cgroup", "pod") or not isinstance(r.get("cgroup"), str):
+            return
+        path = r["cgroup"]
+        if path in tick.seen:
+            return
+        tick.seen.add(path)
+        self._observe_cgroup(path, r, now, tick.events, tick.oom_raised)
+
+    def _end(self, tick: _Tick) -> List[Dict[str, Any]]:
+        events, seen = tick.events, tick.seen
         # A kill counts in every ancestor's memory.events too (v2 is hierarchical): keep the
         # event of the deepest cgroup only.
-        paths = [p for p, _ in oom_raised]
-        for p, ev in oom_raised:
+        paths = [p for p, _ in tick.oom_raised]
+        for p, ev in tick.oom_raised:
             prefix = p.rstrip("/") + "/"
             if not any(q != p and q.startswith(prefix) for q in paths):
                 events.append(ev)
         for path in [p for p in self._cgroups if p not in seen]:
             del self._cgroups[path]  # vanished: its episodes end with it, silently
-        if gpu_records:
-            events.extend(self._observe_gpu(gpu_records))
+        if tick.gpu_records:
+            events.extend(self._observe_gpu(tick.gpu_records))
         elif self._gpu_procs and seen:
             # The tick had cgroups but no GPU records: GPU metrics went away; forget.
             self._gpu_procs.clear()

@@ -174,27 +174,34 @@ class Sampler:
     def render(self, tick: Collected,
                previous: Dict[str, Counters]) -> Tuple[List[Dict[str, Any]], Dict[str, Counters]]:
         """The records (cgroups, then GPUs), and the counters to compare the next tick with."""
-        records = []
         current: Dict[str, Counters] = {}
+        return list(self._render(tick, previous, current)), current
+
+    def _render(self, tick: Collected, previous: Dict[str, Counters],
+                current: Dict[str, Counters]) -> Iterator[Dict[str, Any]]:
+        """The records one by one; fills `current` with the counters as it goes."""
         subtrees: Dict[str, Any] = {}
         if tick.gpu is not None:
             from cgstat.gpu.join import by_subtree, cgroup_gpu
 
             subtrees = by_subtree(tick.attributed)
+        network = tick.network
+        host = self.host
+        cpus = host.cpus_online
         for sample, workload in tick.samples:
-            c = counters(sample, self._net_sample(tick, sample.path))
-            current[sample.path] = c
-            rates = derive(previous.get(sample.path), c, self.host.cpus_online)
-            gpu = cgroup_gpu(subtrees.get(sample.path, ())) if tick.gpu is not None else None
-            records.append(build(sample, rates, workload, self.host, gpu, tick.network.get(sample.path)))
+            path = sample.path
+            net = network.get(path)
+            c = current[path] = counters(sample, None if net is None else net.network)
+            rates = derive(previous.get(path), c, cpus)
+            gpu = cgroup_gpu(subtrees.get(path, ())) if tick.gpu is not None else None
+            yield build(sample, rates, workload, host, gpu, net)
         if tick.gpu is not None:
             interval = None if self._gpu_read_s is None else tick.gpu_time_s - self._gpu_read_s
             self._gpu_read_s = tick.gpu_time_s
             wall = time.time()
             for device in tick.gpu.devices:
                 on_it = [a for a in tick.attributed if _on(a, device)]
-                records.append(build_gpu(device, on_it, self.host, wall, interval))
-        return records, current
+                yield build_gpu(device, on_it, host, wall, interval)
 
     def warm_up(self) -> None:
         """A tick that only advances the counters (no records are built)."""
@@ -207,13 +214,21 @@ class Sampler:
 
     def tick(self) -> List[Dict[str, Any]]:
         """The records of one tick, with rates since the previous tick (null on the first)."""
+        return list(self.records())
+
+    def records(self) -> Iterator[Dict[str, Any]]:
+        """The records of one tick, as tick() returns them, made one at a time as each
+        cgroup is read: a consumer that keeps none (stream writing each to its output)
+        holds one record of a tick, not all of them (~3.7 KiB each). The counters advance
+        once the last record has been taken; a tick left unfinished leaves them as they were."""
         paused = _pause_gc()
         try:
-            records, self.previous = self.render(self._collect(lazy=True), self.previous)
+            current: Dict[str, Counters] = {}
+            yield from self._render(self._collect(lazy=True), self.previous, current)
+            self.previous = current
         finally:
             if paused:
                 gc.enable()
-        return records
 
     def close(self) -> None:
         """Forget the previous tick; release the inotify watches, kept descriptors and NVML."""
