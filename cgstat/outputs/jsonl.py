@@ -25,7 +25,7 @@ import collections
 import errno
 import os
 import stat
-from typing import Any, Callable, Deque, Dict, Iterable, Iterator, List, Optional, Sequence
+from typing import Any, Callable, Deque, Dict, Iterable, Iterator, List, Optional
 
 from cgstat.errors import CgstatError, file_kind, os_reason
 from cgstat.kernel.hostfs import close_quietly

@@ -253,7 +253,7 @@ class _TableFormat:
 
     _batches = 0
 
-    def chunks(self, records: Sequence[Dict[str, Any]], quiet: bool = False) -> Iterator[bytes]:
+    def chunks(self, records: Iterable[Dict[str, Any]], quiet: bool = False) -> Iterator[bytes]:
         yield self.serialise(records)  # one piece: the columns are laid out over the batch
 
     def serialise(self, records: Iterable[Dict[str, Any]]) -> bytes:
@@ -272,7 +272,7 @@ class _CsvFormat:
     def _output_empty(self) -> bool:
         return True
 
-    def chunks(self, records: Sequence[Dict[str, Any]], quiet: bool = False) -> Iterator[bytes]:
+    def chunks(self, records: Iterable[Dict[str, Any]], quiet: bool = False) -> Iterator[bytes]:
         yield self.serialise(records)  # one piece: the header is decided per batch
 
     def serialise(self, records: Iterable[Dict[str, Any]]) -> bytes:
