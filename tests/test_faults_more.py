@@ -362,7 +362,8 @@ def test_sampler_records_one_at_a_time_are_the_tick_and_advance_only_when_taken(
         v2_cgroup(root, "/" + name)
     agent = Sampler(root, all=True, warner=Warner(io.StringIO()))
     first = list(agent.records())
-    assert [r["cgroup"] for r in first] == [r["cgroup"] for r in Sampler(root, all=True, warner=Warner(io.StringIO())).tick()]
+    listed = Sampler(root, all=True, warner=Warner(io.StringIO())).tick()
+    assert [r["cgroup"] for r in first] == [r["cgroup"] for r in listed]
     assert all(r["interval_s"] is None for r in first)
     previous = agent.previous
     it = agent.records()

@@ -292,9 +292,9 @@ class EventDetector:
         else:
             ws = limit = kills = None
         if isinstance(cpu, dict):
-            usage, periods, throttled, cores = (_number(cpu.get("usage_seconds_total")), _number(cpu.get("periods_total")),
-                                                _number(cpu.get("throttled_periods_total")),
-                                                _number(cpu.get("limit_cores")))
+            usage, periods, throttled, cores = (
+                _number(cpu.get("usage_seconds_total")), _number(cpu.get("periods_total")),
+                _number(cpu.get("throttled_periods_total")), _number(cpu.get("limit_cores")))
         else:
             usage = periods = throttled = cores = None
         sample = (t, ws, limit, kills, usage, periods, throttled, cores, sm, gprocs)
