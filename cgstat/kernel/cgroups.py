@@ -370,10 +370,12 @@ _NO_PRESSURE: Dict[str, Optional[PressureSample]] = {resource: None for resource
 
 _NO_PSI = Problem("pressure", "unavailable", "no PSI files for this cgroup (cgroup v1, or kernel without PSI)")
 
-# (layout, cpuacct, cpu, unified, memory, blkio, pids folder, controller -> its
-# "unavailable" problem) of one cgroup
+_NOT_ABSENT = Problem("", "", "")  # in a plan's place of a controller the cgroup has; never reported
+
+# (layout, cpuacct, cpu, unified, memory, blkio, pids folder, the "unavailable" problem of
+# cpu, memory, io and pids) of one cgroup
 _Plan = Tuple[Layout, Optional[Folder], Optional[Folder], Optional[Folder], Optional[Folder],
-              Optional[Folder], Optional[Folder], Dict[str, Problem]]
+              Optional[Folder], Optional[Folder], Tuple[Problem, ...]]
 
 
 def _plan(cg: Cgroup, layout: Layout) -> _Plan:
@@ -400,7 +402,9 @@ def _plan(cg: Cgroup, layout: Layout) -> _Plan:
     else:
         missing = [c for c, f in (("cpu", acct or cpu or unified), ("memory", mem), ("io", blk), ("pids", pids))
                    if f is None]
-    absent = {c: Problem(c, "unavailable", f"no {c} cgroup for {cg.path}") for c in missing}
+    # A tuple (cpu, memory, io, pids) rather than a dict: one per cgroup read, kept.
+    absent = tuple(Problem(c, "unavailable", f"no {c} cgroup for {cg.path}") if c in missing else _NOT_ABSENT
+                   for c in ("cpu", "memory", "io", "pids"))
     plan = (layout, acct, cpu, unified, mem, blk, pids, absent)
     cg.remember(plan)
     return plan
@@ -420,28 +424,28 @@ def read_cgroup(cg: Cgroup, layout: Layout, time_s: float, wall_s: float) -> Sam
             if "memory.current" in files:
                 memory = _memory_v2(unified, r)
             else:
-                problems.append(absent["memory"])
+                problems.append(absent[1])
             if "io.stat" in files:
                 io = _io_v2(unified, r)
             else:
-                problems.append(absent["io"])
+                problems.append(absent[2])
             if "pids.current" in files:
                 pids = _pids(unified, r)
             else:
-                problems.append(absent["pids"])
+                problems.append(absent[3])
     else:
         if acct is None and cpu_f is None and unified is None:
-            problems.append(absent["cpu"])
+            problems.append(absent[0])
         cpu = _cpu_v1(acct, cpu_f, unified, r)
         memory = _memory_v1(mem_f, r) if mem_f else _NO_MEMORY
         io = _io_v1(blk_f, r) if blk_f else _NO_IO
         pids = _pids(pids_f, r) if pids_f else _NO_PIDS
         if mem_f is None:
-            problems.append(absent["memory"])
+            problems.append(absent[1])
         if blk_f is None:
-            problems.append(absent["io"])
+            problems.append(absent[2])
         if pids_f is None:
-            problems.append(absent["pids"])
+            problems.append(absent[3])
 
     pressure: Dict[str, Optional[PressureSample]] = _NO_PRESSURE  # read only (record.py)
     any_pressure = False
