@@ -16,7 +16,7 @@ from cgstat.kernel import handles, inotify
 from cgstat.kernel.discover import Discoverer
 from cgstat.kernel.handles import KEPT, KeptFiles
 from cgstat.kernel.hierarchy import Hierarchy, detect
-from cgstat.kernel.hostfs import HostFS
+from cgstat.kernel.hostfs import HostFS, ReadError
 from cgstat.kernel.tree import Folder
 from cgstat.pipeline.sampler import Sampler
 
@@ -238,3 +238,36 @@ def test_processes_of_an_empty_cgroup_without_reading_cgroup_procs(group):
     finally:
         s.close()
         s.discoverer.close()
+
+
+def test_reads_past_the_cap(group):
+    """Past the cap a file is opened relative to the mount point's descriptor, or by its full
+    path for a name that is not printable UTF-8; close_all() closes that descriptor too."""
+    mount = group.hier.mounts["memory"]
+    rel = group.rel("memory")
+    files = KeptFiles(cap=0)
+    h = Hierarchy("memory", 1, frozenset({"memory"}), mount)
+    d = group.dirs["memory"]
+    folder = Folder(h, rel, d, os.stat(d).st_ino, frozenset({"cgroup.clone_children"}))
+    assert folder.mount_relative() == rel[1:]
+    hostile = os.path.join(os.fsencode(d), b"bad\xff")
+    os.mkdir(hostile)
+    try:
+        local = os.fsdecode(hostile)
+        odd = Folder(h, rel + "/bad\\xff", local, os.stat(hostile).st_ino, frozenset({"cgroup.clone_children"}))
+        assert odd.mount_relative() is None and odd.local == local
+        for f in (folder, odd):
+            with open(os.path.join(f.local, "cgroup.clone_children"), "rb") as fh:
+                assert files.read(f, "cgroup.clone_children") == fh.read() == b"0\n"
+        gone = Folder(h, rel + "/nothing", d + "/nothing", 1, frozenset({"cgroup.clone_children"}))
+        with pytest.raises(ReadError) as err:
+            files.read(gone, "cgroup.clone_children")
+        assert err.value.code == "gone" and err.value.path == d + "/nothing/cgroup.clone_children"
+    finally:
+        os.rmdir(hostile)
+    assert files.count == 0 and files.overflowed == 3
+    [(dir_fd, _checked)] = files._dirs.values()
+    assert os.path.samestat(os.fstat(dir_fd), os.stat(mount))
+    files.close_all()
+    with pytest.raises(OSError):
+        os.fstat(dir_fd)

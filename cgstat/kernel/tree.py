@@ -46,6 +46,14 @@ class Folder:
         local = self._local
         return _derived(self.hierarchy, self.path) if local is None else local
 
+    def mount_relative(self) -> Optional[str]:
+        """The folder's local path below its mount point without the leading "/" ("" for
+        the root), or None where the local path is not the mount point + the printable path
+        (a name that is not printable UTF-8)."""
+        if self._local is not None:
+            return None
+        return self.path[1:]
+
     def __setattr__(self, name: str, value: Any) -> None:
         raise FrozenInstanceError(f"cannot assign to field {name!r}")
 
