@@ -425,3 +425,25 @@ def test_a_flat_window_is_not_fitted_but_still_resolves_an_open_growth():
         assert fits  # a changing window is fitted
     finally:
         events_mod.fit_line = real
+
+
+def test_the_ring_holds_unchanged_values_once_and_gives_back_each_sample_as_it_was():
+    from cgstat.pipeline.events import _Ring
+
+    ring = _Ring()
+    samples = [(0.0, 5, None, 0, 0.0), (1.0, 5, None, 0, 0.0), (2.0, 5.0, None, 0, 0.0), (3.0, 5.0, None, 0, -0.0),
+               (4.0, 5.0, None, 0, -0.0), (5, 6, 7, 8, 9.5)]
+    for s in samples:
+        ring.append(s)
+    assert list(ring) == samples and len(ring) == 6
+    assert [tuple(map(type, s)) for s in ring] == [tuple(map(type, s)) for s in samples]  # 5 stays 5, 5.0 stays 5.0
+    assert str(ring[3][4]) == "-0.0" and str(ring[1][4]) == "0.0"
+    assert ring.vs[0] is ring.vs[1] and ring.vs[3] is ring.vs[4] and ring.vs[1] is not ring.vs[2]
+    assert ring.points(1) == [(s[0], s[1]) for s in samples] and ring.points(2) == [(5, 7)]
+    ring.popleft()
+    assert ring[0] == samples[1] and ring[-1] == samples[-1]
+    ring.thin()  # five samples: the 1st, 3rd and 5th (the newest) stay
+    assert list(ring) == [samples[1], samples[3], samples[5]]
+    ring.popleft()
+    ring.thin()  # two: the first and the newest
+    assert list(ring) == [samples[3], samples[5]]
