@@ -152,9 +152,12 @@ def _root(
 def _sampler(ctx: typer.Context, host_root: Optional[str], all_: bool, match: Optional[str],
            max_user: Optional[int] = None, follow: bool = True) -> Sampler:
     """The Sampler for the common options, given before the command or after it (after wins)."""
+    from cgstat.kernel.handles import raise_nofile_limit
     from cgstat.pipeline.diagnostics import Warner
     from cgstat.pipeline.sampler import Sampler
     from cgstat.pipeline.select import compile_match
+
+    raise_nofile_limit()  # the agent's process: room for its kept descriptors
 
     top_root, top_all, top_match, top_max = ctx.obj or (None, False, None, None)
     regex = match if match is not None else top_match

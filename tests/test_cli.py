@@ -227,3 +227,42 @@ def test_help_and_version_load_no_pipeline_server_or_gpu_library():
     for heavy in ("cgstat.pipeline.sampler", "cgstat.kernel.discover", "cgstat.outputs.http",
                   "cgstat.outputs.jsonl", "pynvml", "socket", "gzip", "importlib.metadata"):
         assert heavy not in out, out
+
+
+def _nofile(soft, hard):
+    def set_limit():
+        import resource
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    return set_limit
+
+
+def test_agent_raises_a_systemd_soft_fd_limit_and_sizes_its_kept_descriptors():
+    """systemd starts services at soft 1024 / hard 524288: the agent raises its own soft
+    limit (never past the hard one), and the kept-descriptor cap follows."""
+    probe = ("import resource\n"
+             "from cgstat.kernel import handles\n"
+             "before = handles.KEPT.cap\n"
+             "soft = handles.raise_nofile_limit()\n"
+             "print(before, soft, resource.getrlimit(resource.RLIMIT_NOFILE)[0], handles.KEPT.cap)")
+    env = dict(os.environ)
+    env.pop("CGSTAT_MAX_KEPT_FDS", None)
+    out = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, env=env, stdout=subprocess.PIPE,
+                         universal_newlines=True, check=True, preexec_fn=_nofile(1024, 2048)).stdout.split()
+    assert [int(x) for x in out] == [704, 2048, 2048, 2048 // 4 * 3 - 64]
+
+    # the CLI does it for the agent's process: read the running stream's own limits
+    import resource
+
+    hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]  # raising it would need CAP_SYS_RESOURCE
+    hard = 40000 if hard == resource.RLIM_INFINITY else hard
+    proc = subprocess.Popen([sys.executable, "-m", "cgstat", "stream", "--interval", "0.2", "--match", "^/$"],
+                            cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                            preexec_fn=_nofile(1024, hard))
+    try:
+        assert proc.stdout.readline().startswith(b"{")
+        with open(f"/proc/{proc.pid}/limits") as f:
+            line = next(x for x in f if x.startswith("Max open files"))
+        assert line.split()[3:5] == [str(min(hard, 32768)), str(hard)]
+    finally:
+        proc.terminate()
+        proc.communicate(timeout=30)

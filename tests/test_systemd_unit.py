@@ -262,3 +262,15 @@ def test_notify_and_watchdog() -> None:
     assert values("Restart") == ["on-failure"]
     # sd_notify creates an AF_UNIX datagram socket: the family filter must allow it.
     assert "AF_UNIX" in " ".join(values("RestrictAddressFamilies"))
+
+
+def test_fd_limit_leaves_room_for_every_kept_descriptor() -> None:
+    """setrlimit is filtered out (@resources), so the agent can't raise systemd's soft 1024
+    itself: the unit must give the kept-descriptor cap (and a quarter more) room."""
+    from cgstat.kernel import handles
+
+    assert "@resources" in " ".join(values("SystemCallFilter"))  # why the unit must say it
+    for unit in (UNIT, REPO / "systemd" / "cgstat-serve.service"):
+        (limit,) = values("LimitNOFILE", unit)
+        soft = int(limit.split(":")[0])
+        assert min(handles.DEFAULT_CAP, soft // 4 * 3 - 64, soft - 256) == handles.DEFAULT_CAP

@@ -13,7 +13,8 @@ Rules:
 - A read that fails (ENODEV: the cgroup was removed under an open file) closes that
   folder's descriptors; discover.py also forgets a folder as soon as it sees it go.
 - Capped: at most `cap` descriptors (default: 16,384, and never more than three quarters
-  of RLIMIT_NOFILE's soft limit, the last quarter left to everything else). Past the cap a
+  of RLIMIT_NOFILE's soft limit, the last quarter left to everything else; the agent first
+  raises its soft limit towards 32,768 within the hard one, raise_nofile_limit). Past the cap a
   file is read with open/read/close; nothing is evicted (a tick reads every file once, in
   the same order, where an LRU would only churn).
 - Each kept descriptor pins kernel memory: the struct file, kernfs_open_file, seq_file and
@@ -72,6 +73,35 @@ def _default_cap() -> int:
     if soft == resource.RLIM_INFINITY or soft <= 0:
         soft = 1 << 20
     return max(0, min(DEFAULT_CAP, soft // 4 * 3 - 64, soft - 256))
+
+
+# The soft RLIMIT_NOFILE the agent raises itself to, when the hard limit allows: enough for
+# DEFAULT_CAP kept descriptors plus the last quarter for everything else.
+NOFILE_TARGET = 32768
+
+
+def raise_nofile_limit() -> int:
+    """Raise this process's soft RLIMIT_NOFILE towards NOFILE_TARGET (never above the hard
+    limit, never lower), size KEPT's cap from it again, and return the soft limit.
+
+    systemd starts services with a soft limit of 1024 (for programs that still use
+    select(), which can't see descriptors from 1024 on) and a hard limit of 524288, and
+    systemd.exec(5) asks programs that can work with more to raise their soft limit
+    themselves. cgstat waits on descriptors only with epoll (selectors). Left at 1024, the
+    cap would be 704 kept descriptors: a tick of 1,000 cgroups would open ~16,000 files.
+    For the agent's own process only (the CLI calls it); a library user's limits are theirs.
+    """
+    try:
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        want = NOFILE_TARGET if hard == resource.RLIM_INFINITY else min(hard, NOFILE_TARGET)
+        if soft != resource.RLIM_INFINITY and soft < want:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (want, hard))
+            soft = want
+    except (OSError, ValueError):  # a seccomp filter or a container refusing setrlimit
+        soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    if KEPT.auto_cap:
+        KEPT.cap = _default_cap()
+    return soft
 
 
 class _Statfs(ctypes.Structure):
@@ -135,6 +165,7 @@ class KeptFiles:
     module's text."""
 
     def __init__(self, cap: Optional[int] = None):
+        self.auto_cap = cap is None  # sized from RLIMIT_NOFILE (again after raise_nofile_limit)
         self.cap = _default_cap() if cap is None else cap
         self.count = 0  # descriptors open now
         self.overflowed = 0  # reads done with open/read/close because of the cap
