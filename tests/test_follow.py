@@ -271,3 +271,19 @@ def test_reads_past_the_cap(group):
     files.close_all()
     with pytest.raises(OSError):
         os.fstat(dir_fd)
+
+
+def test_rejoin_keeps_unchanged_cgroups(group):
+    """A folder made anywhere joins everything again; the cgroups whose folders did not change
+    are the same objects (what a reader derived from them stays)."""
+    layout = detect(HostFS("/"))
+    d = Discoverer(HostFS("/"), layout)
+    try:
+        before = {cg.path: cg for cg in d.join()}
+        group.mkdir("new")
+        after = {cg.path: cg for cg in d.join()}
+        assert group.cgroup + "/new" in after and group.cgroup + "/new" not in before
+        assert after[group.cgroup] is before[group.cgroup]
+        assert after[group.cgroup + "/new"].folders[0].path == group.cgroup + "/new"
+    finally:
+        d.close()

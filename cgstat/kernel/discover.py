@@ -520,41 +520,62 @@ class Discoverer:
         anchor = layout.anchor
         anchor_tree = trees[anchor.name]
         others = [h for h in layout.hierarchies if h is not anchor]
-        if not others:
-            return [Cgroup(p, (f,)) for p, f in sorted(anchor_tree.items())]
+        # The last join's cgroups, kept where their folders are the same: a rejoin (any
+        # folder made or removed anywhere) then allocates little, and what readers derived
+        # from a Cgroup (its plan, its inodes) stays.
+        previous = {cg.path: cg for cg in self._result or ()}
 
-        joined: Dict[str, Dict[str, Folder]] = {p: {anchor.name: f} for p, f in anchor_tree.items()}
-        claimed: Dict[str, Set[str]] = {h.name: set() for h in others}
+        def cgroup(path: str, folders: Tuple[Folder, ...]) -> Cgroup:
+            old = previous.get(path)
+            if old is None or len(old.folders) != len(folders) or any(
+                    a is not b for a, b in zip(old.folders, folders)):
+                return Cgroup(path, folders)
+            return old
+
+        if not others:
+            return [cgroup(p, (f,)) for p, f in sorted(anchor_tree.items())]
+
+        # hierarchy name -> anchor path -> its folder there
+        found: Dict[str, Dict[str, Folder]] = {anchor.name: anchor_tree}
+        claimed: Dict[str, Set[str]] = {}
         live_keys: Set[Tuple[int, str]] = set()
+        parent_of = {p: p.rsplit("/", 1)[0] or "/" for p in anchor_tree if p != "/"}
         # Deepest first, so that rule 2 can look at joined descendants.
         order = sorted(anchor_tree, key=lambda p: (-p.count("/"), p))
+        target_fn = self._target
         for h in others:
             tree = trees[h.name]
+            joined: Dict[str, Folder] = {}
+            taken: Set[str] = set()
             # anchor path -> H parents of its children's targets (for rule 2)
             child_parents: Dict[str, List[str]] = {}
             for path in order:
-                folder = anchor_tree[path]
-                target = self._target(folder, h, tree, child_parents.get(path), live_keys)
+                target = target_fn(anchor_tree[path], h, tree, child_parents.get(path), live_keys)
                 if target is None:
                     continue
-                joined[path][h.name] = target
-                claimed[h.name].add(target.path)
+                joined[path] = target
+                taken.add(target.path)
                 if path != "/":
-                    parent = path.rsplit("/", 1)[0] or "/"
-                    child_parents.setdefault(parent, []).append(target.path.rsplit("/", 1)[0] or "/")
+                    parent = parent_of[path]
+                    up = child_parents.get(parent)
+                    if up is None:
+                        up = child_parents[parent] = []
+                    up.append(target.path.rsplit("/", 1)[0] or "/")
             # Rule 2, downwards: a cgroup still without a folder in H whose parent is joined
             # to another path there takes the folder of its own name below that one.
             for path in reversed(order):
-                if path == "/" or h.name in joined[path]:
+                if path == "/" or path in joined:
                     continue
-                parent = path.rsplit("/", 1)[0] or "/"
-                above = joined[parent].get(h.name)
+                parent = parent_of[path]
+                above = joined.get(parent)
                 if above is None or above.path == parent:
                     continue
                 candidate = tree.get(above.path.rstrip("/") + "/" + _leaf(path))
-                if candidate is not None and candidate.path not in claimed[h.name]:
-                    joined[path][h.name] = candidate
-                    claimed[h.name].add(candidate.path)
+                if candidate is not None and candidate.path not in taken:
+                    joined[path] = candidate
+                    taken.add(candidate.path)
+            found[h.name] = joined
+            claimed[h.name] = taken
         # Drop what we cached about cgroups that are gone.
         self._joins = {k: v for k, v in self._joins.items() if k in live_keys}
         live_inodes = {f.inode for f in anchor_tree.values()}
@@ -562,18 +583,20 @@ class Discoverer:
         self._tick_members = {}
 
         result = []
-        for path in sorted(joined):
-            by_name = joined[path]
-            result.append(Cgroup(path, tuple(by_name[h.name] for h in layout.hierarchies if h.name in by_name)))
+        columns = [found[h.name] for h in layout.hierarchies]
+        for path in sorted(anchor_tree):
+            folders = tuple([f for f in [c.get(path) for c in columns] if f is not None])
+            result.append(cgroup(path, folders))
         # Folders of other hierarchies that joined no anchor cgroup: their own records.
         leftovers: Dict[str, List[Folder]] = {}
         for h in others:
+            taken = claimed[h.name]
             for path, folder in trees[h.name].items():
-                if path in claimed[h.name] or path in joined:
+                if path in taken or path in anchor_tree:
                     continue
                 leftovers.setdefault(path, []).append(folder)
         for path in sorted(leftovers):
-            result.append(Cgroup(path, tuple(leftovers[path])))
+            result.append(cgroup(path, tuple(leftovers[path])))
         return result
 
     def _target(self, folder: Folder, h: Hierarchy, tree: Dict[str, Folder],
