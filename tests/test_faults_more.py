@@ -373,3 +373,18 @@ def test_sampler_records_one_at_a_time_are_the_tick_and_advance_only_when_taken(
     assert __import__("gc").isenabled()  # the collector paused for the tick runs again
     assert len(list(agent.records())) == len(first)
     assert agent.previous is not previous and set(agent.previous) == {r["cgroup"] for r in first}
+
+
+def test_an_unchanged_tree_is_not_classified_again_and_a_new_cgroup_is_selected(tmp_path):
+    root = str(tmp_path)
+    v2_host(root)
+    v2_cgroup(root, "/app-1")
+    v2_cgroup(root, "/other")
+    agent = Sampler(root, match="app", warner=Warner(io.StringIO()))
+    assert [r["cgroup"] for r in agent.tick()] == ["/app-1"]
+    classified = agent._tree[1]
+    assert [r["cgroup"] for r in agent.tick()] == ["/app-1"]
+    assert agent._tree[1] is classified  # the same cgroups: nothing classified or selected again
+    v2_cgroup(root, "/app-2")
+    assert sorted(r["cgroup"] for r in agent.tick()) == ["/app-1", "/app-2"]
+    assert agent._tree[1] is not classified

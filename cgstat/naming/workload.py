@@ -53,17 +53,27 @@ class Namer:
         self.devices = DeviceNames(fs)
         self.pids = PidMapper(fs, layout)
         self._sandbox: Dict[str, bool] = {}  # this tick: cgroup path -> is a pod sandbox
+        self._classified: List[Tuple[Cgroup, PathInfo]] = []  # the last tick's cgroups...
+        self._runtime: List[Tuple[Cgroup, PathInfo]] = []  # ...those of them with runtime state
         self._members: Dict[int, int] = {}  # folder inode -> the member PID chosen
         self._empty: Dict[int, float] = {}  # folder inode -> when its subtree had no process
 
     def begin_tick(self, classified: List[Tuple[Cgroup, PathInfo]]) -> None:
         """Look up what this tick's new containers and pods are; forget the gone ones."""
         ids = self.runtimes
-        ids.retain(x for _, info in classified for x in (info.id, info.pod_uid) if x)
-        ids.refresh_if_new(info for _, info in classified)
+        if classified is not self._classified:
+            # Only containers and pods have runtime state; the same list again (the
+            # sampler's, for an unchanged tree) has the same ones: not every cgroup of the
+            # host every tick.
+            self._classified = classified
+            self._runtime = [(cg, info) for cg, info in classified
+                             if info.id or info.pod_uid or info.kind == "container"]
+        runtime = self._runtime
+        ids.retain(x for _, info in runtime for x in (info.id, info.pod_uid) if x)
+        ids.refresh_if_new(info for _, info in runtime)
         self._sandbox = {cg.path: ids.is_sandbox(info, cg.folders[0].local)
-                         for cg, info in classified if info.kind == "container"}
-        ids.note_pod_members(info for cg, info in classified
+                         for cg, info in runtime if info.kind == "container"}
+        ids.note_pod_members(info for cg, info in runtime
                              if info.pod_uid and not self._sandbox.get(cg.path, False))
 
     def is_sandbox(self, cg: Cgroup, info: PathInfo) -> bool:

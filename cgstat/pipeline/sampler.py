@@ -13,6 +13,7 @@ tick (the first tick's rates are null), `close()` releases what it holds.
 from __future__ import annotations
 
 import gc
+import operator
 import os
 import time
 from dataclasses import dataclass
@@ -25,6 +26,7 @@ from cgstat.kernel.hierarchy import detect
 from cgstat.kernel.host import HostClock, host_root_note, read_host
 from cgstat.kernel.hostfs import HostFS
 from cgstat.kernel.sample import Sample
+from cgstat.kernel.tree import Cgroup
 from cgstat.naming.paths import PathInfo, classify
 from cgstat.naming.pids import pid_namespace_note
 from cgstat.naming.workload import Namer, Workload
@@ -95,6 +97,8 @@ class Sampler:
             self._netns = NetnsReader(self.fs)
         self.previous: Dict[str, Counters] = {}
         self._classified: Dict[str, PathInfo] = {}
+        # Last tick's cgroups, what their paths say, and the selection made of them.
+        self._tree: Tuple[List[Cgroup], List[Tuple[Cgroup, PathInfo]], Optional[Tuple[Selected, str]]] = ([], [], None)
         note = pid_namespace_note(self.fs)
         if note:
             self.warner.once("pidns", note)
@@ -112,13 +116,24 @@ class Sampler:
         namer = self.namer
         self.clock.start_tick()
         cgroups = self.discoverer.join()
-        # What each path says, kept only for the cgroups that still exist (a cache that
-        # followed churn would grow for ever).
-        known = self._classified
-        self._classified = {cg.path: known.get(cg.path) or classify(cg.path) for cg in cgroups}
-        classified = [(cg, self._classified[cg.path]) for cg in cgroups]
+        last = self._tree
+        if len(last[0]) == len(cgroups) and all(map(operator.is_, last[0], cgroups)):
+            # The same cgroups as last tick (the walk keeps them while nothing changed):
+            # what each path says is known, and so is a selection by --match or --all.
+            classified, selection = last[1], last[2]
+        else:
+            # What each path says, kept only for the cgroups that still exist (a cache that
+            # followed churn would grow for ever).
+            known = self._classified
+            self._classified = {cg.path: known.get(cg.path) or classify(cg.path) for cg in cgroups}
+            classified = [(cg, self._classified[cg.path]) for cg in cgroups]
+            selection = None
         namer.begin_tick(classified)
-        selected, what = select(classified, self.all_cgroups, self.match, namer.is_sandbox)
+        if selection is None or (self.match is None and not self.all_cgroups):
+            # (the default selection leaves pod sandboxes out: runtime state, per tick)
+            selection = select(classified, self.all_cgroups, self.match, namer.is_sandbox)
+        self._tree = (cgroups, classified, selection)
+        selected, what = selection
         self.warner.once("selection", f"{self.layout.kind} cgroup layout; showing {what}")
         # Network namespaces and GPUs first (they need only which cgroups): the cgroups'
         # own files are then read one by one as the records are made.
