@@ -217,6 +217,10 @@ class _Ring:
         i = field - 1
         return [(t, v[i]) for t, v in zip(self.ts, self.vs) if v[i] is not None]
 
+    def latest(self, field: int) -> Any:
+        """One field of the newest sample (ring[-1][field] without making the tuple)."""
+        return self.ts[-1] if field == _T else self.vs[-1][field - 1]
+
     def __len__(self) -> int:
         return len(self.ts)
 
@@ -231,10 +235,10 @@ class _Ring:
 def _same(a: tuple, b: tuple) -> bool:
     """Equal values of the same types (1 and 1.0, or 0.0 and -0.0, are not the same: a
     shared tuple must give back what each sample had)."""
-    if a != b:
+    if a != b or list(map(type, a)) != list(map(type, b)):
         return False
     for x, y in zip(a, b):
-        if type(x) is not type(y) or (type(x) is float and x == 0 and math.copysign(1.0, x) != math.copysign(1.0, y)):
+        if x == 0 and type(x) is float and math.copysign(1.0, x) != math.copysign(1.0, y):
             return False
     return True
 
@@ -379,7 +383,7 @@ class EventDetector:
         """The samples sustained rules judge (the ring itself: read it, never change it), or
         None while they don't cover enough of the window yet."""
         ring = st.ring
-        if len(ring) < 2 or ring[-1][_T] - ring[0][_T] < self.th.coverage * self.th.window_s:
+        if len(ring) < 2 or ring.ts[-1] - ring.ts[0] < self.th.coverage * self.th.window_s:
             return None
         return ring
 
@@ -493,7 +497,7 @@ class EventDetector:
     def _throttled(self, st: _Cgroup, r, events) -> None:
         th = self.th
         window = self._window(st)
-        t = st.ring[-1][_T]
+        t = st.ring.latest(_T)
         frac, periods, throttled = _throttle_fraction(window)
         is_open = "cpu_throttled" in st.open
         if is_open:
@@ -505,7 +509,7 @@ class EventDetector:
             return
         if _throttled_share(window, th.throttled_fraction) < th.sustained_share:
             return
-        cores = st.ring[-1][_CORES]
+        cores = st.ring.latest(_CORES)
         cpu_pct = _cpu_percent(window)
         msg = ("%s was throttled in %.0f %% of its CPU periods over the last %s (using %s cores of its %s-core "
                "quota): it needs more CPU than its limit; raise the quota or use fewer threads/workers." % (
@@ -520,18 +524,18 @@ class EventDetector:
     def _gpu_idle(self, st: _Cgroup, r, events) -> None:
         th = self.th
         is_open = "gpu_idle_cpu_bound" in st.open
-        if not is_open and not st.ring[-1][_GPROCS]:
+        if not is_open and not st.ring.latest(_GPROCS):
             return  # raising needs GPU processes in every sample, this one included
         window = self._window(st)
-        t = st.ring[-1][_T]
-        cores = st.ring[-1][_CORES]
+        t = st.ring.latest(_T)
+        cores = st.ring.latest(_CORES)
         sm_values = [s[_SM] for s in (window or ()) if s[_SM] is not None]
         has_procs = window is not None and all(s[_GPROCS] for s in window)
         cpu_pct = _cpu_percent(window)
         sm_mean = sum(sm_values) / len(sm_values) if sm_values else None
         if is_open:
             busy = sm_mean is not None and sm_mean >= th.gpu_busy_sm_percent
-            no_gpu = st.ring[-1][_GPROCS] == 0 or st.ring[-1][_GPROCS] is None
+            no_gpu = st.ring.latest(_GPROCS) == 0 or st.ring.latest(_GPROCS) is None
             off_limit = (cpu_pct is not None and cores and cpu_pct < 0.5 * th.cpu_at_limit_fraction * cores * 100)
             if window is not None and (busy or no_gpu or off_limit):
                 self._resolve(st, r, "gpu_idle_cpu_bound", t, "The input-bound GPU",
@@ -548,7 +552,7 @@ class EventDetector:
                    _name(r), sm_mean, cpu_pct / 100, cores))
         self._raise(st, r, "gpu_idle_cpu_bound", "warning", _cap(msg),
                     {"sm_percent": round(sm_mean, 2), "cpu_percent": round(cpu_pct, 2), "limit_cores": cores,
-                     "gpu_processes": st.ring[-1][_GPROCS], "window_s": round(window[-1][_T] - window[0][_T], 3)},
+                     "gpu_processes": st.ring.latest(_GPROCS), "window_s": round(window[-1][_T] - window[0][_T], 3)},
                     events, t)
 
     # -- GPU device records -------------------------------------------------------------------
