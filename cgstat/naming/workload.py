@@ -17,9 +17,8 @@ from __future__ import annotations
 import os
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, List, Optional, Tuple
 
-from cgstat.gpu.join import UNKNOWN, Owner
 from cgstat.kernel.hierarchy import Layout
 from cgstat.kernel.hostfs import Gone, HostFS, ReadError
 from cgstat.kernel.procs import member_pids
@@ -29,6 +28,9 @@ from cgstat.naming.devices import DeviceNames
 from cgstat.naming.paths import PathInfo, classify, container_root
 from cgstat.naming.pids import PidCgroups, PidMapper, start_ticks
 from cgstat.naming.runtimes import Identities
+
+if TYPE_CHECKING:
+    from cgstat.gpu.join import Owner
 
 
 @dataclass(frozen=True)
@@ -123,6 +125,8 @@ class Namer:
         The start time is read before and after the name, so a PID that exits and is reused
         meanwhile is left unattributed rather than given to the new process's cgroup.
         """
+        from cgstat.gpu.join import UNKNOWN, Owner  # only with GPUs: a run without any never loads them
+
         try:
             found = self.pids.lookup(pid)
             comm = self.fs.read_text(f"/proc/{pid}/comm").rstrip("\n")

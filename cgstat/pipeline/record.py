@@ -9,16 +9,18 @@ from __future__ import annotations
 
 import math
 import time
-from typing import Any, Dict, Iterable, List, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Dict, Iterable, List, Optional, Tuple
 
-from cgstat.gpu.join import Attributed
-from cgstat.gpu.sample import GpuDevice
 from cgstat.kernel.host import HostInfo
 from cgstat.kernel.netns import NetworkResult
 from cgstat.kernel.sample import PressureSample, Problem, Sample
 from cgstat.naming.workload import Workload
 from cgstat.pipeline.network import network_record
 from cgstat.pipeline.rates import NO_IO_RATES, Rates
+
+if TYPE_CHECKING:  # GPU records are built only with GPUs: a run without any never loads them
+    from cgstat.gpu.join import Attributed
+    from cgstat.gpu.sample import GpuDevice
 
 SCHEMA_VERSION = 1
 
