@@ -336,7 +336,7 @@ class EventDetector:
                         events: List[Dict[str, Any]], oom_raised: List[Tuple[str, Dict[str, Any]]]) -> None:
         th = self.th
         st = self._cgroups.get(path)
-        interval = number_at(r, "interval_s")
+        interval = _number(r.get("interval_s"))
         if st is None or interval is None:  # first sample, or a new life of the cgroup
             st = self._cgroups[path] = _Cgroup()
             st.t = now if now is not None else (parse_ts(r.get("ts")) or 0.0)
@@ -373,11 +373,12 @@ class EventDetector:
         if len(ring) > th.max_samples:
             ring.thin()
 
+        window = self._window(st)  # the same for every rule: none changes the ring
         self._oom(st, r, prev, sample, oom_raised, events)
         self._near_limit(st, r, sample, events)
-        self._growth(st, r, sample, events)
-        self._throttled(st, r, events)
-        self._gpu_idle(st, r, events)
+        self._growth(st, r, sample, window, events)
+        self._throttled(st, r, window, events)
+        self._gpu_idle(st, r, window, events)
 
     def _window(self, st: _Cgroup) -> Optional[_Ring]:
         """The samples sustained rules judge (the ring itself: read it, never change it), or
@@ -452,9 +453,8 @@ class EventDetector:
                          "threshold_percent": th.near_limit_percent}, events, t)
 
     # memory_growth: a steady least-squares climb of the working set over the window.
-    def _growth(self, st: _Cgroup, r, sample, events) -> None:
+    def _growth(self, st: _Cgroup, r, sample, window: Optional[_Ring], events) -> None:
         th = self.th
-        window = self._window(st)
         t = sample[_T]
         is_open = "memory_growth" in st.open
         if (not is_open and window is not None and st.ws_since <= window[0][_T]
@@ -494,9 +494,8 @@ class EventDetector:
                          "seconds_to_limit": to_limit}, events, t)
 
     # cpu_throttled: throttled in most CFS periods over the window.
-    def _throttled(self, st: _Cgroup, r, events) -> None:
+    def _throttled(self, st: _Cgroup, r, window: Optional[_Ring], events) -> None:
         th = self.th
-        window = self._window(st)
         t = st.ring.latest(_T)
         frac, periods, throttled = _throttle_fraction(window)
         is_open = "cpu_throttled" in st.open
@@ -521,12 +520,11 @@ class EventDetector:
                      "window_s": round(window[-1][_T] - window[0][_T], 3)}, events, t)
 
     # gpu_idle_cpu_bound: GPU processes at ~0 % SM while the CPU sits at its quota.
-    def _gpu_idle(self, st: _Cgroup, r, events) -> None:
+    def _gpu_idle(self, st: _Cgroup, r, window: Optional[_Ring], events) -> None:
         th = self.th
         is_open = "gpu_idle_cpu_bound" in st.open
         if not is_open and not st.ring.latest(_GPROCS):
             return  # raising needs GPU processes in every sample, this one included
-        window = self._window(st)
         t = st.ring.latest(_T)
         cores = st.ring.latest(_CORES)
         sm_values = [s[_SM] for s in (window or ()) if s[_SM] is not None]
