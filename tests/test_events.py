@@ -432,7 +432,7 @@ def test_the_ring_holds_unchanged_values_once_and_gives_back_each_sample_as_it_w
 
     ring = _Ring()
     samples = [(0.0, 5, None, 0, 0.0), (1.0, 5, None, 0, 0.0), (2.0, 5.0, None, 0, 0.0), (3.0, 5.0, None, 0, -0.0),
-               (4.0, 5.0, None, 0, -0.0), (5, 6, 7, 8, 9.5)]
+               (4.0, 5.0, None, 0, -0.0), (5.0, 6, 7, 8, 9.5)]
     for s in samples:
         ring.append(s)
     assert list(ring) == samples and len(ring) == 6
