@@ -232,8 +232,9 @@ def test_processes_of_an_empty_cgroup_without_reading_cgroup_procs(group):
         assert procs_fd() is None
         assert not [p for p in rec["errors"] if p["source"] == "cgroup.procs"]
         # limit files are read once a minute or on IN_MODIFY: never through a kept slot
-        assert not [name for _m, _p, e in KEPT.entries() for name, v in e.kept.items()
-                    if name in handles.SLOW_FILES and isinstance(v, int)]
+        kept_names = [os.readlink(f"/proc/self/fd/{fd}").rsplit("/", 1)[1]
+                      for _m, _p, e in KEPT.entries() for fd in e.fds()]
+        assert kept_names and not set(kept_names) & handles.SLOW_FILES
         assert KEPT.count == sum(len(e.fds()) for _m, _p, e in KEPT.entries())
     finally:
         s.close()

@@ -104,8 +104,8 @@ class _Reader:
         slow = keeps and name in SLOW_FILES
         if slow:
             known = KEPT.cached(folder, name)
-            if known is not None:
-                return known[0]  # type: ignore[no-any-return,unused-ignore]
+            if known is not handles.MISSING:
+                return known  # type: ignore[no-any-return,unused-ignore]
         try:
             text = read_text(folder.local + "/" + name)
         except ReadError as exc:

@@ -145,19 +145,54 @@ def is_cgroupfs(path: str) -> bool:
     return result
 
 
-class _Entry:
-    """The kept state of one folder's life: by file name, the descriptor (an int) of a file
-    read every tick, or (value,) for a slow file of a watched folder. One dict for both:
-    a slow file never holds a descriptor."""
+# What is kept for one life of a folder, one tuple: (inode, names, value of names[0], value
+# of names[1], ...), where the value of a slow file is its parsed value (watched folders
+# only) and of any other file its kept descriptor. A slow file never holds a descriptor.
+# The names tuple is shared by every folder that keeps the same names: per folder this is
+# ~100 bytes, where an object holding a dict was ~300.
+_Entry = Tuple[Any, ...]
+_SHARED_NAMES: Dict[Tuple[str, ...], Tuple[str, ...]] = {}
+MISSING = object()  # cached(): no value kept
 
-    __slots__ = ("inode", "kept")
 
-    def __init__(self, inode: int):
-        self.inode = inode
-        self.kept: Dict[str, Any] = {}
+def _shared(names: Tuple[str, ...]) -> Tuple[str, ...]:
+    known = _SHARED_NAMES.get(names)
+    if known is None:
+        if len(_SHARED_NAMES) >= 1024:  # odd file sets can't grow this for ever
+            _SHARED_NAMES.clear()
+        known = _SHARED_NAMES[names] = names
+    return known
+
+
+def _fds(entry: _Entry) -> List[int]:
+    return [v for n, v in zip(entry[1], entry[2:]) if n not in SLOW_FILES]
+
+
+def _with(entry: _Entry, name: str, value: Any) -> _Entry:
+    names = entry[1]
+    if name in names:
+        i = names.index(name) + 2
+        return entry[:i] + (value,) + entry[i + 1:]
+    return (entry[0], _shared(names + (name,))) + entry[2:] + (value,)
+
+
+def _without(entry: _Entry, name: str) -> _Entry:
+    names = entry[1]
+    i = names.index(name)
+    return (entry[0], _shared(names[:i] + names[i + 1:])) + entry[2:i + 2] + entry[i + 3:]
+
+
+class EntryView:
+    """What is kept for one folder, as entries() shows it: `kept` by file name (a
+    descriptor, or a slow file's value) and fds()."""
+
+    __slots__ = ("kept",)
+
+    def __init__(self, entry: _Entry):
+        self.kept: Dict[str, Any] = dict(zip(entry[1], entry[2:]))
 
     def fds(self) -> List[int]:
-        return [v for v in self.kept.values() if v.__class__ is int]
+        return [v for n, v in self.kept.items() if n not in SLOW_FILES]
 
 
 class KeptFiles:
@@ -179,21 +214,28 @@ class KeptFiles:
         if tree is None:
             return None
         entry = tree.get(folder.path)
-        if entry is None or entry.inode != folder.inode:
+        if entry is None or entry[0] != folder.inode:
             return None
         return entry
 
-    def _entry(self, folder: Folder) -> _Entry:
-        """The entry of this life of the folder; a new inode closes the old one's."""
+    def _put(self, folder: Folder, name: str, value: Any) -> None:
+        """Keep name -> value for this life of the folder; a new inode closes the old one's."""
         tree = self._mounts.get(folder.hierarchy.mount_dir)
         if tree is None:
             tree = self._mounts[folder.hierarchy.mount_dir] = {}
         entry = tree.get(folder.path)
-        if entry is None or entry.inode != folder.inode:
+        if entry is None or entry[0] != folder.inode:
             if entry is not None:
                 self._close(entry)
-            entry = tree[folder.path] = _Entry(folder.inode)
-        return entry
+            entry = (folder.inode, ())
+        tree[folder.path] = _with(entry, name, value)
+
+    def _replace(self, folder: Folder, entry: _Entry) -> None:
+        tree = self._mounts[folder.hierarchy.mount_dir]
+        if entry[1]:
+            tree[folder.path] = entry
+        else:
+            del tree[folder.path]
 
     def read(self, folder: Folder, name: str) -> bytes:
         """The bytes of a file of `folder` through a kept descriptor; raises ReadError like
@@ -201,9 +243,10 @@ class KeptFiles:
         tree = self._mounts.get(folder.hierarchy.mount_dir)
         if tree is not None:
             entry = tree.get(folder.path)
-            if entry is not None and entry.inode == folder.inode:
-                fd = entry.kept.get(name)
-                if fd.__class__ is int:
+            if entry is not None and entry[0] == folder.inode:
+                names = entry[1]
+                if name in names and name not in SLOW_FILES:
+                    fd = entry[names.index(name) + 2]
                     try:
                         data = os.pread(fd, _READ, 0)
                     except OSError as exc:
@@ -227,7 +270,7 @@ class KeptFiles:
             fd = os.open(path, _FLAGS)
         except OSError as exc:
             raise classify(exc, path) from None
-        self._entry(folder).kept[name] = fd
+        self._put(folder, name, fd)
         self.count += 1
         try:
             data = os.pread(fd, _READ, 0)
@@ -291,56 +334,57 @@ class KeptFiles:
     def release(self, folder: Folder, name: str) -> None:
         """Close the descriptor kept for one file of `folder`, if any (no longer read)."""
         entry = self._lookup(folder)
-        if entry is not None:
-            fd = entry.kept.get(name)
-            if fd.__class__ is int:
-                del entry.kept[name]
-                self.count -= 1
-                try:
-                    os.close(fd)
-                except OSError:
-                    pass
+        if entry is not None and name in entry[1] and name not in SLOW_FILES:
+            fd = entry[entry[1].index(name) + 2]
+            self._replace(folder, _without(entry, name))
+            self.count -= 1
+            try:
+                os.close(fd)
+            except OSError:
+                pass
 
     # -- slow files ------------------------------------------------------------------
 
     def cached(self, folder: Folder, name: str) -> Any:
-        """(value,) of a slow file of a watched folder, or None (read it)."""
-        if not folder.watched:
-            return None
+        """The kept value of a slow file of a watched folder, or MISSING (read it)."""
+        if not folder.watched or name not in SLOW_FILES:
+            return MISSING
         entry = self._lookup(folder)
-        if entry is None:
-            return None
-        return entry.kept.get(name)
+        if entry is None or name not in entry[1]:
+            return MISSING
+        return entry[entry[1].index(name) + 2]
 
     def keep(self, folder: Folder, name: str, value: Any) -> None:
         if folder.watched and name in SLOW_FILES:
-            self._entry(folder).kept[name] = (value,)
+            self._put(folder, name, value)
 
     def modified(self, folder: Folder, name: str) -> None:
         """IN_MODIFY: slow file `name` of that folder was written; read it again."""
         entry = self._lookup(folder)
-        if entry is not None and name in SLOW_FILES:
-            entry.kept.pop(name, None)
+        if entry is not None and name in SLOW_FILES and name in entry[1]:
+            self._replace(folder, _without(entry, name))
 
     def drop_values(self) -> None:
         """Forget every slow value (events were lost, or the periodic refresh)."""
         for tree in self._mounts.values():
-            for entry in tree.values():
-                kept = entry.kept
-                for name in [n for n, v in kept.items() if v.__class__ is not int]:
-                    del kept[name]
+            for path, entry in list(tree.items()):
+                for name in [n for n in entry[1] if n in SLOW_FILES]:
+                    entry = _without(entry, name)
+                if entry[1]:
+                    tree[path] = entry
+                else:
+                    del tree[path]
 
     # -- lifetime --------------------------------------------------------------------
 
     def _close(self, entry: _Entry) -> None:
-        fds = entry.fds()
+        fds = _fds(entry)
         for fd in fds:
             try:
                 os.close(fd)
             except OSError:
                 pass
         self.count -= len(fds)
-        entry.kept = {}
 
     def forget(self, folder: Folder) -> None:
         """Close what is kept for a folder (gone, or no longer read)."""
@@ -376,11 +420,11 @@ class KeptFiles:
                 pass
         self._dirs = {}
 
-    def entries(self) -> Iterator[Tuple[str, str, _Entry]]:
-        """(mount point, cgroup path, entry) of every folder with something kept."""
+    def entries(self) -> Iterator[Tuple[str, str, EntryView]]:
+        """(mount point, cgroup path, what is kept) of every folder with something kept."""
         for mount, kept in self._mounts.items():
             for path, entry in kept.items():
-                yield mount, path, entry
+                yield mount, path, EntryView(entry)
 
     def folders(self) -> int:
         return sum(len(kept) for kept in self._mounts.values())
