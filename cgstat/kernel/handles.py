@@ -15,8 +15,10 @@ Rules:
 - Capped: at most `cap` descriptors (default: 16,384, and never more than three quarters
   of RLIMIT_NOFILE's soft limit, the last quarter left to everything else; the agent first
   raises its soft limit towards 32,768 within the hard one, raise_nofile_limit). Past the cap a
-  file is read with open/read/close; nothing is evicted (a tick reads every file once, in
-  the same order, where an LRU would only churn).
+  file is read with open/read/close, opened relative to a descriptor of its mount point;
+  nothing is evicted (a tick reads every file once, in the same order, where an LRU would
+  only churn). A file no longer read gives its slot back (release(): cgroup.procs of a
+  cgroup whose pids.current fell to 0).
 - Each kept descriptor pins kernel memory: the struct file, kernfs_open_file, seq_file and
   its buffer (one page, more for a file that ever outgrew it), ~4.5 KiB; `pinned_bytes()`
   is that estimate. bench/tick_cost.py measures the real figure from the agent's memory
@@ -25,9 +27,9 @@ Rules:
 Limit files (cpu.cfs_quota_us, cpu.max, memory.limit_in_bytes, memory.max, pids.max ...)
 change only when someone writes them, and a write shows as IN_MODIFY on the folder's
 inotify watch. For a folder discover.py watches, the parsed value of such a file is kept
-and re-read only after IN_MODIFY, after an inotify overflow, or at the full rescan every
-SLOW_REFRESH_S. They are always read with open/read/close: a descriptor kept for a file
-read once a minute would take a slot (and pin a page) for nothing.
+and re-read only after IN_MODIFY, after an inotify overflow, or at discover.py's full
+rescan (every 60 s). They are always read with open/read/close: a descriptor kept for a
+file read once a minute would take a slot (and pin a page) for nothing.
 """
 
 from __future__ import annotations
