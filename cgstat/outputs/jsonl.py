@@ -4,14 +4,15 @@ Every sink has the same small interface: `open()` (fail at start, not silently l
 `write(records)`, `reopen()` (SIGHUP) and `close()`. Serialising is done here, one
 `text.dumps_record` per record (orjson, then the controls orjson leaves raw escaped); a
 record that can't be serialised is dropped with a warning and the batch goes on. A batch
-is serialised and written in chunks of about 256 KiB, never held whole in memory.
+is serialised and written in chunks of about 256 KiB, never joined into one bytes object;
+its records may come one at a time (stream), so that they never all exist at once.
 
 Every batch is written whole or not at all: a file that fails mid-write (ENOSPC, EIO) is
 truncated back to where the batch began, so a reader never sees half a line, and the
 batch is kept (bounded) and retried on the next tick. On stdout, which can't be cut back,
-what did not go out is kept, so the line begun is completed first on the next tick. SIGHUP makes a file sink reopen its
-path (logrotate's move-and-create). A closed stdout (`cgstat stream | head`) ends the
-stream quietly.
+what did not go out is kept, so the line begun is completed first on the next tick.
+SIGHUP makes a file sink reopen its path (logrotate's move-and-create). A closed stdout
+(`cgstat stream | head`) ends the stream quietly.
 
 The output file is opened the safe way for a root process writing where others may
 write: O_NOFOLLOW (a symlink at the path is refused, never followed), O_NONBLOCK and

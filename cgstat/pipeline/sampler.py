@@ -3,11 +3,14 @@ build records (plain dicts, the objects that are streamed).
 
 Data flows one way: host files -> Sample (kernel/cgroups.py) -> Rates (pipeline/rates.py)
 -> who each workload is (naming/) -> record (pipeline/record.py); sinks and views
-(outputs/) only format the records. The sampler keeps only what rates need between
-ticks: the previous Counters of each cgroup still present.
+(outputs/) only format the records. The sampler keeps between ticks what rates need (the
+previous Counters of each cgroup still present) and last tick's cgroups with what their
+paths say (classified again only when the tree changed). A tick reads one cgroup at a
+time, as its record is made.
 
 `Sampler` is also the Python API (`cgstat.Sampler`): `tick()` returns the records of one
-tick (the first tick's rates are null), `close()` releases what it holds.
+tick (the first tick's rates are null), `records()` makes the same records one at a time,
+`close()` releases what it holds.
 """
 
 from __future__ import annotations
