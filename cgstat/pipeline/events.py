@@ -366,14 +366,15 @@ class EventDetector:
         else:
             usage = periods = throttled = cores = None
         sample = (t, ws, limit, kills, usage, periods, throttled, cores, sm, gprocs)
-        prev = st.ring[-1] if st.ring else None
         ring = st.ring
+        prev = ring.vs[-1] if ring.vs else None  # the values of the sample before (no time)
         ring.append(sample)
         if ws is not None and ws != st.ws:
             st.ws, st.ws_since = ws, t
-        while len(ring) >= 2 and ring.ts[1] <= t - th.window_s:
+        ts = ring.ts  # popleft() changes it in place
+        while len(ts) >= 2 and ts[1] <= t - th.window_s:
             ring.popleft()
-        if len(ring) > th.max_samples:
+        if len(ts) > th.max_samples:
             ring.thin()
 
         window = self._window(st)  # the same for every rule: none changes the ring
@@ -410,15 +411,17 @@ class EventDetector:
 
     # oom_kill: the counter went up between two samples of the same cgroup.
     def _oom(self, st: _Cgroup, r, prev, sample, oom_raised, events) -> None:
+        # prev: the values of the sample before, without its time (index - 1)
         t = sample[_T]
         ep = st.open.get("oom_kill")
-        now_kills, before = sample[_OOM], prev[_OOM] if prev is not None else None
+        now_kills, before = sample[_OOM], prev[_OOM - 1] if prev is not None else None
         if prev is not None and now_kills is not None and before is not None and now_kills > before:
             kills = int(now_kills - before)
             if ep is None:
                 evidence = {"kills": kills, "oom_kills_total": int(now_kills), "limit_bytes": sample[_LIMIT],
-                            "working_set_bytes_before": prev[_WS], "working_set_bytes": sample[_WS]}
-                ev = make_event(r, "oom_kill", "critical", oom_message(r, kills, sample[_LIMIT], prev[_WS]), evidence)
+                            "working_set_bytes_before": prev[_WS - 1], "working_set_bytes": sample[_WS]}
+                ev = make_event(r, "oom_kill", "critical", oom_message(r, kills, sample[_LIMIT], prev[_WS - 1]),
+                                evidence)
                 ep = st.open["oom_kill"] = _Open(r.get("ts"), t, evidence)
                 ep.extra["kills"] = kills
                 ep.extra["last"] = t
