@@ -125,7 +125,7 @@ def run_once(sampler: Sampler, sink: JsonLinesSink, state_path: Optional[str], w
                 schedule.sleep_until(time.monotonic() + window_s)
                 if schedule.stop:
                     return 0
-            sink.write(sampler.tick())
+            sink.write(sampler.records())  # each record to the output as it is made
     except ReaderGone:
         return 0
     finally:
