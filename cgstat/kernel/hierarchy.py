@@ -15,8 +15,7 @@ Layouts (Documentation/admin-guide/cgroup-v2.rst, "Mounting"; systemd's "hybrid"
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
-from typing import FrozenSet, List, Optional, Tuple
+from typing import FrozenSet, List, NamedTuple, Optional, Tuple
 
 from cgstat.errors import CgstatError
 
@@ -38,8 +37,7 @@ class NoCgroupFS(CgstatError):
     """The host root has no cgroup filesystem we can read."""
 
 
-@dataclass(frozen=True)
-class Hierarchy:
+class Hierarchy(NamedTuple):
     name: str  # "unified" for cgroup2, else the controllers as the kernel lists them
     version: int  # 1 or 2
     controllers: FrozenSet[str]  # v1 controllers; empty for cgroup2
@@ -49,8 +47,7 @@ class Hierarchy:
         return controller in self.controllers
 
 
-@dataclass(frozen=True)
-class Layout:
+class Layout(NamedTuple):
     kind: str  # "v2", "v1" or "hybrid"
     hierarchies: Tuple[Hierarchy, ...]
 

@@ -15,8 +15,7 @@ from __future__ import annotations
 import os
 import socket
 import time
-from dataclasses import dataclass
-from typing import Optional
+from typing import NamedTuple, Optional
 
 from cgstat.kernel import parse
 from cgstat.kernel.hostfs import HostFS, ReadError
@@ -24,8 +23,7 @@ from cgstat.kernel.hostfs import HostFS, ReadError
 _CLOCK_BOOTTIME = getattr(time, "CLOCK_BOOTTIME", time.CLOCK_MONOTONIC)
 
 
-@dataclass(frozen=True)
-class HostInfo:
+class HostInfo(NamedTuple):
     hostname: str
     boot_id: Optional[str]  # random per boot; "btime:<s>" when boot_id isn't readable
     live: bool  # the host root is the kernel we run on

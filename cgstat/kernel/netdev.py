@@ -24,8 +24,7 @@ it is decoded as cgroup names are (cgstat.text.decode_bytes: `\\xNN` for bad byt
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
-from typing import Tuple, Union
+from typing import NamedTuple, Tuple, Union
 
 from cgstat import text as text_mod
 from cgstat.kernel import parse
@@ -39,8 +38,7 @@ _RX_COLUMNS = ("bytes", "packets", "errs", "drop", "fifo", "frame", "compressed"
 _TX_COLUMNS = ("bytes", "packets", "errs", "drop", "fifo", "colls", "carrier", "compressed")
 
 
-@dataclass(frozen=True)
-class InterfaceCounters:
+class InterfaceCounters(NamedTuple):
     """One line of /proc/<pid>/net/dev: the kernel's counters of one interface since it was
     created (or moved into this namespace: counters travel with the device)."""
 
@@ -63,7 +61,7 @@ class InterfaceCounters:
     tx_compressed_total: int
 
 
-COUNTER_FIELDS = tuple(f.name for f in fields(InterfaceCounters))[1:]
+COUNTER_FIELDS = InterfaceCounters._fields[1:]
 assert len(COUNTER_FIELDS) == 16
 
 

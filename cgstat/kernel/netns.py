@@ -25,8 +25,7 @@ from __future__ import annotations
 
 import os
 import time
-from dataclasses import dataclass
-from typing import Callable, Dict, Hashable, Iterable, List, Mapping, Optional, Tuple, TypeVar, Union
+from typing import Callable, Dict, Hashable, Iterable, List, Mapping, NamedTuple, Optional, Tuple, TypeVar, Union
 
 from cgstat.kernel.hostfs import Denied, Gone, HostFS, Malformed, ReadError, classify, read_bytes
 from cgstat.kernel.netdev import InterfaceCounters, parse_net_dev
@@ -50,8 +49,7 @@ TOTAL_FIELDS = ("rx_bytes_total", "tx_bytes_total", "rx_packets_total", "tx_pack
                 "rx_errors_total", "tx_errors_total", "rx_dropped_total", "tx_dropped_total")
 
 
-@dataclass(frozen=True)
-class HostNetns:
+class HostNetns(NamedTuple):
     """The host's (initial) network namespace, as far as it could be found."""
 
     inode: Optional[int]  # None: unknown
@@ -62,8 +60,7 @@ class HostNetns:
         return inode == NET_NS_INIT_INO or (self.inode is not None and inode == self.inode)
 
 
-@dataclass(frozen=True)
-class NetworkSample:
+class NetworkSample(NamedTuple):
     """One network namespace's counters at one moment, lo left out, as seen by one workload."""
 
     netns: int  # inode of /proc/<pid>/ns/net
@@ -80,8 +77,7 @@ class NetworkSample:
     interfaces: Tuple[InterfaceCounters, ...]  # every interface but lo, in the kernel's order
 
 
-@dataclass(frozen=True)
-class NetworkResult:
+class NetworkResult(NamedTuple):
     """What read() gives for one workload: a sample, or None and why (problem)."""
 
     network: Optional[NetworkSample]
@@ -89,8 +85,7 @@ class NetworkResult:
     problem: Optional[Problem] = None  # {source: "network", error, detail} for `errors`
 
 
-@dataclass(frozen=True)
-class TickStats:
+class TickStats(NamedTuple):
     """What the last read() cost: files opened and stat() calls on /proc."""
 
     keys: int = 0

@@ -21,8 +21,7 @@ Pure functions over the path alone (no I/O). Patterns, by runtime and cgroup dri
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, replace
-from typing import Optional
+from typing import NamedTuple, Optional
 
 _HEX64 = r"[0-9a-f]{64}"
 _CONTAINER_PATTERNS = (
@@ -47,8 +46,7 @@ _QOS = {"burstable": "burstable", "besteffort": "besteffort"}
 _UNIT = re.compile(r"^.+\.(service|scope|slice|socket|mount|swap|target|device|automount|path|timer)$")
 
 
-@dataclass(frozen=True)
-class PathInfo:
+class PathInfo(NamedTuple):
     kind: Optional[str] = None  # "container", "pod", "monitor" or None
     runtime: Optional[str] = None
     id: Optional[str] = None  # 64-hex container ID, or the LXC container name
@@ -148,7 +146,7 @@ def classify(path: str) -> PathInfo:
     uid = user_subtree_uid(path)
     if uid is None:
         return info
-    return replace(info, user_uid=uid)
+    return info._replace(user_uid=uid)
 
 
 def _classify(path: str) -> PathInfo:

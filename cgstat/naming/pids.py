@@ -12,8 +12,7 @@ none of them.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
-from typing import Dict, Iterable, Optional, Tuple
+from typing import Dict, Iterable, NamedTuple, Optional, Tuple
 
 from cgstat.kernel import parse
 from cgstat.kernel.hierarchy import Layout
@@ -21,8 +20,7 @@ from cgstat.kernel.hostfs import Gone, HostFS, ReadError
 from cgstat.kernel.procs import pid_paths
 
 
-@dataclass(frozen=True)
-class PidCgroups:
+class PidCgroups(NamedTuple):
     pid: int
     start_ticks: int  # /proc/<pid>/stat field 22: clock ticks after boot
     cgroup: Optional[str]  # path in the anchor hierarchy (as records name cgroups)

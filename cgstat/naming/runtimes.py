@@ -55,8 +55,7 @@ import json
 import os
 import re
 import time
-from dataclasses import dataclass, replace
-from typing import Any, Callable, Dict, Iterable, List, Optional, Set, Tuple
+from typing import Any, Callable, Dict, Iterable, List, NamedTuple, Optional, Set, Tuple
 
 import orjson
 
@@ -99,8 +98,7 @@ _ROOTLESS_DOCKER = (".local", "share", "docker", "containers")
 Key = Tuple[Optional[int], str]  # (uid of the user subtree or None for the system, container ID)
 
 
-@dataclass(frozen=True)
-class ContainerEntry:
+class ContainerEntry(NamedTuple):
     """What a runtime's state says about one container."""
 
     runtime: Optional[str] = None
@@ -649,7 +647,7 @@ class Identities:
                     continue
                 key = (None, m.group("id"))
                 entry = lookup.found.get(key) or ContainerEntry()
-                lookup.found[key] = replace(entry, k8s_container=entry.k8s_container or m.group("container"),
+                lookup.found[key] = entry._replace(k8s_container=entry.k8s_container or m.group("container"),
                                             name=entry.name or m.group("container"))
         if not pods or not lookup.budget.left():
             return

@@ -19,8 +19,7 @@ import gc
 import operator
 import os
 import time
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Dict, Iterable, Iterator, List, Optional, Pattern, Tuple, Union
+from typing import Any, Dict, Iterable, Iterator, List, NamedTuple, Optional, Pattern, TYPE_CHECKING, Tuple, Union
 
 from cgstat.errors import CgstatError
 from cgstat.kernel.cgroups import read_cgroup
@@ -256,8 +255,7 @@ class Sampler:
             self._gateway.close()
 
 
-@dataclass(frozen=True)
-class Collected:
+class Collected(NamedTuple):
     """What one tick read: each selected cgroup with its workload, and the GPUs."""
 
     samples: Iterable[Tuple[Sample, Workload]]  # iterated once (read as it is, in a tick)
