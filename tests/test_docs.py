@@ -31,7 +31,8 @@ def test_readme_options_exist():
             for opt in re.findall(r"(?<![\w-])(--[a-z][a-z-]+)", line[line.index("cgstat "):])}
     helps = ""
     for cmd in ("stream", "once", "pid", None):  # None: the top level (--version)
-        proc = subprocess.run([sys.executable, "-m", "cgstat"] + ([cmd] if cmd else []) + ["--help"], capture_output=True,
+        argv = [sys.executable, "-m", "cgstat"] + ([cmd] if cmd else []) + ["--help"]
+        proc = subprocess.run(argv, capture_output=True,
                               cwd=ROOT, env={**os.environ, "COLUMNS": "200"})
         helps += proc.stdout.decode()
     assert {"--interval", "--output", "--state", "--all", "--match", "--host-root", "--count"} <= used
