@@ -58,7 +58,6 @@ SLOW_FILES = frozenset({
     "cpu.cfs_quota_us", "cpu.cfs_period_us", "memory.limit_in_bytes", "pids.max",
     "cpu.max", "memory.max",
 })
-SLOW_REFRESH_S = 60.0
 
 _FLAGS = os.O_RDONLY | os.O_CLOEXEC
 _DIR_FLAGS = getattr(os, "O_PATH", os.O_RDONLY) | os.O_DIRECTORY | os.O_CLOEXEC
@@ -166,6 +165,12 @@ def _shared(names: Tuple[str, ...]) -> Tuple[str, ...]:
     return known
 
 
+def _whole(data: bytes, path: str) -> bytes:
+    """`data` read in one go, or the file read again chunked and capped when it filled the
+    buffer (a cgroup file larger than _READ)."""
+    return read_bytes(path) if len(data) >= _READ else data
+
+
 def _fds(entry: _Entry) -> List[int]:
     return [v for n, v in zip(entry[1], entry[2:]) if n not in SLOW_FILES]
 
@@ -256,9 +261,7 @@ class KeptFiles:
                         # that fails.
                         self.forget(folder)
                         raise classify(exc, folder.local + "/" + name) from None
-                    if len(data) >= _READ:
-                        return read_bytes(folder.local + "/" + name)  # large: chunked, capped
-                    return data
+                    return data if len(data) < _READ else _whole(data, folder.local + "/" + name)
         return self._open(folder, name)
 
     def _open(self, folder: Folder, name: str) -> bytes:
@@ -279,9 +282,7 @@ class KeptFiles:
         except OSError as exc:
             self.forget(folder)
             raise classify(exc, path) from None
-        if len(data) >= _READ:
-            return read_bytes(path)
-        return data
+        return _whole(data, path)
 
     def _read_once(self, folder: Folder, name: str) -> bytes:
         """open/read/close of a file past the cap: opened relative to a descriptor of the
@@ -303,9 +304,7 @@ class KeptFiles:
             raise classify(exc, folder.local + "/" + name) from None
         finally:
             os.close(fd)
-        if len(data) >= _READ:
-            return read_bytes(folder.local + "/" + name)  # large: chunked, capped
-        return data
+        return _whole(data, folder.local + "/" + name)
 
     def _dir_fd(self, mount: str) -> Optional[int]:
         """A descriptor (O_PATH) of a mount point, checked against the path at most once a
