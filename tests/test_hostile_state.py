@@ -389,6 +389,24 @@ def test_time_budget_stops_reading_and_says_so_once(tmp_path, monkeypatch):
     assert stream.getvalue().count("reading container runtime state took over 0 s") == 1
 
 
+def _dependency_tops():
+    """The top-level packages and modules from site-packages that `import cgstat.cli` loads."""
+    probe = ("import sys, cgstat.cli\n"
+             "for m in list(sys.modules.values()):\n"
+             "    f = getattr(m, '__file__', None) or ''\n"
+             "    if 'site-packages' in f: print(f)")
+    files = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True,
+                           check=True).stdout.split()
+    tops = set()
+    for f in files:
+        head, rest = f.split("site-packages" + os.sep, 1)
+        first = rest.split(os.sep, 1)[0]
+        if first.startswith("__editable__"):
+            continue
+        tops.add(os.path.join(head + "site-packages", first))
+    return sorted(tops)
+
+
 def test_permission_denied_on_state_folders_is_said_once(tmp_path):
     """Issue 7 item 7: as a user who can't enter /var/lib/containers (0700), the missing
     Podman/CRI-O names are said, once."""
@@ -406,8 +424,15 @@ def test_permission_denied_on_state_folders_is_said_once(tmp_path):
             for n in dirnames:
                 os.chmod(os.path.join(dirpath, n), 0o755)
         os.chmod(os.path.join(tree, "var/lib/containers"), 0o700)
-        env = {"PATH": os.environ.get("PATH", ""),
-               "PYTHONPATH": site + os.pathsep + os.pathsep.join(p for p in sys.path if "site-packages" in p)}
+        # cgstat's dependencies too, copied where the other user can read them: the
+        # checkout's own venv may sit in a folder only root may enter (mktemp -d is 0700).
+        for top in _dependency_tops():
+            copy = shutil.copytree if os.path.isdir(top) else shutil.copy2
+            copy(top, os.path.join(site, os.path.basename(top)))
+        for dirpath, dirnames, filenames in os.walk(site):
+            for n in dirnames:
+                os.chmod(os.path.join(dirpath, n), 0o755)
+        env = {"PATH": os.environ.get("PATH", ""), "PYTHONPATH": site}
         drop = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
         python = os.path.realpath(sys.executable)
         if subprocess.run(drop + [python, "-c", "import cgstat.cli"], env=env, cwd=base,
