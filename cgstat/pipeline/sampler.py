@@ -164,12 +164,17 @@ class Sampler:
     def _read_gpus(self) -> Tuple[Optional[GpuSnapshot], Tuple[Attributed, ...], float]:
         """NVML's view and who each GPU process is; (None, (), now) when GPU metrics are off."""
         now = time.monotonic()
-        if self._gateway is None:
+        gateway = self._gateway
+        if gateway is None:
+            return None, (), now
+        if not gateway.available():
+            # asked first: a host without the NVIDIA library never imports the GPU records
+            self.warner.once(f"gpu-off:{gateway.reason}", f"GPU metrics off: {gateway.reason}")
             return None, (), now
         from cgstat.gpu.join import Attributed
         from cgstat.gpu.sample import read_gpus
 
-        snapshot = read_gpus(self._gateway)
+        snapshot = read_gpus(gateway)  # asks available() again: the same answer within a tick
         if not snapshot.available:
             self.warner.once(f"gpu-off:{snapshot.reason}", f"GPU metrics off: {snapshot.reason}")
             return None, (), now
