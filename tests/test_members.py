@@ -1,14 +1,18 @@
-"""Who is a member of each cgroup, for its network namespace (naming/workload.py member_pids):
-a cgroup found empty is looked at again later, and not every empty cgroup on the same tick."""
+"""Cgroups found without processes: asked again for members later (naming/workload.py for
+network namespaces, kernel/discover.py for the join across hierarchies), each after its
+own delay, not every empty cgroup on the same tick, and without a rejoin while they stay
+empty."""
 
 import os
 
 import synth
+from cgstat.kernel import discover
 from cgstat.kernel.discover import Discoverer
 from cgstat.kernel.hierarchy import detect
 from cgstat.kernel.hostfs import HostFS
 from cgstat.naming import workload
-from cgstat.naming.workload import Namer, recheck_after_s
+from cgstat.kernel.procs import recheck_after_s
+from cgstat.naming.workload import Namer
 
 
 def test_recheck_delays_spread_between_5_and_15_seconds():
@@ -57,3 +61,56 @@ def test_empty_cgroups_are_looked_at_again_a_share_at_a_time(tmp_path, monkeypat
         tick_at(t)
         again.update(looked)
     assert len(again) == 200
+
+
+def _v1_nested_memory(root):
+    """A v1 host where /job's memory folder sits at /nested/job (the layout of this
+    machine's own memory cgroup): only a member process can tell the two are one."""
+    synth.v1_host(root)
+    synth.v1_cgroup(root, "/job")
+    mem = os.path.join(root, "sys/fs/cgroup/memory")
+    os.makedirs(os.path.join(mem, "nested"))
+    os.rename(os.path.join(mem, "job"), os.path.join(mem, "nested/job"))
+
+
+def _memory_of(cgroups, path):
+    cg = next(cg for cg in cgroups if cg.path == path)
+    return next((f.path for f in cg.folders if f.hierarchy.name == "memory"), None)
+
+
+def test_join_asks_empty_cgroups_again_without_rejoining_until_one_has_members(tmp_path, monkeypatch):
+    root = str(tmp_path)
+    _v1_nested_memory(root)
+    now = [1000.0]
+    monkeypatch.setattr(discover.time, "monotonic", lambda: now[0])
+    fs = HostFS(root)
+    disc = Discoverer(fs, detect(fs), follow=False)
+    joins = []
+    real_join = disc._join_trees
+    monkeypatch.setattr(disc, "_join_trees", lambda trees: joins.append(now[0]) or real_join(trees))
+    asked = []
+    real_members = discover.member_pids
+    monkeypatch.setattr(discover, "member_pids", lambda local: asked.append(local) or real_members(local))
+
+    cgroups = disc.join()
+    assert joins == [1000.0] and _memory_of(cgroups, "/job") is None  # empty: nothing joins it
+    job = next(cg for cg in cgroups if cg.path == "/job")
+    anchor = next(f for f in job.folders if f.hierarchy is disc.layout.anchor)
+    job_delay = recheck_after_s(anchor.inode)
+
+    # Still empty when due: asked again, and the cgroups come from the last join.
+    now[0] += 15.0
+    asked.clear()
+    assert [cg.path for cg in disc.join()] == [cg.path for cg in cgroups]
+    assert joins == [1000.0] and any(a.endswith("/job") for a in asked)
+
+    # A process arrives: seen once /job is due again, then joined across the hierarchies.
+    for d in ("cpu,cpuacct", "blkio", "pids"):
+        synth.write(os.path.join(root, "sys/fs/cgroup", d, "job/cgroup.procs"), "4242\n")
+    synth.write(os.path.join(root, "proc/4242/cgroup"),
+                "4:pids:/job\n3:blkio:/job\n2:memory:/nested/job\n1:cpu,cpuacct:/job\n")
+    now[0] += job_delay / 2
+    assert _memory_of(disc.join(), "/job") is None and len(joins) == 1  # not due yet
+    now[0] += job_delay
+    assert _memory_of(disc.join(), "/job") == "/nested/job"
+    assert len(joins) == 2

@@ -49,13 +49,12 @@ from cgstat.kernel import handles, inotify
 from cgstat.kernel.handles import KEPT, is_cgroupfs
 from cgstat.kernel.hierarchy import Hierarchy, Layout
 from cgstat.kernel.hostfs import HostFS, ReadError
-from cgstat.kernel.procs import member_pids, pid_paths
+from cgstat.kernel.procs import member_pids, pid_paths, recheck_after_s
 from cgstat.kernel.inotify import Inotify
 from cgstat.kernel.tree import Cgroup, Folder
 from cgstat.text import decode_name, quote
 
 _MEMBERS_TRIED = 3
-_EMPTY_RECHECK_S = 10.0
 
 # systemd runs each user's manager as user@<UID>.service and delegates that subtree to the
 # user (systemd.resource-control(5) Delegate=; "Control Group APIs and Delegation"): the
@@ -113,7 +112,7 @@ class Discoverer:
     lost), on IN_UNMOUNT, and every `rescan_s` seconds as a safety net. Where inotify can't
     be used (a recorded tree, no inotify, fs.inotify.max_user_watches reached) a hierarchy
     is walked every tick, as before. The joined cgroups are recomputed only when a tree
-    changed or an empty cgroup is due to be asked for members again.
+    changed or an empty cgroup, asked again for members when due, has some.
 
     `max_user_cgroups` bounds the folders walked below each user's delegated subtree
     (the first `user@<UID>.service` path component; the folder itself is not counted), per
@@ -139,7 +138,8 @@ class Discoverer:
         self._cgroup_top = fs.path("/sys/fs/cgroup")
         # (anchor inode, hierarchy name) -> (target path, target inode)
         self._joins: Dict[Tuple[int, str], Tuple[str, int]] = {}
-        self._memberless: Dict[int, float] = {}  # anchor inode -> when found empty
+        # anchor inode -> (when to ask it for members again, its folder): cgroups found empty
+        self._memberless: Dict[int, Tuple[float, Folder]] = {}
         self._tick_members: Dict[int, Optional[Dict[str, str]]] = {}
         # Folders of one hierarchy mostly have the same file names: one frozenset (and
         # one str per name) for all of them, instead of ~40 new str per folder per tick.
@@ -478,8 +478,8 @@ class Discoverer:
         """
         if folder.inode in self._tick_members:
             return self._tick_members[folder.inode]
-        checked = self._memberless.get(folder.inode)
-        if checked is not None and time.monotonic() - checked < _EMPTY_RECHECK_S:
+        empty = self._memberless.get(folder.inode)
+        if empty is not None and time.monotonic() < empty[0]:
             return None
         found: Optional[Dict[str, str]] = None
         try:
@@ -493,7 +493,7 @@ class Discoverer:
                 continue  # exited meanwhile: try the next member
             break
         if found is None:
-            self._memberless[folder.inode] = time.monotonic()
+            self._memberless[folder.inode] = (time.monotonic() + recheck_after_s(folder.inode), folder)
         self._tick_members[folder.inode] = found
         return found
 
@@ -506,14 +506,38 @@ class Discoverer:
         if self.warn is not None:
             for subtree, n in sorted(left_out.items()):
                 self.warn("capped:" + subtree, capped_message(subtree, n, self.max_user_cgroups or 0))
-        if not changed and self._result is not None and time.monotonic() < self._recheck_at:
+        if not changed and self._result is not None and (
+                time.monotonic() < self._recheck_at or self._still_memberless()):
             return list(self._result)
         result = self._join_trees(trees)
         self._result = result
-        self._recheck_at = min(self._memberless.values(), default=float("inf")) + _EMPTY_RECHECK_S
+        self._recheck_at = self._next_recheck()
         # Close what is kept for folders gone from the trees (also when walking every tick).
         KEPT.retain({h.mount_dir: trees[h.name] for h in self.layout.hierarchies})
         return list(result)
+
+    def _next_recheck(self) -> float:
+        return min((due for due, _ in self._memberless.values()), default=float("inf"))
+
+    def _still_memberless(self) -> bool:
+        """Ask the empty cgroups that are due whether they have members now, without a
+        rejoin: True when every one is still empty (a rejoin would give the same cgroups;
+        they are asked again later), False when one has members (rejoin now). With the
+        delays spread (recheck_after_s) a tick asks a few, where a rejoin of 1,000 empty
+        cgroups costs ~20 ms."""
+        now = time.monotonic()
+        memberless = self._memberless
+        for inode, (due, folder) in list(memberless.items()):
+            if now < due:
+                continue
+            try:
+                if member_pids(folder.local):
+                    return False
+            except (ReadError, ValueError):
+                return False  # gone or renamed (v1 allows it): the rejoin asks the tree's folder
+            memberless[inode] = (now + recheck_after_s(inode), folder)
+        self._recheck_at = self._next_recheck()
+        return True
 
     def _join_trees(self, trees: Dict[str, Dict[str, Folder]]) -> List[Cgroup]:
         layout = self.layout

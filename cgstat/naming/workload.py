@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, List, NamedTupl
 
 from cgstat.kernel.hierarchy import Layout
 from cgstat.kernel.hostfs import Gone, HostFS, ReadError
-from cgstat.kernel.procs import member_pids
+from cgstat.kernel.procs import member_pids, recheck_after_s
 from cgstat.kernel.sample import Sample
 from cgstat.kernel.tree import Cgroup
 from cgstat.naming.devices import DeviceNames
@@ -174,15 +174,6 @@ class Namer:
 
 
 _SUBTREE_FOLDERS = 32  # folders looked at below a cgroup without members of its own
-_EMPTY_RECHECK_S = 10.0  # a cgroup found without processes is looked at again after this, on average
-
-
-def recheck_after_s(inode: int) -> float:
-    """Seconds after which a cgroup found without processes is looked at again: 5 to 15,
-    fixed per folder (its inode, hashed). Cgroups found empty on the same tick (every one at
-    start) would otherwise all be looked at again on one tick every 10 s: at 1,000 empty
-    cgroups that tick cost ~50 % more than the others. Spread, each tick does a share."""
-    return _EMPTY_RECHECK_S * (0.5 + ((inode * 2654435761) & 1023) / 1024)
 
 
 def _first_member(local: str) -> Optional[int]:
