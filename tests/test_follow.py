@@ -89,6 +89,48 @@ def test_followed_tree_sees_children_made_and_removed(group):
         d.close()
 
 
+def test_periodic_rescans_take_turns(group, monkeypatch):
+    """The safety-net walk of each followed hierarchy comes on its own tick, spread over
+    rescan_s, not all on one; a folder made unseen by inotify is found on its hierarchy's turn."""
+    from cgstat.kernel import discover
+
+    now = [5000.0]
+    monkeypatch.setattr(discover.time, "monotonic", lambda: now[0])
+    layout = detect(HostFS("/"))
+    d = Discoverer(HostFS("/"), layout, rescan_s=60.0)
+    try:
+        _paths(d)
+        n = len(d.following)
+        assert n >= 1 and d.rescans == n
+        walked = []
+        real = d._rescan
+        monkeypatch.setattr(d, "_rescan", lambda f: walked.append(f.h) or real(f))
+        for step in range(1, n + 1):
+            now[0] = 5000.0 + 60.0 * step / n + 0.01
+            _paths(d)
+            assert len(walked) == step  # one more hierarchy each turn
+        assert sorted(h.name for h in walked) == sorted(d.following)  # each once in rescan_s
+        # A folder made in the first hierarchy to take its turn, with the watch on its
+        # parent removed (events lost): not seen until that hierarchy's next turn.
+        h = walked[0]
+        parent = next(p for p in group.dirs.values() if p.startswith(h.mount_dir + "/"))
+        path = parent[len(h.mount_dir):] + "/unseen"
+        for wd, folder in list(d._wd.items()):
+            if folder.hierarchy is h and folder.path == parent[len(h.mount_dir):]:
+                d._inotify.rm_watch(wd)
+        os.mkdir(os.path.join(parent, "unseen"))
+        try:
+            assert path not in _paths(d)
+            walked.clear()
+            now[0] = 5000.0 + 60.0 / n + 60.0 + 0.02
+            assert path in _paths(d)
+            assert walked == [h]
+        finally:
+            os.rmdir(os.path.join(parent, "unseen"))
+    finally:
+        d.close()
+
+
 def test_overflow_walks_again(group, monkeypatch):
     layout = detect(HostFS("/"))
     d = Discoverer(HostFS("/"), layout)

@@ -68,7 +68,7 @@ RESCAN_S = 60.0  # a full walk of followed hierarchies at least this often
 class _Followed:
     """One hierarchy followed with inotify: its folders outside delegated subtrees."""
 
-    __slots__ = ("h", "tree", "delegated", "ok", "changed")
+    __slots__ = ("h", "tree", "delegated", "ok", "changed", "rescan_at")
 
     def __init__(self, h: Hierarchy):
         self.h = h
@@ -76,6 +76,7 @@ class _Followed:
         self.delegated: Dict[str, Tuple[str, int]] = {}  # user@UID.service path -> (local, inode)
         self.ok = True  # False: walked every tick (watch limit reached)
         self.changed = True
+        self.rescan_at = 0.0  # when to walk it again (the safety net)
 
 
 def _close_all(ino: Inotify, follow: Dict[str, _Followed]) -> None:
@@ -109,7 +110,8 @@ class Discoverer:
     On a live cgroup filesystem the folders are walked once and then followed with inotify
     (kernel/inotify.py): a tick only applies the events queued since the last one (a child
     made or removed, a file written). A full walk runs again on IN_Q_OVERFLOW (events were
-    lost), on IN_UNMOUNT, and every `rescan_s` seconds as a safety net. Where inotify can't
+    lost), on IN_UNMOUNT, and every `rescan_s` seconds as a safety net (each hierarchy on
+    its own turn, the turns spread over `rescan_s`). Where inotify can't
     be used (a recorded tree, no inotify, fs.inotify.max_user_watches reached) a hierarchy
     is walked every tick, as before. The joined cgroups are recomputed only when a tree
     changed or an empty cgroup, asked again for members when due, has some.
@@ -155,7 +157,7 @@ class Discoverer:
         # watch -> the folder it was added for (its hierarchy and path; the tree holds the
         # folder as it is now)
         self._wd: Dict[int, Folder] = {}
-        self._rescan_at = 0.0
+        self._rescan_all = True  # walk every followed hierarchy (first tick, lost events)
         self._result: Optional[List[Cgroup]] = None  # the last join, while nothing changed
         self._result_key: Optional[Dict[str, Dict[str, Folder]]] = None  # delegated trees it used
         self._recheck_at = 0.0  # when an empty cgroup is to be asked again
@@ -342,8 +344,7 @@ class Discoverer:
         removed: Dict[_Followed, List[str]] = {}
         for wd, mask, raw in events:
             if mask & (inotify.IN_Q_OVERFLOW | inotify.IN_UNMOUNT):
-                self._rescan_at = 0.0  # events were lost: walk everything again
-                KEPT.drop_values()
+                self._rescan_all = True  # events were lost: walk everything again
                 continue
             hit = self._wd.get(wd)
             if hit is None:
@@ -358,7 +359,7 @@ class Discoverer:
                 continue
             if mask & (inotify.IN_DELETE_SELF | inotify.IN_MOVE_SELF):
                 if path == "/":
-                    self._rescan_at = 0.0
+                    self._rescan_all = True
                 continue  # the parent's IN_DELETE / IN_MOVED_FROM says the rest
             name = os.fsdecode(raw)
             if not mask & inotify.IN_ISDIR:
@@ -427,16 +428,25 @@ class Discoverer:
         following = [f for f in self._follow.values() if f.ok]
         if following and self._inotify is not None:
             now = time.monotonic()
-            if now >= self._rescan_at:
+            if not self._rescan_all:
+                self._apply(self._inotify.events())
+                following = [f for f in following if f.ok]  # a watch limit reached meanwhile
+            if self._rescan_all:  # first tick, or events were lost (IN_Q_OVERFLOW)
+                self._rescan_all = False
                 self._inotify.events()  # what they say, the walk sees
                 KEPT.drop_values()
-                for f in following:
+                for i, f in enumerate(following):
                     self._rescan(f)
-                self._rescan_at = now + self.rescan_s
+                    # The periodic rescans of the hierarchies are spread over rescan_s (a
+                    # sixth of it apart on a hybrid host): one walk of them all at 1,000
+                    # cgroups is ~150 ms and the next tick's limit files ~50 ms more, on one tick.
+                    f.rescan_at = now + self.rescan_s * (i + 1) / len(following)
             else:
-                self._apply(self._inotify.events())
-                if self._rescan_at == 0.0:  # overflow: walk again now
-                    return self._trees(left_out)
+                for f in following:
+                    if now >= f.rescan_at:
+                        KEPT.drop_values(f.h.mount_dir)  # its limit files are read again
+                        self._rescan(f)
+                        f.rescan_at = now + self.rescan_s
         trees: Dict[str, Dict[str, Folder]] = {}
         delegated_trees: Dict[str, Dict[str, Folder]] = {}
         for h in self.layout.hierarchies:

@@ -365,9 +365,11 @@ class KeptFiles:
         if entry is not None and name in SLOW_FILES and name in entry[1]:
             self._replace(folder, _without(entry, name))
 
-    def drop_values(self) -> None:
-        """Forget every slow value (events were lost, or the periodic refresh)."""
-        for tree in self._mounts.values():
+    def drop_values(self, mount_dir: Optional[str] = None) -> None:
+        """Forget every slow value (events were lost), or those of one hierarchy (its
+        periodic rescan)."""
+        trees = self._mounts.values() if mount_dir is None else [self._mounts.get(mount_dir, {})]
+        for tree in trees:
             for path, entry in list(tree.items()):
                 for name in [n for n in entry[1] if n in SLOW_FILES]:
                     entry = _without(entry, name)
