@@ -242,3 +242,32 @@ def test_network_series_per_interface_as_cadvisor_names_them():
     assert got["container_network_receive_bytes_total"] == ({"id": "/x", "interface": "eth0"}, 8388608)
     assert got["container_network_transmit_packets_dropped_total"][1] == 4
     assert len(got) == 8
+
+
+def test_label_cache_gives_the_same_bytes_tick_after_tick():
+    # a workload's rendered labels are kept from one render to the next (LabelCache);
+    # whatever changes between ticks, even in place in the same dicts, is seen
+    rec = copy.deepcopy(RECORD)
+    rec["gpu"] = copy.deepcopy(GPU_OBJ)
+    other = copy.deepcopy(RECORD)
+    other.update(cgroup="/other", container=None, network={"interfaces": [{"name": "eth0", "rx_bytes_total": 1}]})
+    changes = [
+        lambda: None,
+        lambda: rec["container"]["labels"].update(team="speech"),
+        lambda: rec["container"].update(name="trainer-2"),
+        lambda: rec["container"].update(sandbox=True),
+        lambda: rec["io"]["devices"][0].update(name="vdb"),
+        lambda: rec["io"]["devices"].append(dict(rec["io"]["devices"][0], device="8:0", name=None)),
+        lambda: rec["pod"].update(qos="guaranteed"),
+        lambda: rec["container"].update(name=1),
+        lambda: rec["container"].update(name=True),  # equal to 1, written differently
+        lambda: other["network"]["interfaces"][0].update(name='e"th1'),
+        lambda: rec.update(unit=None, type="pod"),
+    ]
+    for fmt in (prom.TEXT, prom.OPENMETRICS):
+        cache = prom.LabelCache()
+        for change in changes:
+            change()
+            assert prom.render([rec, other], fmt, cache=cache) == prom.render([rec, other], fmt)
+        assert prom.render([other], fmt, cache=cache) == prom.render([other], fmt)
+        assert list(cache.workloads) == ["/other"]  # the last tick's workloads only

@@ -30,6 +30,7 @@ Rules:
 from __future__ import annotations
 
 import calendar
+import copy
 import math
 import re
 from typing import Any, Dict, Iterable, List, Optional, Set, Tuple
@@ -308,6 +309,8 @@ _GPU_DEVICE: Tuple[Tuple[int, str], ...] = (
     (F_GPU_POWER, "power_watts"),
 )
 
+_PSI = tuple((res, F_PSI[(res, "some")], F_PSI[(res, "full")]) for res in ("cpu", "memory", "io"))
+
 DEFAULT_CPU_PERIOD_US = 100000  # the kernel's default CFS period
 
 
@@ -404,30 +407,150 @@ def _ts_suffix(millis: Optional[int], fmt: str) -> str:
 
 
 # --------------------------------------------------------------------------- rendering
+#
+# The exposition is made as bytes: a series is four pieces (name, `{labels} `, value,
+# timestamp) of which only the value and the timestamp are made per tick (the labels are
+# kept from tick to tick, see LabelCache), and one b"".join makes the body. A line per
+# series, joined as text and then encoded, made the body's bytes three times over.
 
-def _cgroup_samples(record: Dict[str, Any], out: List[List[str]], fmt: str, timestamps: bool) -> None:
-    base = base_labels(record)
+_NAMES = [family.name.encode() for family in FAMILIES]
+
+
+def _value(v: Any) -> Optional[bytes]:
+    """_num as bytes, the two common cases first (an int, a finite float: the same text)."""
+    cls = v.__class__
+    if cls is int:
+        return b"%d" % v
+    if cls is float and math.isfinite(v):
+        return repr(v).encode()
+    text = _num(v)
+    return None if text is None else text.encode()
+
+
+def _brace(base: str, extra: str = "") -> bytes:
+    """b'{labels} ', what stands between a sample's name and its value (b' ' for none)."""
+    labels = _join(base, extra)
+    return ("{" + labels + "} " if labels else " ").encode("utf-8", "backslashreplace")
+
+
+def _text_or_none(*values: Any) -> bool:
+    """Whether equal values of these are sure to render the same (1 == 1.0 == True)."""
+    return all(v is None or isinstance(v, str) for v in values)
+
+
+class _Workload:
+    """The labels of one workload's series, rendered (escaped, joined, encoded) once.
+
+    `identity` is a copy of what they were rendered from (the record's type, unit,
+    container and pod; its cgroup path is the key it is kept under): a record whose own
+    compares equal gets these labels again. Only workloads whose named values are text (or
+    null) are kept: 1, 1.0 and True compare equal but are written differently.
+    """
+
+    __slots__ = ("identity", "base", "brace", "cpu_total", "info", "devices", "interfaces")
+
+    def __init__(self, record: Dict[str, Any], identity: Tuple[Any, ...]):
+        container = record.get("container") or {}
+        pod = record.get("pod") or container.get("pod") or {}
+        keep = _text_or_none(record.get("type"), record.get("unit"), container.get("runtime"),
+                             container.get("id"), container.get("name"), container.get("image"),
+                             pod.get("namespace"), pod.get("name"), pod.get("qos"))
+        self.identity = copy.deepcopy(identity) if keep else None
+        self.base = base_labels(record)
+        self.brace = _brace(self.base)
+        self.cpu_total = _brace(self.base, 'cpu="total"')
+        self.info = _brace(self.base, _labels((
+            ("type", record.get("type")), ("runtime", container.get("runtime")),
+            ("container_id", container.get("id")), ("unit", record.get("unit")), ("qos", pod.get("qos")),
+            ("sandbox", "true" if container.get("sandbox") else None))))
+        # the braces of its block devices and network interfaces, by what they are rendered
+        # from; each render keeps only those its record has
+        self.devices: Dict[Any, Tuple[bytes, ...]] = {}
+        self.interfaces: Dict[str, bytes] = {}
+
+
+class LabelCache:
+    """The rendered labels of the workloads of the last tick, for the next one.
+
+    A series is `name{labels} value timestamp`, and a workload's labels (cgroup path,
+    container name, image, labels ...) are the same tick after tick: escaping and joining
+    them again was a quarter of a render. One per exporter, passed to each `render`: a
+    render keeps only the workloads of its own records, so the cache holds one tick's
+    worth whatever the churn (~3.7 KiB a workload, 3.6 MiB at 1,000 containers; a
+    render's peak is ~10 MiB lower than it was without). Kept workloads are never changed
+    but for their device and interface braces, which are the same whoever makes them: a
+    render in the HTTP server's thread (OpenMetrics) may use the cache while the next
+    tick renders.
+    """
+
+    __slots__ = ("workloads",)
+
+    def __init__(self) -> None:
+        self.workloads: Dict[str, _Workload] = {}
+
+
+def _workload(record: Dict[str, Any], last: Dict[str, _Workload], kept: Dict[str, _Workload]) -> _Workload:
+    """The record's workload from the last tick if it is the same, else a new one."""
+    key = record.get("cgroup")
+    identity = (record.get("type"), record.get("unit"), record.get("container"), record.get("pod"))
+    if not isinstance(key, str):
+        return _Workload(record, identity)
+    workload = last.get(key)
+    if workload is None or workload.identity is None or workload.identity != identity:
+        workload = _Workload(record, identity)
+    if workload.identity is not None:
+        kept[key] = workload
+    return workload
+
+
+def _device_braces(base: str, dev: Dict[str, Any], known: Dict[Any, Tuple[bytes, ...]],
+                   seen: Dict[Any, Tuple[bytes, ...]]) -> Tuple[bytes, ...]:
+    """A block device's braces: for its IO counters, then blkio Read, Write, Discard.
+
+    `known`: those of the workload's devices last tick, by MAJ:MIN and name; `seen` gets
+    this one's."""
+    key = (dev.get("device"), dev.get("name"))
+    if not _text_or_none(*key):
+        return _new_device_braces(base, dev)
+    braces = known.get(key) or _new_device_braces(base, dev)
+    seen[key] = braces
+    return braces
+
+
+def _new_device_braces(base: str, dev: Dict[str, Any]) -> Tuple[bytes, ...]:
+    majmin = str(dev.get("device") or "")
+    major, _, minor = majmin.partition(":")
+    dname = dev.get("name")
+    device = "/dev/" + dname if dname else majmin
+    dlabel = 'device="%s"' % escape_value(device)
+    blk = '%s,major="%s",minor="%s",operation=' % (dlabel, escape_value(major), escape_value(minor))
+    return (_brace(base, dlabel),) + tuple(_brace(base, blk + '"' + op + '"') for op, _ in _BLKIO_OPS)
+
+
+def _cgroup_samples(record: Dict[str, Any], out: List[List[bytes]], fmt: str, timestamps: bool,
+                    workload: _Workload) -> None:
     millis = ts_millis(record.get("ts")) if timestamps else None
-    end = _ts_suffix(millis, fmt)
-    brace = "{" + base + "} " if base else " "
+    end = _ts_suffix(millis, fmt).encode()
+    base = workload.base
+    names = _NAMES
 
-    def add(family: int, value: Any, extra: str = "") -> None:
-        text = _num(value)
-        if text is None:
-            return
-        if extra:
-            lb = "{" + _join(base, extra) + "} "
-        else:
-            lb = brace
-        out[family].append(FAMILIES[family].name + lb + text + end)
+    def add(family: int, value: Any, brace: bytes = workload.brace) -> None:
+        # most values are ints: _value's first case, written out to save the call
+        text = b"%d" % value if value.__class__ is int else _value(value)
+        if text is not None:
+            out[family] += (names[family], brace, text, end)
 
     if millis is not None:
         add(F_LAST_SEEN, millis // 1000)
     cpu = record.get("cpu") or {}
-    add(F_CPU_USAGE, cpu.get("usage_seconds_total"), 'cpu="total"')
+    add(F_CPU_USAGE, cpu.get("usage_seconds_total"), workload.cpu_total)
     sections = {"cpu": cpu, "memory": record.get("memory") or {}, "pids": record.get("pids") or {}}
-    for family, section, key in _SCALARS:
-        add(family, sections[section].get(key))
+    brace = workload.brace
+    for family, section, key in _SCALARS:  # half the series: add() written out
+        value = sections[section].get(key)
+        text = b"%d" % value if value.__class__ is int else _value(value)
+        if text is not None:
+            out[family] += (names[family], brace, text, end)
     quota_us = cpu.get("quota_us")
     period_us = cpu.get("period_us")
     limit = cpu.get("limit_cores")
@@ -441,45 +564,44 @@ def _cgroup_samples(record: Dict[str, Any], out: List[List[str]], fmt: str, time
     io = record.get("io") or {}
     devices = io.get("devices")
     if isinstance(devices, list):
+        seen: Dict[Any, Tuple[bytes, ...]] = {}
         for dev in devices:
             if not isinstance(dev, dict):
                 continue
-            majmin = str(dev.get("device") or "")
-            major, _, minor = majmin.partition(":")
-            dname = dev.get("name")
-            device = "/dev/" + dname if dname else majmin
-            dlabel = 'device="%s"' % escape_value(device)
+            braces = _device_braces(base, dev, workload.devices, seen)
             for family, key in _IO_DEVICE:
-                add(family, dev.get(key), dlabel)
-            blk = '%s,major="%s",minor="%s",operation=' % (dlabel, escape_value(major), escape_value(minor))
-            for op, key in _BLKIO_OPS:
-                add(F_BLKIO, dev.get(key), blk + '"' + op + '"')
+                add(family, dev.get(key), braces[0])
+            for (_, key), brace in zip(_BLKIO_OPS, braces[1:]):
+                add(F_BLKIO, dev.get(key), brace)
+        workload.devices = seen
 
     network = record.get("network")
     if isinstance(network, dict) and isinstance(network.get("interfaces"), list):
+        interfaces: Dict[str, bytes] = {}
         for iface in network["interfaces"]:
             if isinstance(iface, dict):
-                label = 'interface="%s"' % escape_value(str(iface.get("name")))
+                name = str(iface.get("name"))
+                brace = workload.interfaces.get(name) or _brace(base, 'interface="%s"' % escape_value(name))
+                interfaces[name] = brace
                 for family, key in _NETWORK:
-                    add(family, iface.get(key), label)
+                    add(family, iface.get(key), brace)
+        workload.interfaces = interfaces
 
     pressure = record.get("pressure") or {}
-    for res in ("cpu", "memory", "io"):
+    for res, some, full in _PSI:
         psi = pressure.get(res)
         if isinstance(psi, dict):
-            add(F_PSI[(res, "some")], psi.get("some_seconds_total"))
-            add(F_PSI[(res, "full")], psi.get("full_seconds_total"))
+            add(some, psi.get("some_seconds_total"))
+            add(full, psi.get("full_seconds_total"))
 
-    container = record.get("container") or {}
-    pod = record.get("pod") or container.get("pod") or {}
-    info = _labels((("type", record.get("type")), ("runtime", container.get("runtime")),
-                    ("container_id", container.get("id")), ("unit", record.get("unit")),
-                    ("qos", pod.get("qos")), ("sandbox", "true" if container.get("sandbox") else None)))
-    add(F_CGROUP_INFO, 1, info)
+    add(F_CGROUP_INFO, 1, workload.info)
 
     gpu = record.get("gpu")
     if isinstance(gpu, dict):
-        _container_gpu(gpu, add)
+        def add_gpu(family: int, value: Any, extra: str = "") -> None:
+            add(family, value, _brace(base, extra))  # a process's labels change: not kept
+
+        _container_gpu(gpu, add_gpu)
 
 
 def _container_gpu(gpu: Dict[str, Any], add) -> None:
@@ -511,7 +633,7 @@ def _container_gpu(gpu: Dict[str, Any], add) -> None:
         add(F_CGPU_SM, sm, extra)
 
 
-def _gpu_samples(record: Dict[str, Any], out: List[List[str]], fmt: str, timestamps: bool) -> None:
+def _gpu_samples(record: Dict[str, Any], out: List[List[bytes]], fmt: str, timestamps: bool) -> None:
     gpu = record.get("gpu")
     if not isinstance(gpu, dict):
         return
@@ -523,7 +645,8 @@ def _gpu_samples(record: Dict[str, Any], out: List[List[str]], fmt: str, timesta
     def add(family: int, value: Any, extra: str = "") -> None:
         text = _num(value)
         if text is not None:
-            out[family].append(FAMILIES[family].name + "{" + _join(base, extra) + "} " + text + end)
+            line = FAMILIES[family].name + "{" + _join(base, extra) + "} " + text + end
+            out[family].append(line.encode("utf-8", "backslashreplace"))
 
     add(F_GPU_INFO, 1, _labels((("model", gpu.get("name")), ("mig_mode", gpu.get("mig_mode")),
                                 ("parent_uuid", gpu.get("parent_uuid")))))
@@ -539,11 +662,12 @@ def _gpu_samples(record: Dict[str, Any], out: List[List[str]], fmt: str, timesta
         add(F_GPU_UNATTR, unattributed)
 
 
-def _self_samples(self_metrics: Dict[str, Any], records: List[Dict[str, Any]], out: List[List[str]]) -> None:
+def _self_samples(self_metrics: Dict[str, Any], records: List[Dict[str, Any]], out: List[List[bytes]]) -> None:
     def add(family: int, value: Any, labels: str = "") -> None:
         text = _num(value)
         if text is not None:
-            out[family].append(FAMILIES[family].name + ("{" + labels + "} " if labels else " ") + text + "\n")
+            line = FAMILIES[family].name + ("{" + labels + "} " if labels else " ") + text + "\n"
+            out[family].append(line.encode("utf-8", "backslashreplace"))
 
     add(F_BUILD, 1, _labels((("version", self_metrics.get("version")),)))
     add(F_TICKS, self_metrics.get("ticks_total"))
@@ -571,32 +695,37 @@ def _self_samples(self_metrics: Dict[str, Any], records: List[Dict[str, Any]], o
 
 
 def render(records: List[Dict[str, Any]], fmt: str = TEXT, self_metrics: Optional[Dict[str, Any]] = None,
-           timestamps: bool = True) -> bytes:
+           timestamps: bool = True, cache: Optional[LabelCache] = None) -> bytes:
     """The exposition of one tick.
 
     `records`: the Sampler's records (types cgroup, pod, gpu; anything else is skipped).
     `self_metrics`: the exporter's own figures (keys: version, ticks_total,
     tick_duration_seconds, render_duration_seconds, last_tick_timestamp_seconds); None
     renders the record-derived ones only. `timestamps`: stamp cgroup and GPU samples with
-    their record's `ts`.
+    their record's `ts`. `cache`: the labels of the last tick's workloads, used and
+    replaced by this tick's (the same bytes as without it, made in less time).
     """
     if fmt not in CONTENT_TYPES:
         raise ValueError("unknown exposition format %r" % (fmt,))
-    out: List[List[str]] = [[] for _ in FAMILIES]
+    out: List[List[bytes]] = [[] for _ in FAMILIES]
     _self_samples(self_metrics or {}, records, out)
+    last = cache.workloads if cache is not None else {}
+    kept: Dict[str, _Workload] = {}
     for record in records:
         if not isinstance(record, dict):
             continue
         kind = record.get("type")
         if kind == "cgroup" or kind == "pod":
-            _cgroup_samples(record, out, fmt, timestamps)
+            _cgroup_samples(record, out, fmt, timestamps, _workload(record, last, kept))
         elif kind == "gpu":
             _gpu_samples(record, out, fmt, timestamps)
-    parts: List[str] = []
-    for family, lines in zip(FAMILIES, out):
-        if lines:
-            parts.append(family.header(fmt))
-            parts.extend(lines)
+    if cache is not None:
+        cache.workloads = kept  # one reference swap: a render in another thread sees either
+    parts: List[bytes] = []
+    for family, pieces in zip(FAMILIES, out):
+        if pieces:
+            parts.append(family.header(fmt).encode())
+            parts += pieces
     if fmt == OPENMETRICS:
-        parts.append("# EOF\n")
-    return "".join(parts).encode("utf-8", "backslashreplace")
+        parts.append(b"# EOF\n")
+    return b"".join(parts)

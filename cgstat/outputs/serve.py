@@ -37,6 +37,7 @@ class Exporter:
         self.timestamps = timestamps
         self.ticks = 0
         self.render_s: Optional[float] = None
+        self.labels = prometheus.LabelCache()  # the last tick's workloads' labels, rendered
         try:
             self.server = MetricsServer(listen, stale_after_s=stale_after_s,
                                         on_error=lambda m: self.warner.warn("http", m))
@@ -64,10 +65,11 @@ class Exporter:
             "last_tick_timestamp_seconds": round(time.time(), 3),
         }
         stamps = self.timestamps
-        text = prometheus.render(records, prometheus.TEXT, own, stamps)
+        labels = self.labels
+        text = prometheus.render(records, prometheus.TEXT, own, stamps, labels)
 
         def openmetrics() -> bytes:  # made on the first scrape that asks, in the server thread
-            return prometheus.render(records, prometheus.OPENMETRICS, own, stamps)
+            return prometheus.render(records, prometheus.OPENMETRICS, own, stamps, labels)
 
         self.server.publish(text, openmetrics)
         self.render_s = time.monotonic() - began
