@@ -57,7 +57,7 @@ class Namer:
         self._classified: List[Tuple[Cgroup, PathInfo]] = []  # the last tick's cgroups...
         self._runtime: List[Tuple[Cgroup, PathInfo]] = []  # ...those of them with runtime state
         self._members: Dict[int, int] = {}  # folder inode -> the member PID chosen
-        self._empty: Dict[int, float] = {}  # folder inode -> when its subtree had no process
+        self._empty: Dict[int, float] = {}  # folder inode -> when to look again (no process below it)
 
     def begin_tick(self, classified: List[Tuple[Cgroup, PathInfo]]) -> None:
         """Look up what this tick's new containers and pods are; forget the gone ones."""
@@ -156,10 +156,10 @@ class Namer:
             folder = cg.folders[0]
             pid = self._members.get(folder.inode)
             if pid is None or not os.path.exists(self.fs.path(f"/proc/{pid}")):
-                checked = self._empty.get(folder.inode)
-                if checked is not None and now - checked < recheck_after_s(folder.inode):
+                due = self._empty.get(folder.inode)
+                if due is not None and now < due:
                     # found empty a moment ago (a slice stays empty for ever): not every tick
-                    empty[folder.inode] = checked
+                    empty[folder.inode] = due
                     out[cg.path] = []
                     continue
                 pid = _first_member(folder.local)
@@ -167,7 +167,7 @@ class Namer:
                 kept[folder.inode] = pid
                 out[cg.path] = [pid]
             else:
-                empty[folder.inode] = now
+                empty[folder.inode] = now + recheck_after_s(folder.inode)
                 out[cg.path] = []
         self._members, self._empty = kept, empty
         return out
