@@ -166,7 +166,7 @@ def parse_summary(text: str) -> Optional[_Summary]:
     if m is None or t is None or t.start() < m.end():
         return None
     body = text[m.end():t.start()]  # cpuset,mems_allowed=..,(oom_memcg=..|global_oom),task_memcg=..,task=..
-    readings = []
+    readings: List[Tuple[Optional[str], str, str]] = []
     for i in _positions(body, ",mems_allowed="):
         after = i + len(",mems_allowed=")
         nodes = _NODES.match(body, after)
