@@ -14,7 +14,7 @@ from realcg import make_group, realcg_env  # noqa: F401  (fixtures)
 
 from cgstat.kernel import handles, inotify
 from cgstat.kernel.discover import Discoverer
-from cgstat.kernel.handles import KEPT, KeptFiles
+from cgstat.kernel.handles import KeptFiles
 from cgstat.kernel.hierarchy import Hierarchy, detect
 from cgstat.kernel.hostfs import HostFS, ReadError
 from cgstat.kernel.tree import Folder
@@ -181,14 +181,14 @@ def test_removed_cgroup_descriptors_are_closed(group):
         s.tick()
         recs = {r["cgroup"] for r in s.tick()}
         assert group.cgroup + "/gone" in recs
-        kept = [e for _m, p, e in KEPT.entries() if p.endswith("/" + group.name + "/gone")]
+        kept = [e for _m, p, e in s.kept.entries() if p.endswith("/" + group.name + "/gone")]
         assert len(kept) == len(group.dirs) and all(e.fds() for e in kept)  # one per hierarchy
         fds = [fd for e in kept for fd in e.fds()]
         assert all(os.readlink(f"/proc/self/fd/{fd}").split("/")[-2] == "gone" for fd in fds)
         group.rmdir("gone")
         recs = {r["cgroup"] for r in s.tick()}
         assert group.cgroup + "/gone" not in recs
-        assert not [p for _m, p, _e in KEPT.entries() if p.endswith("/" + group.name + "/gone")]
+        assert not [p for _m, p, _e in s.kept.entries() if p.endswith("/" + group.name + "/gone")]
         for fd in fds:  # closed (or reused by something else, not pointing at the old files)
             try:
                 target = os.readlink(f"/proc/self/fd/{fd}")
@@ -253,7 +253,7 @@ def test_processes_of_an_empty_cgroup_without_reading_cgroup_procs(group):
     s = Sampler(match=group.name, gpu=False)
 
     def procs_fd():
-        for mount, path, entry in KEPT.entries():
+        for mount, path, entry in s.kept.entries():
             if mount + path == group.dirs["pids"]:
                 return entry.kept.get("cgroup.procs")
         return None
@@ -277,9 +277,9 @@ def test_processes_of_an_empty_cgroup_without_reading_cgroup_procs(group):
         assert not [p for p in rec["errors"] if p["source"] == "cgroup.procs"]
         # limit files are read once a minute or on IN_MODIFY: never through a kept slot
         kept_names = [os.readlink(f"/proc/self/fd/{fd}").rsplit("/", 1)[1]
-                      for _m, _p, e in KEPT.entries() for fd in e.fds()]
+                      for _m, _p, e in s.kept.entries() for fd in e.fds()]
         assert kept_names and not set(kept_names) & handles.SLOW_FILES
-        assert KEPT.count == sum(len(e.fds()) for _m, _p, e in KEPT.entries())
+        assert s.kept.count == sum(len(e.fds()) for _m, _p, e in s.kept.entries())
     finally:
         s.close()
         s.discoverer.close()

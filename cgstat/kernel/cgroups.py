@@ -16,8 +16,8 @@ from __future__ import annotations
 
 from typing import Callable, Dict, List, Optional, Tuple, TypeVar
 
-from cgstat.kernel import handles, parse
-from cgstat.kernel.handles import KEPT, SLOW_FILES
+from cgstat.kernel import parse
+from cgstat.kernel.handles import MISSING, SLOW_FILES, KeptFiles
 from cgstat.kernel.hierarchy import Hierarchy, Layout
 from cgstat.kernel.hostfs import Gone, ReadError, read_text
 from cgstat.kernel.sample import (
@@ -50,26 +50,17 @@ _BLKIO_V1 = (
 )
 
 
-_kept_mounts: Dict[str, bool] = {}
-
-
-def _keeps(folder: Folder) -> bool:
-    """Whether this folder's files are read through kept descriptors (live cgroupfs only)."""
-    mount = folder.hierarchy.mount_dir
-    known = _kept_mounts.get(mount)
-    if known is None:
-        known = _kept_mounts[mount] = handles.ENABLED and handles.is_cgroupfs(mount)
-    return known
-
-
 class _Reader:
-    """Reads files of one folder, turning every failure into a Problem."""
+    """Reads files of one cgroup through the descriptor cache, turning every failure into a
+    Problem."""
 
-    __slots__ = ("problems", "gone")
+    __slots__ = ("problems", "gone", "kept", "keeping")
 
-    def __init__(self, problems: List[Problem]):
+    def __init__(self, problems: List[Problem], kept: KeptFiles):
         self.problems = problems
         self.gone = False
+        self.kept = kept
+        self.keeping = kept.keeping  # mount point -> keeps descriptors (kept.keeps() fills it)
 
     def get(self, folder: Optional[Folder], name: str, parser: Callable[[str], T]) -> Optional[T]:
         if folder is None:
@@ -77,14 +68,14 @@ class _Reader:
         if name not in folder.files:
             self.problems.append(Problem(name, "missing", f"no {name} in {folder.hierarchy.name}:{folder.path}"))
             return None
-        keeps = _kept_mounts.get(folder.hierarchy.mount_dir)
+        keeps = self.keeping.get(folder.hierarchy.mount_dir)
         if keeps is None:
-            keeps = _keeps(folder)
+            keeps = self.kept.keeps(folder.hierarchy.mount_dir)
         if not keeps or name in SLOW_FILES:
             return self._uncached(folder, name, parser, keeps)
         # The common case, every tick for every file: one pread on a kept descriptor.
         try:
-            text = KEPT.read(folder, name).decode()
+            text = self.kept.read(folder, name).decode()
         except ReadError as exc:
             self._failed(name, exc)
             return None
@@ -103,8 +94,8 @@ class _Reader:
         tree (no descriptor kept: tests and users replace its files by rename)."""
         slow = keeps and name in SLOW_FILES
         if slow:
-            known = KEPT.cached(folder, name)
-            if known is not handles.MISSING:
+            known = self.kept.cached(folder, name)
+            if known is not MISSING:
                 return known  # type: ignore[no-any-return,unused-ignore]
         try:
             text = read_text(folder.local + "/" + name)
@@ -117,7 +108,7 @@ class _Reader:
             self.problems.append(Problem(name, "malformed", str(exc)))
             return None
         if slow:
-            KEPT.keep(folder, name, value)
+            self.kept.keep(folder, name, value)
         return value
 
     def _failed(self, name: str, exc: ReadError) -> None:
@@ -327,8 +318,8 @@ def _pids(folder: Folder, r: _Reader) -> PidsSample:
         # just the same (a task may join between the reads); 0 and 0 is one moment's view.
         # A descriptor kept while it had tasks is closed: slots go to files read each tick.
         processes: Optional[int] = 0
-        if _kept_mounts.get(folder.hierarchy.mount_dir):
-            KEPT.release(folder, "cgroup.procs")
+        if r.keeping.get(folder.hierarchy.mount_dir):
+            r.kept.release(folder, "cgroup.procs")
     else:
         processes = r.get(folder, "cgroup.procs", _count_pids)
     return PidsSample(current, limit, processes)
@@ -418,9 +409,10 @@ def _plan(cg: Cgroup, layout: Layout) -> _Plan:
     return plan
 
 
-def read_cgroup(cg: Cgroup, layout: Layout, time_s: float, wall_s: float) -> Sample:
+def read_cgroup(cg: Cgroup, layout: Layout, time_s: float, wall_s: float, kept: KeptFiles) -> Sample:
+    """One cgroup's files as a raw Sample, read through `kept` (the sampler's descriptor cache)."""
     problems: List[Problem] = []
-    r = _Reader(problems)
+    r = _Reader(problems, kept)
     _layout, acct, cpu_f, unified, mem_f, blk_f, pids_f, absent = _plan(cg, layout)
 
     if layout.kind == "v2":

@@ -17,7 +17,7 @@ from typing import Callable, Dict, List, Optional, Tuple
 
 from cgstat.kernel.delegated import MAX_USER_CGROUPS, capped_message
 from cgstat.kernel.follow import Follower
-from cgstat.kernel.handles import KEPT, is_cgroupfs
+from cgstat.kernel.handles import KeptFiles, is_cgroupfs
 from cgstat.kernel.hierarchy import Layout
 from cgstat.kernel.hostfs import HostFS
 from cgstat.kernel.join import Joins, join_trees
@@ -37,6 +37,8 @@ class Discoverer:
     reached) a hierarchy is walked every tick. The joined cgroups are recomputed only when
     a tree changed or an empty cgroup, asked again for members when due, has some.
 
+    `kept`: the readers' descriptor cache (kernel/handles.py), told here when folders go.
+
     `max_user_cgroups` bounds the folders walked below each user's delegated subtree, per
     hierarchy and tick (kernel/delegated.py); the folders it saw and left out are counted
     in `left_out` and, when `warn` is given, said through warn(key, message) (keys
@@ -46,12 +48,14 @@ class Discoverer:
 
     def __init__(self, fs: HostFS, layout: Layout, max_user_cgroups: Optional[int] = MAX_USER_CGROUPS,
                  warn: Optional[Callable[[str, str], None]] = None, follow: Optional[bool] = None,
-                 rescan_s: float = RESCAN_S):
+                 rescan_s: float = RESCAN_S, kept: Optional[KeptFiles] = None):
         self.fs = fs
         self.layout = layout
         self.max_user_cgroups = max_user_cgroups
         self.warn = warn
-        self.kept = KEPT
+        # The descriptor cache the readers use: the discoverer closes what it keeps for
+        # folders that go. Its own when none is given (only the discovery then closes it).
+        self.kept = kept if kept is not None else KeptFiles()
         self.walker = Walker(fs, max_user_cgroups)
         self.members = Membership(fs, layout)
         self.rescan_schedule = Rescans(rescan_s)
