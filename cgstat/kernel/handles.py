@@ -2,20 +2,8 @@
 
 A cgroupfs file is a seq_file: a read at offset 0 regenerates it, so an open descriptor can
 be read again and again, saving the path lookup, open and close of every file every tick.
-`KeptFiles` owns every descriptor: made by the sampler, passed to the readers
-(kernel/cgroups.py) and to the discoverer, which says when folders go. Rules:
-- Only on a real cgroup filesystem (statfs magic), never on a recorded tree, whose files
-  tests and users replace by rename (a kept descriptor would read the old file).
-- A descriptor belongs to one life of a folder: kept by mount point and cgroup path with
-  the folder's inode; a new inode (removed and made again) closes the old descriptors. A
-  read that fails (ENODEV: removed under an open file) closes that folder's descriptors.
-- Capped (`cap`, sized from RLIMIT_NOFILE): past it a file is read with open/read/close
-  relative to a descriptor of its mount point; nothing is evicted (every tick reads the
-  same files in the same order, where an LRU would only churn). A file no longer read
-  gives its slot back (release()).
-- Limit files (SLOW_FILES) change only when written, which shows as IN_MODIFY on a watched
-  folder: for a watched folder their parsed value is kept instead, until modified() or
-  drop_values() (lost events, the hierarchy's rescan). They never hold a descriptor.
+`KeptFiles` owns every descriptor (its rules: its docstring): made by the sampler, passed
+to the readers (kernel/cgroups.py) and to the discoverer, which says when folders go.
 Reads the cgroup files it is asked for, and statfs(2) of mount points.
 """
 
@@ -190,9 +178,23 @@ def _whole(data: bytes, path: str) -> bytes:
 
 
 class KeptFiles:
-    """Descriptors (and slow values) by folder (mount point, then cgroup path); see the
-    module's text. `cap` None: sized from RLIMIT_NOFILE when made; `enabled` None: unless
-    CGSTAT_KEEP_FDS=0. Closed by close_all(), or when collected."""
+    """Descriptors (and slow values) by folder (mount point, then cgroup path).
+
+    `cap` None: sized from RLIMIT_NOFILE when made; `enabled` None: unless
+    CGSTAT_KEEP_FDS=0. Closed by close_all(), or when collected. Rules:
+    - Only on a real cgroup filesystem (statfs magic), never on a recorded tree, whose files
+      tests and users replace by rename (a kept descriptor would read the old file).
+    - A descriptor belongs to one life of a folder: kept by mount point and cgroup path with
+      the folder's inode; a new inode (removed and made again) closes the old descriptors. A
+      read that fails (ENODEV: removed under an open file) closes that folder's descriptors.
+    - Capped (`cap`, sized from RLIMIT_NOFILE): past it a file is read with open/read/close
+      relative to a descriptor of its mount point; nothing is evicted (every tick reads the
+      same files in the same order, where an LRU would only churn). A file no longer read
+      gives its slot back (release()).
+    - Limit files (SLOW_FILES) change only when written, which shows as IN_MODIFY on a watched
+      folder: for a watched folder their parsed value is kept instead, until modified() or
+      drop_values() (lost events, the hierarchy's rescan). They never hold a descriptor.
+    """
 
     __slots__ = ("cap", "enabled", "count", "overflowed", "keeping", "_mounts", "_dirs", "_names",
                  "__weakref__")
@@ -308,8 +310,7 @@ class KeptFiles:
     def _read_once(self, folder: Folder, name: str) -> bytes:
         """open/read/close of a file past the cap: opened relative to a descriptor of the
         mount point (openat), which spares the lookup of /sys, fs, cgroup and the
-        controller's folder (~1 of ~10 us here); a name that is not printable UTF-8 takes
-        the full path."""
+        controller's folder; a name that is not printable UTF-8 takes the full path."""
         rel = folder.mount_relative()
         dir_fd = self._dir_fd(folder.hierarchy.mount_dir) if rel is not None else None
         if dir_fd is None:

@@ -1,27 +1,11 @@
 """The v1 join: one workload's folders across hierarchies, as one cgroup per anchor path.
 
-A pure function of the hierarchies' trees and what member processes say (reads nothing:
-the caller passes `member_paths`, kernel/membership.py on a live host). On cgroup v2 a
-cgroup is one folder. On v1 (and hybrid) a workload has one folder per hierarchy, and the
-paths need not match: a runtime given a relative cgroup path creates it below its own
-cgroup in each hierarchy, so a container can be `cpu:/x/docker/<id>` but
-`memory:/base/x/docker/<id>`. The kernel's own answer to "where is this workload in
-hierarchy H" is /proc/<pid>/cgroup of a member process, so that joins folders, not equal
-path strings.
-
-Rules, per cgroup P of the anchor hierarchy and other hierarchy H:
-1. P has member processes: take H's path Q from a member's /proc/<pid>/cgroup. Q is used
-   when it is P itself or ends in the same folder name (the same workload under another
-   base); a member sitting in an unrelated or shared H cgroup (H not delegated) is not a
-   join, since that cgroup's figures are not this workload's.
-2. P has no members (a slice, a pod parent, an empty container cgroup): the H folder
-   holding most of P's joined children, when it is P itself or has P's folder name (the
-   same subtree under another base); else P itself when it exists; else, when P's parent
-   is joined to another path in H, the folder of P's name below that one. Joins climb
-   from the deepest cgroups up, then the last rule runs from the top down.
-3. Otherwise P has no folder in H, and that controller's figures are null.
-H folders joined to nothing are cgroups of their own, keyed by their H path. Joins found
-through processes are kept by (folder inode), so membership is read once per new cgroup.
+On v1 (and hybrid) a workload has one folder per hierarchy, and the paths need not match:
+a runtime given a relative cgroup path creates it below its own cgroup in each hierarchy
+(`cpu:/x/docker/<id>` but `memory:/base/x/docker/<id>`). The kernel's own answer to "where
+is this workload in hierarchy H" is /proc/<pid>/cgroup of a member process, so that joins
+folders, not equal path strings. A pure function: reads nothing, the caller passes what
+members say (kernel/membership.py reads cgroup.procs and /proc/<pid>/cgroup).
 """
 
 from __future__ import annotations
@@ -47,7 +31,23 @@ def join_trees(layout: Layout, trees: Trees, member_paths: MemberPaths, joins: J
     """The cgroups of these trees. `joins`: what the last join found through processes
     (read, not changed); `previous`: the last join's cgroups, returned again where their
     folders are the same objects (a rejoin then allocates little, and what readers
-    derived from a Cgroup, its plan and inodes, stays)."""
+    derived from a Cgroup, its plan and inodes, stays).
+
+    Rules, per cgroup P of the anchor hierarchy and other hierarchy H:
+    1. P has member processes: take H's path Q from a member's /proc/<pid>/cgroup. Q is
+       used when it is P itself or ends in the same folder name (the same workload under
+       another base); a member sitting in an unrelated or shared H cgroup (H not
+       delegated) is not a join, since that cgroup's figures are not this workload's.
+    2. P has no members (a slice, a pod parent, an empty container cgroup): the H folder
+       holding most of P's joined children, when it is P itself or has P's folder name
+       (the same subtree under another base); else P itself when it exists; else, when
+       P's parent is joined to another path in H, the folder of P's name below that one.
+       Joins climb from the deepest cgroups up, then the last rule runs from the top down.
+    3. Otherwise P has no folder in H, and that controller's figures are null.
+    H folders joined to nothing are cgroups of their own, keyed by their H path. Joins
+    found through processes are kept by (folder inode), so membership is read once per
+    new cgroup.
+    """
     anchor = layout.anchor
     anchor_tree = trees[anchor.name]
     others = [h for h in layout.hierarchies if h is not anchor]

@@ -60,9 +60,9 @@ class Rescans:
             follower.kept.drop_values()
             for i, f in enumerate(following):
                 rescan(follower, f)
-                # Spread over rescan_s (a sixth of it apart on a hybrid host): one walk of
-                # them all at 1,000 cgroups is ~150 ms and the next tick's limit files
-                # ~50 ms more, on one tick.
+                # Spread over rescan_s (a sixth of it apart on a hybrid host): a walk of
+                # them all, and the next tick's limit files, on one tick made the slowest
+                # tick (bench/README.md).
                 f.rescan_at = now + self.rescan_s * (i + 1) / len(following)
         else:
             for f in following:
