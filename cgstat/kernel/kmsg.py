@@ -351,11 +351,13 @@ class KmsgFollower:
 
     `after_seq`: start after this record (a saved position; the records up to it are
     skipped, and if the oldest left is past it the ones in between count as lost); None
-    starts at the end. Raises KmsgUnavailable when the log can't be opened.
+    starts at the end: with `numbered`, by reading the backlog through unparsed, so that
+    `last_seq` says where the end was even if nothing is written before it is saved (a
+    cron run's state). Raises KmsgUnavailable when the log can't be opened.
     """
 
     def __init__(self, path: str = KMSG, after_seq: Optional[int] = None,
-                 read_one: Optional[Callable[[], bytes]] = None):
+                 read_one: Optional[Callable[[], bytes]] = None, numbered: bool = False):
         self.parser = OomParser()
         self.last_seq = after_seq
         self.fd: Optional[int] = None
@@ -365,12 +367,28 @@ class KmsgFollower:
             return
         try:
             self.fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-            os.lseek(self.fd, 0, os.SEEK_END if after_seq is None else os.SEEK_SET)
+            os.lseek(self.fd, 0, os.SEEK_END if after_seq is None and not numbered else os.SEEK_SET)
         except OSError as exc:
             self.close()
             raise KmsgUnavailable(_why(exc, path)) from None
         fd = self.fd
         self._read_one = lambda: os.read(fd, READ_SIZE)
+        if after_seq is None and numbered:
+            self._skip_backlog()
+
+    def _skip_backlog(self) -> None:
+        while True:
+            try:
+                raw = self._read_one()
+            except BlockingIOError:
+                return
+            except OSError as exc:
+                if exc.errno in (errno.EPIPE, errno.EINTR):
+                    continue
+                return
+            head = raw.split(b",", 2)
+            if len(head) == 3 and head[1].isdigit():
+                self.last_seq = int(head[1])
 
     def read(self, limit: int = MAX_RECORDS_PER_READ) -> Batch:
         """Every record written since the last read (at most `limit`), parsed."""

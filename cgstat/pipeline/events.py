@@ -30,9 +30,15 @@ import itertools
 import math
 import operator
 import time
-from typing import Any, Dict, Iterable, Iterator, List, Mapping, Optional, Set, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, Iterator, List, Mapping, Optional, Set, Tuple, Union
 
+from cgstat.pipeline.oomkills import OomLedger, Rise
 from cgstat.pipeline.record import number_at
+
+if TYPE_CHECKING:
+    from cgstat.naming.kills import NamedKill
+
+    Kills = Union[None, List[NamedKill], Callable[[], List[NamedKill]]]
 
 EVENT_SCHEMA = 1
 
@@ -61,8 +67,6 @@ class Thresholds:
     cpu_at_limit_fraction: CPU counts as "at its limit" at >= this share of limit_cores.
     gpu_idle_sm_percent: SM % (summed over the container's GPUs, 100 = one GPU) at or under
         which a GPU counts as idle; gpu_busy_sm_percent ends such an episode.
-    oom_quiet_s: further OOM kills within this many seconds of the previous one belong to
-        the same episode (no new event; the total comes with the resolved notice).
     max_samples: cap on the history kept per cgroup (thinned, never truncated).
     """
 
@@ -74,7 +78,7 @@ class Thresholds:
                  throttled_min_periods: int = 5, sustained_share: float = 0.75,
                  cpu_at_limit_fraction: float = 0.9,
                  gpu_idle_sm_percent: float = 5.0, gpu_busy_sm_percent: float = 20.0,
-                 oom_quiet_s: Optional[float] = None, max_samples: int = 1024):
+                 max_samples: int = 1024):
         if not window_s > 0:
             raise ValueError("window_s must be > 0")
         self.window_s = float(window_s)
@@ -92,7 +96,6 @@ class Thresholds:
         self.cpu_at_limit_fraction = cpu_at_limit_fraction
         self.gpu_idle_sm_percent = gpu_idle_sm_percent
         self.gpu_busy_sm_percent = max(gpu_busy_sm_percent, gpu_idle_sm_percent)
-        self.oom_quiet_s = self.window_s if oom_quiet_s is None else float(oom_quiet_s)
         self.max_samples = max(16, int(max_samples))
 
     def as_dict(self) -> Dict[str, Any]:
@@ -258,13 +261,14 @@ class _Cgroup:
 class _Tick:
     """What observe() gathers over one tick's records."""
 
-    __slots__ = ("events", "seen", "gpu_records", "oom_raised")
+    __slots__ = ("events", "seen", "gpu_records", "oom_rises", "stamp")
 
     def __init__(self) -> None:
         self.events: List[Dict[str, Any]] = []
         self.seen: Set[str] = set()
         self.gpu_records: List[Mapping[str, Any]] = []
-        self.oom_raised: List[Tuple[str, Dict[str, Any]]] = []
+        self.oom_rises: List[Rise] = []
+        self.stamp: Optional[Mapping[str, Any]] = None  # a record of the tick (its ts and host)
 
 
 class EventDetector:
@@ -280,27 +284,33 @@ class EventDetector:
         self.th = thresholds
         self._cgroups: Dict[str, _Cgroup] = {}
         self._gpu_procs: Dict[Tuple[str, int], _Open] = {}
+        self._oom = OomLedger()
+        self._host: Any = None
 
     # -- the tick ------------------------------------------------------------------------------
 
-    def observe(self, records: Iterable[Mapping[str, Any]], now: Optional[float] = None) -> List[Dict[str, Any]]:
-        """The events of one tick (possibly none), given that tick's records."""
+    def observe(self, records: Iterable[Mapping[str, Any]], now: Optional[float] = None,
+                kills: Kills = None) -> List[Dict[str, Any]]:
+        """The events of one tick (possibly none), given that tick's records. `kills`: the
+        tick's OOM kills from the kernel log (Sampler.kills), or a function giving them."""
         now = None if now is None else float(now)  # a sample's time is a float (_Ring)
         tick = _Tick()
         for r in records:
             self._feed(tick, r, now)
-        return self._end(tick)
+        return self._end(tick, kills)
 
-    def watch(self, records: Iterable[Mapping[str, Any]], now: Optional[float] = None) -> Iterator[Mapping[str, Any]]:
+    def watch(self, records: Iterable[Mapping[str, Any]], now: Optional[float] = None,
+              kills: Kills = None) -> Iterator[Mapping[str, Any]]:
         """observe() for a tick whose records come one at a time: each record, observed as
         it passes, then the events of the tick. Holds no record once it has passed (GPU
-        device records, few, until the end of the tick)."""
+        device records, few, until the end of the tick). `kills` as for observe(); a
+        function is called once the records are through (the sampler reads the log then)."""
         now = None if now is None else float(now)  # a sample's time is a float (_Ring)
         tick = _Tick()
         for r in records:
             self._feed(tick, r, now)
             yield r
-        yield from self._end(tick)
+        yield from self._end(tick, kills)
 
     def _feed(self, tick: _Tick, r: Mapping[str, Any], now: Optional[float]) -> None:
         kind = r.get("type")
@@ -313,17 +323,21 @@ class EventDetector:
         if path in tick.seen:
             return
         tick.seen.add(path)
-        self._observe_cgroup(path, r, now, tick.events, tick.oom_raised)
+        if tick.stamp is None:
+            tick.stamp = r
+        self._observe_cgroup(path, r, now, tick.events, tick.oom_rises)
 
-    def _end(self, tick: _Tick) -> List[Dict[str, Any]]:
+    def _end(self, tick: _Tick, kills: Kills = None) -> List[Dict[str, Any]]:
         events, seen = tick.events, tick.seen
-        # A kill counts in every ancestor's memory.events too (v2 is hierarchical): keep the
-        # event of the deepest cgroup only.
-        paths = [p for p, _ in tick.oom_raised]
-        for p, ev in tick.oom_raised:
-            prefix = p.rstrip("/") + "/"
-            if not any(q != p and q.startswith(prefix) for q in paths):
-                events.append(ev)
+        # One oom_kill event per kill, from the counters' rises and the kernel log's
+        # reports together (pipeline/oomkills.py).
+        found = (kills() if callable(kills) else kills) or []
+        stamp = tick.stamp
+        if stamp is not None:
+            self._host = stamp.get("host")  # for a tick whose cgroups are all gone
+        if tick.oom_rises or found:
+            ts = stamp.get("ts") if stamp is not None else _now_ts()
+            events.extend(self._oom.judge(tick.oom_rises, found, ts, self._host))
         for path in [p for p in self._cgroups if p not in seen]:
             del self._cgroups[path]  # vanished: its episodes end with it, silently
         if tick.gpu_records:
@@ -336,7 +350,7 @@ class EventDetector:
     # -- per cgroup ----------------------------------------------------------------------------
 
     def _observe_cgroup(self, path: str, r: Mapping[str, Any], now: Optional[float],
-                        events: List[Dict[str, Any]], oom_raised: List[Tuple[str, Dict[str, Any]]]) -> None:
+                        events: List[Dict[str, Any]], oom_rises: List[Rise]) -> None:
         th = self.th
         st = self._cgroups.get(path)
         interval = _number(r.get("interval_s"))
@@ -378,7 +392,7 @@ class EventDetector:
             ring.thin()
 
         window = self._window(st)  # the same for every rule: none changes the ring
-        self._oom(st, r, prev, sample, oom_raised, events)
+        _oom_rise(r, prev, sample, oom_rises)
         self._near_limit(st, r, sample, events)
         self._growth(st, r, sample, window, events)
         self._throttled(st, r, window, events)
@@ -408,36 +422,6 @@ class EventDetector:
         ev = make_event(r, "resolved", "info", "%s in %s ended after %s." % (what, _name(r), _duration(duration)),
                         evidence, resolves=kind, since=ep.ts)
         events.append(ev)
-
-    # oom_kill: the counter went up between two samples of the same cgroup.
-    def _oom(self, st: _Cgroup, r, prev, sample, oom_raised, events) -> None:
-        # prev: the values of the sample before, without its time (index - 1)
-        t = sample[_T]
-        ep = st.open.get("oom_kill")
-        now_kills, before = sample[_OOM], prev[_OOM - 1] if prev is not None else None
-        if prev is not None and now_kills is not None and before is not None and now_kills > before:
-            kills = int(now_kills - before)
-            if ep is None:
-                evidence = {"kills": kills, "oom_kills_total": int(now_kills), "limit_bytes": sample[_LIMIT],
-                            "working_set_bytes_before": prev[_WS - 1], "working_set_bytes": sample[_WS]}
-                ev = make_event(r, "oom_kill", "critical", oom_message(r, kills, sample[_LIMIT], prev[_WS - 1]),
-                                evidence)
-                ep = st.open["oom_kill"] = _Open(r.get("ts"), t, evidence)
-                ep.extra["kills"] = kills
-                ep.extra["last"] = t
-                oom_raised.append((r["cgroup"], ev))
-            else:
-                ep.extra["kills"] += kills
-                ep.extra["last"] = t
-            return
-        if ep is not None and t - ep.extra["last"] >= self.th.oom_quiet_s:
-            total = ep.extra["kills"]
-            if total > ep.evidence["kills"]:
-                # More kills followed the first: say how many in all when the burst ends.
-                self._resolve(st, r, "oom_kill", t, "A burst of %d OOM kills" % total,
-                              {"kills": total, "oom_kills_total": sample[_OOM]}, events)
-            else:
-                st.open.pop("oom_kill")  # a single kill needs no second word
 
     # memory_near_limit: working set above near_limit_percent of the limit (hysteresis).
     def _near_limit(self, st: _Cgroup, r, sample, events) -> None:
@@ -605,6 +589,22 @@ class EventDetector:
         self._gpu_procs.clear()
 
 
+def _oom_rise(r: Mapping[str, Any], prev, sample, oom_rises: List[Rise]) -> None:
+    """oom_kill: the counter went up between two samples of the same cgroup (the event is
+    made at the end of the tick, with the kernel log's kills: pipeline/oomkills.py).
+    `prev`: the values of the sample before, without its time (index - 1)."""
+    now_kills, before = sample[_OOM], prev[_OOM - 1] if prev is not None else None
+    if prev is not None and now_kills is not None and before is not None and now_kills > before:
+        oom_rises.append(Rise(r["cgroup"], int(now_kills - before), int(now_kills), r, sample[_LIMIT],
+                              prev[_WS - 1], sample[_WS]))
+
+
+def _now_ts() -> str:
+    from cgstat.pipeline.record import rfc3339
+
+    return rfc3339(time.time())
+
+
 def _throttle_fraction(window: Optional[_Ring]) -> Tuple[Optional[float], int, int]:
     if window is None:
         return None, 0, 0
@@ -669,14 +669,6 @@ def make_event(r: Mapping[str, Any], kind: str, severity: str, message: str, evi
     }
 
 
-def oom_message(r: Mapping[str, Any], kills: int, limit: Optional[float], ws_before: Optional[float]) -> str:
-    return _cap("%s: the kernel OOM-killed %s in it (memory limit %s, working set before %s): a process that "
-                "dies with \"Killed\" (exit 137) was this; raise the memory limit or lower what it holds "
-                "(batch size, workers, caches)." % (
-                    _name(r), "a process" if kills == 1 else "%d processes" % kills,
-                    "none" if limit is None else _mib(limit), _mib(ws_before)))
-
-
 # -- two runs (once --state) ------------------------------------------------------------------
 
 def state_extras(records: Iterable[Mapping[str, Any]]) -> Dict[str, Dict[str, Any]]:
@@ -691,21 +683,25 @@ def state_extras(records: Iterable[Mapping[str, Any]]) -> Dict[str, Dict[str, An
 
 
 def judge_runs(previous: Mapping[str, Mapping[str, Any]], records: Iterable[Mapping[str, Any]],
-               thresholds: Optional[Thresholds] = None) -> List[Dict[str, Any]]:
+               thresholds: Optional[Thresholds] = None, kills: Optional[List[NamedKill]] = None) -> List[Dict[str, Any]]:
     """Events two separate runs can judge: `previous` maps cgroup path -> what state_extras
-    kept last time (a full record is accepted too); `records` are this run's.
+    kept last time (a full record is accepted too); `records` are this run's; `kills`: the
+    kernel log's OOM kills since the last run (Sampler.kills), also of cgroups gone since.
 
-    - oom_kill: the OOM-kill counter went up between the runs (only for a record with a
-      non-null interval_s, i.e. the same life of the cgroup as last time);
+    - oom_kill: one per kill the log reports, and the OOM-kill counter that went up between
+      the runs for the kills the log didn't (only for a record with a non-null interval_s,
+      i.e. the same life of the cgroup as last time): pipeline/oomkills.py;
     - memory_near_limit: above the line now and not above it last time (or no figure then).
     No resolved notices: there is no episode across cron runs to end.
     """
     th = thresholds or Thresholds()
     events: List[Dict[str, Any]] = []
-    oom: List[Tuple[str, Dict[str, Any]]] = []
+    rises: List[Rise] = []
+    stamp: Optional[Mapping[str, Any]] = None
     for r in records:
         if r.get("type") not in ("cgroup", "pod") or not isinstance(r.get("cgroup"), str):
             continue
+        stamp = stamp or r
         p = previous.get(r["cgroup"])
         if isinstance(p, Mapping) and "memory" in p:
             p = state_extras([p]).get(r["cgroup"])
@@ -714,14 +710,8 @@ def judge_runs(previous: Mapping[str, Mapping[str, Any]], records: Iterable[Mapp
         if isinstance(p, Mapping) and r.get("interval_s") is not None:
             before = p.get("oom_kills_total")
             if isinstance(kills_now, (int, float)) and isinstance(before, (int, float)) and kills_now > before:
-                kills = int(kills_now - before)
-                oom.append((r["cgroup"], make_event(r, "oom_kill", "critical",
-                                                    oom_message(r, kills, limit, p.get("working_set_bytes")),
-                                                    {"kills": kills, "oom_kills_total": int(kills_now),
-                                                     "limit_bytes": limit,
-                                                     "working_set_bytes_before": p.get("working_set_bytes"),
-                                                     "working_set_bytes": ws,
-                                                     "interval_s": r.get("interval_s")})))
+                rises.append(Rise(r["cgroup"], int(kills_now - before), int(kills_now), r, limit,
+                                  p.get("working_set_bytes"), ws))
         if ws is not None and limit:
             pct = ws / limit * 100.0
             was = None
@@ -733,9 +723,7 @@ def judge_runs(previous: Mapping[str, Mapping[str, Any]], records: Iterable[Mapp
                     "raise the limit or reduce the working set." % (_name(r), pct, _mib(ws), _mib(limit))),
                     {"working_set_bytes": ws, "limit_bytes": limit, "percent": round(pct, 2),
                      "threshold_percent": th.near_limit_percent}))
-    paths = [q for q, _ in oom]
-    for q, ev in oom:
-        prefix = q.rstrip("/") + "/"
-        if not any(o != q and o.startswith(prefix) for o in paths):
-            events.append(ev)
+    if rises or kills:
+        ts = stamp.get("ts") if stamp is not None else _now_ts()
+        events.extend(OomLedger().judge(rises, kills or [], ts, stamp.get("host") if stamp is not None else None))
     return events

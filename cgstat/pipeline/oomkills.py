@@ -25,7 +25,6 @@ from __future__ import annotations
 from typing import Any, Dict, List, Mapping, NamedTuple, Optional
 
 from cgstat.naming.kills import NamedKill
-from cgstat.pipeline.events import make_event
 
 CREDIT_TICKS = 2
 MiB = 1024 * 1024
@@ -200,6 +199,12 @@ def counter_event(r: Rise, kills: int) -> Dict[str, Any]:
                 "working_set_bytes_before": r.working_set_bytes_before, "working_set_bytes": r.working_set_bytes,
                 "cgroup_exists": True, "pod": rec.get("pod"), "source": "counter"}
     return make_event(rec, "oom_kill", "critical", _cap(msg), evidence)
+
+
+def make_event(*args: Any, **kw: Any) -> Dict[str, Any]:
+    from cgstat.pipeline import events  # imported here: the events detector imports this module
+
+    return events.make_event(*args, **kw)
 
 
 def _cap(msg: str, limit: int = 600) -> str:

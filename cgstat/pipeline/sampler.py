@@ -122,14 +122,15 @@ class Sampler:
         if note:
             self.warner.once("hostroot", note)
 
-    def follow_kernel_log(self, after_seq: Optional[int] = None) -> bool:
+    def follow_kernel_log(self, after_seq: Optional[int] = None, numbered: bool = False) -> bool:
         """Read the kernel log's OOM reports from now on (after record `after_seq` when given:
-        a position saved by an earlier run of this boot). False, said once, when it can't be
+        a position saved by an earlier run of this boot; `numbered`: know where "now" is
+        even before a record comes, see KmsgFollower). False, said once, when it can't be
         read (not root, kernel.dmesg_restrict) or the host is a recording (no log: nothing said)."""
         if not self.host.live:
             return False
         try:
-            self._kmsg = KmsgFollower(after_seq=after_seq)
+            self._kmsg = KmsgFollower(after_seq=after_seq, numbered=numbered)
         except KmsgUnavailable as exc:
             self.warner.once("kmsg", f"{exc.reason}: OOM kills of cgroups removed before the next tick "
                              "can't be seen, nor who was killed; the OOM-kill counters are still reported")
