@@ -1,4 +1,4 @@
-"""One oom_kill event per kill (pipeline/oomkills.py), the gone cgroups' OOM counters on
+"""One oom_kill event per kill (pipeline/events/kills.py), the gone cgroups' OOM counters on
 /metrics (outputs/prometheus.py OomRetention), and the v2 case on the recorded tree: the
 kernel log the v2 recorder kept (meta/dmesg.txt) read through a Sampler on t0/t1."""
 

@@ -25,9 +25,9 @@ from __future__ import annotations
 from typing import Any, Dict, List, Mapping, NamedTuple, Optional
 
 from cgstat.naming.kills import NamedKill
+from cgstat.pipeline.events.event import cap, deepest_only, make_event, mib, who
 
 CREDIT_TICKS = 2
-MiB = 1024 * 1024
 
 
 class Rise(NamedTuple):
@@ -42,37 +42,12 @@ class Rise(NamedTuple):
     working_set_bytes: Optional[float]
 
 
-def deepest(rises: List[Rise]) -> List[Rise]:
-    """The rises of cgroups with no rising descendant (a v2 kill counts in every ancestor)."""
-    paths = [r.path for r in rises]
-    out = []
-    for r in rises:
-        prefix = r.path.rstrip("/") + "/"
-        if not any(q != r.path and q.startswith(prefix) for q in paths):
-            out.append(r)
-    return out
-
-
 def _ancestors(path: str) -> List[str]:
     out = [path]
     while path not in ("", "/"):
         path = path.rsplit("/", 1)[0] or "/"
         out.append(path)
     return out
-
-
-def _mib(n: Optional[float]) -> str:
-    return "unknown" if n is None else "%.1f MiB" % (n / MiB)
-
-
-def who(container: Optional[Mapping[str, Any]], unit: Optional[str], cgroup: Optional[str]) -> str:
-    if isinstance(container, Mapping) and container.get("name"):
-        return "container %s" % container["name"]
-    if isinstance(container, Mapping) and container.get("short_id"):
-        return "container %s" % container["short_id"]
-    if unit:
-        return "unit %s" % unit
-    return "cgroup %s" % cgroup if cgroup else "an unknown cgroup"
 
 
 class OomLedger:
@@ -105,7 +80,7 @@ class OomLedger:
             events.append(kill_event(stamp, k, None))
             for p in _ancestors(k.cgroup):
                 self._log.setdefault(p, []).append(tick)
-        for r in deepest(rises):
+        for r in deepest_only([(r.path, r) for r in rises]):
             left = r.kills
             while left and self._take(self._log, r.path):
                 left -= 1
@@ -146,15 +121,15 @@ def kill_event(stamp: Mapping[str, Any], k: NamedKill, rise: Optional[Rise]) -> 
     rss = None
     if rep.anon_rss_bytes is not None:
         rss = rep.anon_rss_bytes + (rep.file_rss_bytes or 0) + (rep.shmem_rss_bytes or 0)
-    name = who(container, unit, cgroup)
+    name = who({"container": container, "unit": unit, "cgroup": cgroup}) if cgroup else "an unknown cgroup"
     if rep.global_oom:
         why = ("the machine ran out of memory (the global OOM killer: no cgroup limit was hit) and the kernel "
                "killed process %s (PID %d), %s, holding %s" % (rep.task, rep.pid, "in " + name if cgroup else
-                                                                "whose cgroup the log doesn't name", _mib(rss)))
+                                                                "whose cgroup the log doesn't name", mib(rss)))
     else:
         why = "the kernel OOM-killed process %s (PID %d) in %s at %s (usage %s; the process held %s)" % (
-            rep.task, rep.pid, name, "its memory limit of " + _mib(limit) if limit is not None else "its memory limit",
-            _mib(rep.usage_bytes), _mib(rss))
+            rep.task, rep.pid, name, "its memory limit of " + mib(limit) if limit is not None else "its memory limit",
+            mib(rep.usage_bytes), mib(rss))
     gone = " The cgroup is gone." if exists is False else ""
     unnamed = ""
     if cgroup is None:
@@ -183,29 +158,19 @@ def kill_event(stamp: Mapping[str, Any], k: NamedKill, rise: Optional[Rise]) -> 
         "oom_kills_total": rise.total if rise is not None else None,
         "kernel_seq": rep.seq,
     }
-    return make_event(stamp, "oom_kill", "critical", _cap(msg), evidence, cgroup=cgroup, container=container)
+    return make_event(stamp, "oom_kill", "critical", cap(msg), evidence, cgroup=cgroup, container=container)
 
 
 def counter_event(r: Rise, kills: int) -> Dict[str, Any]:
     """The event of kills only a counter saw (no readable log, or the log lost them)."""
     rec = r.record
-    name = who(rec.get("container"), rec.get("unit"), r.path)
+    name = who(rec)
     msg = ("%s: the kernel OOM-killed %s in it (memory limit %s, working set before %s): a process that dies "
            "with \"Killed\" (exit 137) was this; raise the memory limit or lower what it holds (batch size, "
            "workers, caches)." % (name[0].upper() + name[1:], "a process" if kills == 1 else "%d processes" % kills,
-                                   "none" if r.limit_bytes is None else _mib(r.limit_bytes),
-                                   _mib(r.working_set_bytes_before)))
+                                   "none" if r.limit_bytes is None else mib(r.limit_bytes),
+                                   mib(r.working_set_bytes_before)))
     evidence = {"kills": kills, "oom_kills_total": r.total, "limit_bytes": r.limit_bytes,
                 "working_set_bytes_before": r.working_set_bytes_before, "working_set_bytes": r.working_set_bytes,
                 "cgroup_exists": True, "pod": rec.get("pod"), "source": "counter"}
-    return make_event(rec, "oom_kill", "critical", _cap(msg), evidence)
-
-
-def make_event(*args: Any, **kw: Any) -> Dict[str, Any]:
-    from cgstat.pipeline import events  # imported here: the events detector imports this module
-
-    return events.make_event(*args, **kw)
-
-
-def _cap(msg: str, limit: int = 600) -> str:
-    return msg if len(msg) <= limit else msg[:limit - 1] + "…"
+    return make_event(rec, "oom_kill", "critical", cap(msg), evidence)
