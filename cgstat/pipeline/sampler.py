@@ -129,8 +129,11 @@ class Sampler:
         read (not root, kernel.dmesg_restrict) or the host is a recording (no log: nothing said)."""
         if not self.host.live:
             return False
+        from cgstat import sdnotify
+
         try:
-            self._kmsg = KmsgFollower(after_seq=after_seq, numbered=numbered)
+            # under systemd the units pass /dev/kmsg open (systemd/cgstat-kmsg*.socket)
+            self._kmsg = KmsgFollower(after_seq=after_seq, numbered=numbered, fd=sdnotify.listen_fd("kmsg"))
         except KmsgUnavailable as exc:
             self.warner.once("kmsg", f"{exc.reason}: OOM kills of cgroups removed before the next tick "
                              "can't be seen, nor who was killed; the OOM-kill counters are still reported")
