@@ -17,9 +17,10 @@ partial sum would understate.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Dict, Iterable, List, Optional, Tuple
+from typing import Dict, Iterable, List, Optional, Tuple
 
 from cgstat.gpu.sample import GpuProcess
+from cgstat.records import Container, GpuUse
 
 
 @dataclass(frozen=True)
@@ -28,7 +29,7 @@ class Owner:
 
     name: Optional[str]  # /proc/<pid>/comm
     cgroup: Optional[str]  # its cgroup path as records name cgroups, null when unattributed
-    container: Optional[Dict[str, Any]]
+    container: Optional[Container]
 
 
 UNKNOWN = Owner(None, None, None)
@@ -61,7 +62,7 @@ def _sum(values: List[Optional[int]]) -> Optional[int]:
     return None if any(v is None for v in values) else sum(v for v in values if v is not None)
 
 
-def cgroup_gpu(processes: Tuple[Attributed, ...]) -> Dict[str, Any]:
+def cgroup_gpu(processes: Tuple[Attributed, ...]) -> GpuUse:
     """The `gpu` object of a cgroup record (no process: zeros and empty lists)."""
     procs = [a.process for a in processes]
     return {

@@ -71,6 +71,7 @@ from cgstat.kernel.hostfs import (
     read_untrusted,
 )
 from cgstat.naming.paths import PathInfo
+from cgstat.records import Container, Pod
 
 _RETRY_UNKNOWN_S = 60.0  # an ID no state named is looked up again after this long
 _BUDGET_S = 1.0  # reading runtime state, per refresh
@@ -722,7 +723,7 @@ class Identities:
                 comms.append(text.strip())
         return bool(comms) and all(c == "pause" for c in comms)
 
-    def pod(self, info: PathInfo) -> Optional[Dict[str, Any]]:
+    def pod(self, info: PathInfo) -> Optional[Pod]:
         if not info.pod_uid:
             return None
         # The kubelet's folders name system pods only: a pod-like cgroup a user made in
@@ -731,7 +732,7 @@ class Identities:
         return {"uid": info.pod_uid, "name": ns_name[1] if ns_name else None,
                 "namespace": ns_name[0] if ns_name else None, "qos": info.qos}
 
-    def container(self, info: PathInfo) -> Optional[Dict[str, Any]]:
+    def container(self, info: PathInfo) -> Optional[Container]:
         if info.kind != "container":
             return None
         cid = info.id or ""
@@ -745,7 +746,7 @@ class Identities:
         if pod is not None and name is None:
             name = self._only_container_name(info)
         name = name or entry.name or (None if is_hex else cid)
-        out = {
+        out: Container = {
             "runtime": info.runtime or entry.runtime,
             "id": cid,
             "short_id": cid[:12] if is_hex else None,
