@@ -20,19 +20,8 @@ from dataclasses import dataclass
 from typing import Dict, Iterable, List, Optional, Tuple
 
 from cgstat.gpu.sample import GpuProcess
-from cgstat.records import Container, GpuUse
-
-
-@dataclass(frozen=True)
-class Owner:
-    """Who a GPU process is: read by the naming stage (naming/workload.py)."""
-
-    name: Optional[str]  # /proc/<pid>/comm
-    cgroup: Optional[str]  # its cgroup path as records name cgroups, null when unattributed
-    container: Optional[Container]
-
-
-UNKNOWN = Owner(None, None, None)
+from cgstat.kernel.procs import Owner
+from cgstat.records import GpuUse
 
 
 @dataclass(frozen=True)
