@@ -59,7 +59,7 @@ from cgstat.pipeline.events import EventDetector, Thresholds
 from cgstat.pipeline.record import number_at, value_at
 from cgstat.pipeline.sampler import Sampler
 from cgstat.pipeline.schedule import Schedule, _Wake
-from cgstat.records import CgroupRecord, Sampled
+from cgstat.records import CgroupRecord, EventRecord, Sampled
 from cgstat.text import escape_controls
 
 FIRST_SCREEN_S = 0.5  # the warm-up before the first screen (at most one interval)
@@ -220,7 +220,7 @@ class Model:
             self.host or "--", when, interval_s, len(self.rows), self.sort)
 
 
-def event_line(e: Dict[str, Any]) -> str:
+def event_line(e: EventRecord) -> str:
     """'! severity kind name: message', as `--format table` lists events; controls escaped."""
     who = value_at(e, "container", "name") or e.get("cgroup") or "--"
     kind = e.get("kind")

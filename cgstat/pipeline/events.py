@@ -33,6 +33,7 @@ import time
 from typing import Any, Dict, Iterable, Iterator, List, Mapping, Optional, Set, Tuple
 
 from cgstat.pipeline.record import number_at
+from cgstat.records import EventRecord, JsonObject
 
 EVENT_SCHEMA = 1
 
@@ -261,10 +262,10 @@ class _Tick:
     __slots__ = ("events", "seen", "gpu_records", "oom_raised")
 
     def __init__(self) -> None:
-        self.events: List[Dict[str, Any]] = []
+        self.events: List[EventRecord] = []
         self.seen: Set[str] = set()
         self.gpu_records: List[Mapping[str, Any]] = []
-        self.oom_raised: List[Tuple[str, Dict[str, Any]]] = []
+        self.oom_raised: List[Tuple[str, EventRecord]] = []
 
 
 class EventDetector:
@@ -283,7 +284,7 @@ class EventDetector:
 
     # -- the tick ------------------------------------------------------------------------------
 
-    def observe(self, records: Iterable[Mapping[str, Any]], now: Optional[float] = None) -> List[Dict[str, Any]]:
+    def observe(self, records: Iterable[Mapping[str, Any]], now: Optional[float] = None) -> List[EventRecord]:
         """The events of one tick (possibly none), given that tick's records."""
         now = None if now is None else float(now)  # a sample's time is a float (_Ring)
         tick = _Tick()
@@ -291,7 +292,7 @@ class EventDetector:
             self._feed(tick, r, now)
         return self._end(tick)
 
-    def watch(self, records: Iterable[Mapping[str, Any]], now: Optional[float] = None) -> Iterator[Mapping[str, Any]]:
+    def watch(self, records: Iterable[Mapping[str, Any]], now: Optional[float] = None) -> Iterator[JsonObject]:
         """observe() for a tick whose records come one at a time: each record, observed as
         it passes, then the events of the tick. Holds no record once it has passed (GPU
         device records, few, until the end of the tick)."""
@@ -315,7 +316,7 @@ class EventDetector:
         tick.seen.add(path)
         self._observe_cgroup(path, r, now, tick.events, tick.oom_raised)
 
-    def _end(self, tick: _Tick) -> List[Dict[str, Any]]:
+    def _end(self, tick: _Tick) -> List[EventRecord]:
         events, seen = tick.events, tick.seen
         # A kill counts in every ancestor's memory.events too (v2 is hierarchical): keep the
         # event of the deepest cgroup only.
@@ -336,7 +337,7 @@ class EventDetector:
     # -- per cgroup ----------------------------------------------------------------------------
 
     def _observe_cgroup(self, path: str, r: Mapping[str, Any], now: Optional[float],
-                        events: List[Dict[str, Any]], oom_raised: List[Tuple[str, Dict[str, Any]]]) -> None:
+                        events: List[EventRecord], oom_raised: List[Tuple[str, EventRecord]]) -> None:
         th = self.th
         st = self._cgroups.get(path)
         interval = _number(r.get("interval_s"))
@@ -393,14 +394,14 @@ class EventDetector:
         return ring
 
     def _raise(self, st: _Cgroup, r: Mapping[str, Any], kind: str, severity: str, message: str,
-               evidence: Dict[str, Any], events: List[Dict[str, Any]], t: float) -> Dict[str, Any]:
+               evidence: Dict[str, Any], events: List[EventRecord], t: float) -> EventRecord:
         ev = make_event(r, kind, severity, message, evidence)
         st.open[kind] = _Open(r.get("ts"), t, evidence)
         events.append(ev)
         return ev
 
     def _resolve(self, st: _Cgroup, r: Mapping[str, Any], kind: str, t: float, what: str,
-                 evidence: Dict[str, Any], events: List[Dict[str, Any]]) -> None:
+                 evidence: Dict[str, Any], events: List[EventRecord]) -> None:
         ep = st.open.pop(kind)
         duration = max(0.0, t - ep.t)
         evidence = dict(evidence)
@@ -561,8 +562,8 @@ class EventDetector:
 
     # -- GPU device records -------------------------------------------------------------------
 
-    def _observe_gpu(self, gpu_records: List[Mapping[str, Any]]) -> List[Dict[str, Any]]:
-        events: List[Dict[str, Any]] = []
+    def _observe_gpu(self, gpu_records: List[Mapping[str, Any]]) -> List[EventRecord]:
+        events: List[EventRecord] = []
         present: Dict[Tuple[str, int], Tuple[Mapping[str, Any], Mapping[str, Any]]] = {}
         for g in gpu_records:
             dev: Mapping[str, Any] = g["gpu"] if isinstance(g.get("gpu"), dict) else {}
@@ -651,7 +652,7 @@ _UNSET = object()
 
 def make_event(r: Mapping[str, Any], kind: str, severity: str, message: str, evidence: Dict[str, Any],
                cgroup: Any = _UNSET, container: Any = _UNSET, resolves: Optional[str] = None,
-               since: Any = None) -> Dict[str, Any]:
+               since: Any = None) -> EventRecord:
     """One event record (cgstat/event.schema.json), stamped with the record it was judged on."""
     return {
         "schema": EVENT_SCHEMA,
@@ -691,7 +692,7 @@ def state_extras(records: Iterable[Mapping[str, Any]]) -> Dict[str, Dict[str, An
 
 
 def judge_runs(previous: Mapping[str, Mapping[str, Any]], records: Iterable[Mapping[str, Any]],
-               thresholds: Optional[Thresholds] = None) -> List[Dict[str, Any]]:
+               thresholds: Optional[Thresholds] = None) -> List[EventRecord]:
     """Events two separate runs can judge: `previous` maps cgroup path -> what state_extras
     kept last time (a full record is accepted too); `records` are this run's.
 
@@ -701,8 +702,8 @@ def judge_runs(previous: Mapping[str, Mapping[str, Any]], records: Iterable[Mapp
     No resolved notices: there is no episode across cron runs to end.
     """
     th = thresholds or Thresholds()
-    events: List[Dict[str, Any]] = []
-    oom: List[Tuple[str, Dict[str, Any]]] = []
+    events: List[EventRecord] = []
+    oom: List[Tuple[str, EventRecord]] = []
     for r in records:
         if r.get("type") not in ("cgroup", "pod") or not isinstance(r.get("cgroup"), str):
             continue
