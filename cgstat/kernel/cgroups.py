@@ -197,7 +197,7 @@ def _cpu_v2(folder: Folder, r: _Reader) -> CpuSample:
 
 
 def _cpu_v1(acct: Optional[Folder], cpu: Optional[Folder], unified: Optional[Folder], r: _Reader) -> CpuSample:
-    usage = user = system = weight = burst = None
+    usage = user = system = weight = shares = burst = None
     if acct is not None:
         usage = _scaled(r.get(acct, "cpuacct.usage", parse.parse_uint), NS)
         ticks = r.get(acct, "cpuacct.stat", parse.parse_flat_keyed)
@@ -225,7 +225,7 @@ def _cpu_v1(acct: Optional[Folder], cpu: Optional[Folder], unified: Optional[Fol
         burst = r.opt(cpu, "cpu.cfs_burst_us", parse.parse_uint)
     # cpusets: v1 keeps them in the cpuset hierarchy, which is not followed (null there).
     return CpuSample(usage, user, system, limit, periods, throttled, throttled_s, quota_us, period,
-                     weight, burst)
+                     weight, shares, burst)
 
 
 # -- memory ------------------------------------------------------------------------------

@@ -35,6 +35,7 @@ class CpuSample(NamedTuple):
     quota_us: Optional[int] = None  # CFS quota per period; None without a limit
     period_us: Optional[int] = None  # CFS period
     weight: Optional[int] = None  # v2 cpu.weight; v1 cpu.shares converted (parse.shares_to_weight)
+    shares: Optional[int] = None  # v1 cpu.shares as written
     max_burst_us: Optional[int] = None  # v2 cpu.max.burst, v1 cpu.cfs_burst_us
     cpuset_cpus: Optional[str] = None  # effective CPUs, as the kernel writes the list
     cpuset_mems: Optional[str] = None  # effective memory nodes
