@@ -1,12 +1,10 @@
 """The records as types: TypedDicts of the cgroup/pod, GPU and event records.
 
-The records stay plain dicts at run time (orjson writes them, sinks pass them on); these
-types are for mypy, so that a producer that leaves out a key and a consumer that reads a
-key the record has not fail `mypy cgstat`. They follow the field table (cgstat/fields.py)
-key for key, in the record's order: tests/test_fields.py checks each against it.
-
-Python 3.7 has no typing.TypedDict: there the classes are dict subclasses of the same
-names and annotations, never instantiated.
+Made from the field table (cgstat/fields.py) by cgstat/schema.py: do not edit, run
+`python -m cgstat.schema --write`. The records stay plain dicts at run time (orjson writes
+them, sinks pass them on); these types are for mypy, so that a producer that leaves out a
+key and a consumer that reads a key the record has not fail `mypy cgstat`. Python 3.7 has
+no typing.TypedDict: there the classes are dict subclasses of the same names, never made.
 """
 
 from __future__ import annotations
@@ -21,14 +19,10 @@ else:  # pragma: no cover - Python 3.7
         def __init_subclass__(cls, total: bool = True, **kwargs: object) -> None:
             super().__init_subclass__(**kwargs)
 
+# An event's figures: keys per kind (docs/diagnostics.md), open to new kinds' keys; the
+# schema types the common ones (fields.EVENT, evidence.*).
+Evidence = Dict[str, Any]
 
-class RecordError(TypedDict):
-    source: str
-    error: str
-    detail: str
-
-
-# -- the cgroup and pod record ---------------------------------------------------------------
 
 class Pod(TypedDict):
     uid: str
@@ -60,6 +54,26 @@ class Cpu(TypedDict):
     throttled_periods_total: Optional[int]
     throttled_seconds_total: Optional[float]
     throttled_percent: Optional[float]
+    weight: Optional[int]
+    shares: Optional[int]
+    max_burst_us: Optional[int]
+    cpuset_cpus: Optional[str]
+    cpuset_mems: Optional[str]
+
+
+class MemoryEvents(TypedDict):
+    low: Optional[int]
+    high: Optional[int]
+    max: Optional[int]
+    oom: Optional[int]
+    oom_kill: Optional[int]
+    oom_group_kill: Optional[int]
+
+
+class MemorySwapEvents(TypedDict):
+    high: Optional[int]
+    max: Optional[int]
+    fail: Optional[int]
 
 
 class Memory(TypedDict):
@@ -74,6 +88,26 @@ class Memory(TypedDict):
     swap_bytes: Optional[int]
     oom_kills_total: Optional[int]
     oom_events_total: Optional[int]
+    peak_bytes: Optional[int]
+    swap_peak_bytes: Optional[int]
+    high_bytes: Optional[int]
+    low_bytes: Optional[int]
+    min_bytes: Optional[int]
+    swap_limit_bytes: Optional[int]
+    zswap_bytes: Optional[int]
+    events: Optional[MemoryEvents]
+    events_local: Optional[MemoryEvents]
+    swap_events: Optional[MemorySwapEvents]
+    failcnt: Optional[int]
+    pgscan_total: Optional[int]
+    pgsteal_total: Optional[int]
+    pgmajfault_total: Optional[int]
+    workingset_refault_anon_total: Optional[int]
+    workingset_refault_file_total: Optional[int]
+    dirty_bytes: Optional[int]
+    writeback_bytes: Optional[int]
+    hugetlb_bytes: Optional[int]
+    oom_group: Optional[bool]
 
 
 class IoDevice(TypedDict):
@@ -91,6 +125,15 @@ class IoDevice(TypedDict):
     write_ops_per_second: Optional[float]
 
 
+class IoLimit(TypedDict):
+    device: str
+    name: Optional[str]
+    read_bytes_per_second: Optional[int]
+    write_bytes_per_second: Optional[int]
+    read_ops_per_second: Optional[int]
+    write_ops_per_second: Optional[int]
+
+
 class Io(TypedDict):
     read_bytes_total: Optional[int]
     write_bytes_total: Optional[int]
@@ -101,6 +144,7 @@ class Io(TypedDict):
     read_ops_per_second: Optional[float]
     write_ops_per_second: Optional[float]
     devices: Optional[List[IoDevice]]
+    limits: Optional[List[IoLimit]]
 
 
 class NetworkInterface(TypedDict):
@@ -135,6 +179,8 @@ class Pids(TypedDict):
     current: Optional[int]
     limit: Optional[int]
     processes: Optional[int]
+    peak: Optional[int]
+    events_max_total: Optional[int]
 
 
 class Psi(TypedDict):
@@ -174,8 +220,13 @@ class GpuUse(TypedDict):
     processes: List[GpuProcessUse]
 
 
+class RecordError(TypedDict):
+    source: str
+    error: str
+    detail: str
+
+
 class CgroupRecord(TypedDict):
-    """`type` "cgroup" or "pod": one per cgroup per tick."""
     schema: int
     type: str
     ts: str
@@ -195,8 +246,6 @@ class CgroupRecord(TypedDict):
     gpu: Optional[GpuUse]
     errors: List[RecordError]
 
-
-# -- the GPU device record -------------------------------------------------------------------
 
 class GpuFigures(TypedDict):
     index: int
@@ -227,7 +276,6 @@ class GpuProcess(TypedDict):
 
 
 class GpuRecord(TypedDict):
-    """`type` "gpu": one per GPU (or MIG device) per tick."""
     schema: int
     type: str
     ts: str
@@ -238,15 +286,7 @@ class GpuRecord(TypedDict):
     errors: List[RecordError]
 
 
-# -- the event record ------------------------------------------------------------------------
-
-# An event's figures: keys per kind (docs/diagnostics.md), open to new kinds' keys; the
-# schema types the common ones (fields.EVENT, evidence.*).
-Evidence = Dict[str, Any]
-
-
 class EventRecord(TypedDict):
-    """`type` "event": a condition raised, or the notice that ends it (docs/diagnostics.md)."""
     schema: int
     type: str
     ts: Optional[str]
