@@ -19,13 +19,14 @@ from __future__ import annotations
 import os
 import time
 from collections import OrderedDict
-from typing import Any, Dict, Iterable, List, NamedTuple, Optional, Tuple
+from typing import Dict, Iterable, List, NamedTuple, Optional, Tuple
 
 from cgstat.kernel.hierarchy import Hierarchy, Layout
 from cgstat.kernel.kmsg import OomReport
 from cgstat.kernel.tree import Cgroup
 from cgstat.naming.paths import PathInfo, classify
 from cgstat.naming.workload import Namer
+from cgstat.records import Container, Pod
 
 KEEP_S = 600.0  # how long a gone cgroup's name is kept for a kill reported late
 MAX_GONE = 4096
@@ -36,8 +37,8 @@ class NamedKill(NamedTuple):
 
     report: OomReport
     cgroup: Optional[str]  # the record's cgroup path; the memory path when never seen; None: unknown
-    container: Optional[Dict[str, Any]]  # as the record's container object
-    pod: Optional[Dict[str, Any]]
+    container: Optional[Container]  # as the record's container object
+    pod: Optional[Pod]
     unit: Optional[str]
     exists: Optional[bool]  # the killed task's cgroup still there when the log was read
     named_by: str  # "live", "seen" (gone, named as it was), "state", "path", "none"
@@ -46,8 +47,8 @@ class NamedKill(NamedTuple):
 
 class _Gone(NamedTuple):
     cgroup: str
-    container: Optional[Dict[str, Any]]
-    pod: Optional[Dict[str, Any]]
+    container: Optional[Container]
+    pod: Optional[Pod]
     unit: Optional[str]
     selected: bool
     when: float

@@ -9,6 +9,7 @@ from typing import Any, Dict, List, Mapping, Optional
 from cgstat.pipeline.events.event import Episode, duration, make_event, who
 from cgstat.pipeline.events.kills import Rise
 from cgstat.pipeline.events.window import Sample, Window
+from cgstat.records import EventRecord
 
 
 class History:
@@ -32,7 +33,7 @@ class Case:
     __slots__ = ("record", "t", "sample", "before", "window", "history", "events", "oom_rises")
 
     def __init__(self, record: Mapping[str, Any], t: float, sample: Sample, before: Optional[Sample],
-                 window: Optional[Window], history: History, events: List[Dict[str, Any]],
+                 window: Optional[Window], history: History, events: List[EventRecord],
                  oom_rises: List[Rise]):
         self.record = record
         self.t = t

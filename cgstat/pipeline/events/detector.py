@@ -14,6 +14,7 @@ from cgstat.pipeline.events.rules import CGROUP_RULES, GPU_RULES, GpuRule
 from cgstat.pipeline.events.thresholds import Thresholds
 from cgstat.pipeline.events.window import Sample
 from cgstat.pipeline.record import rfc3339
+from cgstat.records import EventRecord, JsonObject
 from cgstat.timestamps import parse_ts
 
 if TYPE_CHECKING:
@@ -37,7 +38,7 @@ class _Tick:
     __slots__ = ("events", "seen", "gpu_records", "oom_rises", "stamp")
 
     def __init__(self) -> None:
-        self.events: List[Dict[str, Any]] = []
+        self.events: List[EventRecord] = []
         self.seen: Set[str] = set()
         self.gpu_records: List[Mapping[str, Any]] = []
         self.oom_rises: List[Rise] = []
@@ -65,7 +66,7 @@ class EventDetector:
         return [rule(self.th) for rule in GPU_RULES]
 
     def observe(self, records: Iterable[Mapping[str, Any]], now: Optional[float] = None,
-                kills: Kills = None) -> List[Dict[str, Any]]:
+                kills: Kills = None) -> List[EventRecord]:
         """The events of one tick (possibly none), given that tick's records. `kills`: the
         tick's OOM kills from the kernel log (Sampler.kills), or a function giving them."""
         now = None if now is None else float(now)  # a sample's time is a float (Window)
@@ -75,7 +76,7 @@ class EventDetector:
         return self._end(tick, kills)
 
     def watch(self, records: Iterable[Mapping[str, Any]], now: Optional[float] = None,
-              kills: Kills = None) -> Iterator[Mapping[str, Any]]:
+              kills: Kills = None) -> Iterator[JsonObject]:
         """observe() for a tick whose records come one at a time: each record, observed as
         it passes, then the events of the tick. Holds no record once it has passed (GPU
         device records, few, until the end of the tick). `kills` as for observe(); a
@@ -107,7 +108,7 @@ class EventDetector:
             tick.stamp = r
         self._observe_cgroup(path, r, now, tick)
 
-    def _end(self, tick: _Tick, kills: Kills = None) -> List[Dict[str, Any]]:
+    def _end(self, tick: _Tick, kills: Kills = None) -> List[EventRecord]:
         events, seen = tick.events, tick.seen
         found = (kills() if callable(kills) else kills) or []
         stamp = tick.stamp

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import Any, Dict, List, Mapping, Optional, Tuple, TypeVar
 
+from cgstat.records import EventRecord
+
 EVENT_SCHEMA = 1
 
 MiB = 1024 * 1024
@@ -14,7 +16,7 @@ _UNSET = object()
 
 def make_event(r: Mapping[str, Any], kind: str, severity: str, message: str, evidence: Dict[str, Any],
                cgroup: Any = _UNSET, container: Any = _UNSET, resolves: Optional[str] = None,
-               since: Any = None) -> Dict[str, Any]:
+               since: Any = None) -> EventRecord:
     """One event record, stamped with the record it was judged on."""
     return {
         "schema": EVENT_SCHEMA,

@@ -26,6 +26,7 @@ from typing import Any, Dict, List, Mapping, NamedTuple, Optional
 
 from cgstat.naming.kills import NamedKill
 from cgstat.pipeline.events.event import cap, deepest_only, make_event, mib, who
+from cgstat.records import EventRecord
 
 CREDIT_TICKS = 2
 
@@ -59,7 +60,7 @@ class OomLedger:
         self._counter: Dict[str, List[int]] = {}  # cgroup path -> ticks of counter kills not yet seen in the log
         self._bare: List[int] = []  # ticks of cgroup-less log kills reported alone
 
-    def judge(self, rises: List[Rise], kills: List[NamedKill], ts: Any, host: Any) -> List[Dict[str, Any]]:
+    def judge(self, rises: List[Rise], kills: List[NamedKill], ts: Any, host: Any) -> List[EventRecord]:
         self._tick += 1
         tick = self._tick
         for credits in (self._log, self._counter):
@@ -68,7 +69,7 @@ class OomLedger:
                 if not credits[path]:
                     del credits[path]
         self._bare = [t for t in self._bare if tick - t < CREDIT_TICKS]
-        events: List[Dict[str, Any]] = []
+        events: List[EventRecord] = []
         stamp = {"ts": ts, "host": host}
         bare: List[NamedKill] = []
         for k in kills:
@@ -109,7 +110,7 @@ class OomLedger:
         return True
 
 
-def kill_event(stamp: Mapping[str, Any], k: NamedKill, rise: Optional[Rise]) -> Dict[str, Any]:
+def kill_event(stamp: Mapping[str, Any], k: NamedKill, rise: Optional[Rise]) -> EventRecord:
     """The event of one kill the log reported (`rise`: the counter that names its cgroup)."""
     rep = k.report
     cgroup, container, pod, unit, exists = k.cgroup, k.container, k.pod, k.unit, k.exists
@@ -161,7 +162,7 @@ def kill_event(stamp: Mapping[str, Any], k: NamedKill, rise: Optional[Rise]) -> 
     return make_event(stamp, "oom_kill", "critical", cap(msg), evidence, cgroup=cgroup, container=container)
 
 
-def counter_event(r: Rise, kills: int) -> Dict[str, Any]:
+def counter_event(r: Rise, kills: int) -> EventRecord:
     """The event of kills only a counter saw (no readable log, or the log lost them)."""
     rec = r.record
     name = who(rec)

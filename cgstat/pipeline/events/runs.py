@@ -11,7 +11,7 @@ from cgstat.pipeline.events.event import cap, make_event, mib, who
 from cgstat.pipeline.events.kills import OomLedger, Rise
 from cgstat.pipeline.events.thresholds import Thresholds
 from cgstat.pipeline.record import number_at, rfc3339
-
+from cgstat.records import EventRecord
 
 if TYPE_CHECKING:
     from cgstat.naming.kills import NamedKill
@@ -29,7 +29,7 @@ def state_extras(records: Iterable[Mapping[str, Any]]) -> Dict[str, Dict[str, An
 
 
 def judge_runs(previous: Mapping[str, Mapping[str, Any]], records: Iterable[Mapping[str, Any]],
-               thresholds: Optional[Thresholds] = None, kills: Optional[List[NamedKill]] = None) -> List[Dict[str, Any]]:
+               thresholds: Optional[Thresholds] = None, kills: Optional[List[NamedKill]] = None) -> List[EventRecord]:
     """Events two separate runs can judge: `previous` maps cgroup path -> what state_extras
     kept last time (a full record is accepted too); `records` are this run's; `kills`: the
     kernel log's OOM kills since the last run (Sampler.kills), also of cgroups gone since.
@@ -41,7 +41,7 @@ def judge_runs(previous: Mapping[str, Mapping[str, Any]], records: Iterable[Mapp
     No resolved notices: there is no episode across cron runs to end.
     """
     th = thresholds or Thresholds()
-    events: List[Dict[str, Any]] = []
+    events: List[EventRecord] = []
     rises: List[Rise] = []
     stamp: Optional[Mapping[str, Any]] = None
     for r in records:
