@@ -29,10 +29,21 @@ _READ = 65536  # one pread; a cgroup file larger than this is read the slow way
 DEFAULT_CAP = 16384
 PIN_ESTIMATE = 4608  # bytes of kernel memory per kept descriptor (file, kernfs/seq_file, one page)
 
-# Files whose value only a write changes (and a write shows as IN_MODIFY).
+# Files whose value only a write changes (and a write shows as IN_MODIFY): limits,
+# protections and weights. Then event counters the kernel notifies on every change
+# (cgroup_file_notify: "a value change in this file generates a file modified event",
+# cgroup-v2.rst), for which IN_MODIFY comes without a write. And the effective cpusets,
+# which a parent's write or CPU hotplug changes without an event on the file: kept until
+# the folder's rescan (a minute at most).
 SLOW_FILES = frozenset({
     "cpu.cfs_quota_us", "cpu.cfs_period_us", "memory.limit_in_bytes", "pids.max",
     "cpu.max", "memory.max",
+    "cpu.weight", "cpu.max.burst", "memory.high", "memory.low", "memory.min", "memory.swap.max",
+    "memory.oom.group", "io.max", "cpu.shares", "cpu.cfs_burst_us", "memory.soft_limit_in_bytes",
+    "blkio.throttle.read_bps_device", "blkio.throttle.write_bps_device",
+    "blkio.throttle.read_iops_device", "blkio.throttle.write_iops_device",
+    "memory.events.local", "memory.swap.events", "pids.events",
+    "cpuset.cpus.effective", "cpuset.mems.effective",
 })
 
 _FLAGS = os.O_RDONLY | os.O_CLOEXEC
@@ -192,8 +203,10 @@ class KeptFiles:
       same files in the same order, where an LRU would only churn). A file no longer read
       gives its slot back (release()).
     - Limit files (SLOW_FILES) change only when written, which shows as IN_MODIFY on a watched
-      folder: for a watched folder their parsed value is kept instead, until modified() or
-      drop_values() (lost events, the hierarchy's rescan). They never hold a descriptor.
+      folder; the kernel raises IN_MODIFY itself on the event counters it notifies
+      (memory.events.local, memory.swap.events, pids.events). For a watched folder their
+      parsed value is kept instead, until modified() or drop_values() (lost events, the
+      hierarchy's rescan). They never hold a descriptor.
     """
 
     __slots__ = ("cap", "enabled", "count", "overflowed", "keeping", "_mounts", "_dirs", "_names",
