@@ -36,8 +36,13 @@ def _modules():
                 yield (rel[:-len(".__init__")] if rel.endswith(".__init__") else rel), path
 
 
+# A NamedTuple's own methods and attributes: underscored so as not to clash with fields.
+_NAMEDTUPLE_API = {"_fields", "_make", "_replace", "_asdict", "_field_defaults"}
+
+
 def _private(name):
-    return name.startswith("_") and not (name.startswith("__") and name.endswith("__"))
+    return (name.startswith("_") and not (name.startswith("__") and name.endswith("__"))
+            and name not in _NAMEDTUPLE_API)
 
 
 def private_imports(module, source):

@@ -4,10 +4,11 @@ previous run and the events two runs can judge."""
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, Optional
+from typing import TYPE_CHECKING, Optional, Sequence
 
 from cgstat.outputs.jsonl import JsonLinesSink, ReaderGone
 from cgstat.pipeline.schedule import Schedule
+from cgstat.records import JsonObject
 
 if TYPE_CHECKING:
     from cgstat.pipeline.sampler import Sampler
@@ -40,14 +41,20 @@ def run_once(sampler: Sampler, sink: JsonLinesSink, state_path: Optional[str], w
                 previous, why = state.load(sampler.host.boot_id, sampler.clock.monotonic())
                 if why:
                     sampler.warner.warn("state", why)
+                # The kernel log since the last run of this boot (a first run starts at its
+                # end; another boot's state: from this boot's first record).
+                if events:
+                    seq = state.kernel_log_seq
+                    sampler.follow_kernel_log(seq if seq is not None else (-1 if state.other_boot else None), numbered=True)
                 records, current = sampler.render(sampler.collect(), previous)
+                batch: Sequence[JsonObject] = records
                 if events:
                     # what two runs can judge (an OOM kill between them), from what the
-                    # previous run kept
-                    records = records + judge_runs(state.extras if not why else {}, records)
-                sink.write(records)
+                    # previous run kept and the kernel log
+                    batch = [*records, *judge_runs(state.extras if not why else {}, records, kills=sampler.kills)]
+                sink.write(batch)
                 state.save(sampler.host.boot_id, sampler.fs.root, sampler.clock.monotonic(), current,
-                           state_extras(records))
+                           state_extras(records), sampler.kernel_log_seq)
         else:
             if window_s > 0:
                 sampler.warm_up()

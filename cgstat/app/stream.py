@@ -4,11 +4,12 @@
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, Any, Dict, Iterable, Optional
+from typing import TYPE_CHECKING, Iterable, Optional, Sequence
 
 from cgstat import sdnotify
 from cgstat.outputs.jsonl import JsonLinesSink, ReaderGone, SinkError
 from cgstat.pipeline.schedule import Schedule, watchdog_heartbeat_s
+from cgstat.records import JsonObject
 
 if TYPE_CHECKING:  # the exporter and events are imported by the runs that use them
     from cgstat.outputs.serve import Exporter
@@ -88,9 +89,9 @@ def _stream_tick(sampler: Sampler, sink: Optional[JsonLinesSink], events: Option
     records die when this returns (a loop variable would keep them through the next tick).
     """
     if exporter is None and sink is not None:
-        stream: Iterable[Dict[str, Any]] = sampler.records()
+        stream: Iterable[JsonObject] = sampler.records()
         if events is not None:
-            stream = events.watch(stream)  # type: ignore[assignment]  # records, then the tick's events
+            stream = events.watch(stream)  # records, then the tick's events
         try:
             sink.write(stream)
         except SinkError as exc:
@@ -100,10 +101,11 @@ def _stream_tick(sampler: Sampler, sink: Optional[JsonLinesSink], events: Option
     records = sampler.tick()
     if exporter is not None:
         exporter.publish(records, time.monotonic() - began)
+    batch: Sequence[JsonObject] = records
     if events is not None:
-        records = records + events.observe(records)  # a new list: the exporter keeps the first
+        batch = [*records, *events.observe(records)]  # a new list: the exporter keeps the first
     if sink is not None:
         try:
-            sink.write(records)
+            sink.write(batch)
         except SinkError as exc:
             sampler.warner.warn("sink", str(exc))

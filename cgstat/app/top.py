@@ -7,12 +7,13 @@ from __future__ import annotations
 import os
 import sys
 import time
-from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional
+from typing import TYPE_CHECKING, Any, Callable, List, Optional
 
 from cgstat.outputs.jsonl import ReaderGone, SinkError, StdoutSink
 from cgstat.outputs.top import Model, Screen, ViewLog, plain_frame
 from cgstat.pipeline.events import EventDetector, Thresholds
 from cgstat.pipeline.schedule import Schedule
+from cgstat.records import Sampled
 
 if TYPE_CHECKING:
     from cgstat.pipeline.sampler import Sampler
@@ -49,7 +50,7 @@ class _Judged:
         self.model = model
         self.detector = detector
 
-    def update(self, records: List[Dict[str, Any]]) -> None:
+    def update(self, records: List[Sampled]) -> None:
         events = self.detector.observe(records) if self.detector is not None else []
         self.model.update(records, events)
 
@@ -86,7 +87,7 @@ def run_top(sampler: Sampler, interval_s: float, sort: str = "cpu", events: bool
 
 
 def _ticks(sampler: Sampler, schedule: Schedule, interval_s: float, count: Optional[int],
-           show: Callable[[List[Dict[str, Any]]], None]) -> None:
+           show: Callable[[List[Sampled]], None]) -> None:
     """The warm-up, the first screen after min(interval, FIRST_SCREEN_S), then the Schedule."""
     sampler.warm_up()
     done = 0
@@ -123,7 +124,7 @@ def _run_screen(sampler: Sampler, judged: _Judged, screen: Screen, interval_s: f
 
     schedule = _KeyedSchedule(interval_s, warner, wait_key).install_signals()
 
-    def show(records: List[Dict[str, Any]]) -> None:
+    def show(records: List[Sampled]) -> None:
         judged.update(records)
         screen.draw()
 
@@ -151,7 +152,7 @@ def _run_plain(sampler: Sampler, judged: _Judged, interval_s: float, count: Opti
     schedule = Schedule(interval_s, sampler.warner).install_signals()
     shown = [0]
 
-    def show(records: List[Dict[str, Any]]) -> None:
+    def show(records: List[Sampled]) -> None:
         judged.update(records)
         text = plain_frame(judged.model, interval_s)
         if shown[0]:
