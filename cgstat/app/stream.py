@@ -91,7 +91,8 @@ def _stream_tick(sampler: Sampler, sink: Optional[JsonLinesSink], events: Option
     if exporter is None and sink is not None:
         stream: Iterable[JsonObject] = sampler.records()
         if events is not None:
-            stream = events.watch(stream)  # records, then the tick's events
+            # records, then the tick's events (the kernel log's kills are read after the records)
+            stream = events.watch(stream, kills=lambda: sampler.kills)
         try:
             sink.write(stream)
         except SinkError as exc:
@@ -100,10 +101,10 @@ def _stream_tick(sampler: Sampler, sink: Optional[JsonLinesSink], events: Option
     began = time.monotonic()
     records = sampler.tick()
     if exporter is not None:
-        exporter.publish(records, time.monotonic() - began)
+        exporter.publish(records, time.monotonic() - began, sampler.kills)
     batch: Sequence[JsonObject] = records
     if events is not None:
-        batch = [*records, *events.observe(records)]  # a new list: the exporter keeps the first
+        batch = [*records, *events.observe(records, kills=sampler.kills)]  # a new list: the exporter keeps the first
     if sink is not None:
         try:
             sink.write(batch)
