@@ -120,19 +120,24 @@ class EventDetector:
             procs = gpu.get("processes")
             gprocs = len(procs) if isinstance(procs, list) else None
         # number_at's rules (a finite number, else None), one lookup of each object
-        mem, cpu = r.get("memory"), r.get("cpu")
+        mem, cpu, pids = r.get("memory"), r.get("cpu"), r.get("pids")
+        high = high_bytes = None
         if isinstance(mem, dict):
             ws, limit, kills = (_number(mem.get("working_set_bytes")), _number(mem.get("limit_bytes")),
                                 _number(mem.get("oom_kills_total")))
+            events = mem.get("events_local") or mem.get("events")
+            if events.__class__ is dict:
+                high, high_bytes = _number(events.get("high")), _number(mem.get("high_bytes"))
         else:
             ws = limit = kills = None
+        forks = _number(pids.get("events_max_total")) if isinstance(pids, dict) else None
         if isinstance(cpu, dict):
             usage, periods, throttled, cores = (
                 _number(cpu.get("usage_seconds_total")), _number(cpu.get("periods_total")),
                 _number(cpu.get("throttled_periods_total")), _number(cpu.get("limit_cores")))
         else:
             usage = periods = throttled = cores = None
-        values = (ws, limit, kills, usage, periods, throttled, cores, sm, gprocs)
+        values = (ws, limit, kills, usage, periods, throttled, cores, sm, gprocs, high, high_bytes, forks)
         sample: Sample = _new_sample(Sample, values)
         before, h.last = h.last, sample
         samples = h.samples

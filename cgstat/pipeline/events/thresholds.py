@@ -24,8 +24,9 @@ class Thresholds:
     cpu_at_limit_fraction: CPU counts as "at its limit" at >= this share of limit_cores.
     gpu_idle_sm_percent: SM % (summed over the container's GPUs, 100 = one GPU) at or under
         which a GPU counts as idle; gpu_busy_sm_percent ends such an episode.
-    oom_quiet_s: further OOM kills within this many seconds of the previous one belong to
-        the same episode (no new event; the total comes with the resolved notice).
+    oom_quiet_s: further OOM kills (and fork failures at a pids limit) within this many
+        seconds of the previous one belong to the same episode (no new event; the total
+        comes with the resolved notice).
     max_samples: cap on the history kept per cgroup (thinned, never truncated).
     """
 
