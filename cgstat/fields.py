@@ -5,23 +5,25 @@ One declaration that the rest is made from or checked against:
 - RECORD (type cgroup/pod), GPU_RECORD (type gpu), EVENT (type event): each field's path
   (`memory.working_set_bytes`; `[]` an array's items, `{}` a map's values), type and
   nullability, unit, what it means, and the kernel file (or NVML call) it comes from on
-  cgroup v2 and v1. The JSON Schemas cgstat/*.schema.json are generated from them
-  (cgstat/schema.py), the TypedDicts of cgstat/records.py are tested equal to them, and
-  docs/schema.md is tested to name every field.
+  cgroup v2 and v1. The JSON Schemas cgstat/*.schema.json and the TypedDicts of
+  cgstat/records.py are generated from them (cgstat/schema.py), and docs/schema.md is
+  tested to name every field.
 - FAMILIES: the Prometheus families in exposition order (name, type, help, labels beyond a
   cgroup's or GPU's own, and the record field read, where one is read as is); the exporter
   renders from them and docs/prometheus.md is tested to list every one.
 - CSV_COLUMNS: the columns of `--format csv`, in order; dotted names are record paths.
 
 Adding a field: (1) a `_f(...)` entry below at its place in the record (the record keeps
-this order); (2) its reader (kernel/, gpu/) and its value in pipeline/record.py, and its
-key in cgstat/records.py; (3) where it has a series, a `_family(...)` in FAMILIES with
-`field=` its path (a cpu/memory/pids scalar, a per-device, per-interface, pressure or GPU
-device field is then rendered with no exporter change); (4) where it has a CSV column, its
-path in CSV_COLUMNS; (5) its row in docs/schema.md (and docs/prometheus.md for a series);
-(6) `CGSTAT_REGEN_SCHEMA=1 pytest tests/test_fields.py` rewrites the schema files, and
-`CGSTAT_REGEN_GOLDEN=1` the goldens the field appears in. tests/test_fields.py fails
-until every step is done.
+this order); (2) `python -m cgstat.schema --write` (or `CGSTAT_REGEN_SCHEMA=1 pytest
+tests/test_fields.py`) rewrites the schema files and cgstat/records.py; (3) its reader
+(kernel/, gpu/) and its value in pipeline/record.py (mypy fails until the record has the
+key); (4) where it has a series, a `_family(...)` in FAMILIES with `field=` its path (a
+cpu/memory/pids scalar, a per-device, per-interface, pressure or GPU device field is then
+rendered with no exporter change); (5) where it has a CSV column, its path in
+CSV_COLUMNS; (6) its row in docs/schema.md (and docs/prometheus.md for a series);
+(7) `CGSTAT_REGEN_GOLDEN=1` for the goldens the field appears in. tests/test_fields.py
+fails until every step is done. A new object gets a TypedDict named from its path
+(memory.swap_events: MemorySwapEvents; schema.py's _NAMES gives other names).
 
 No imports of cgstat: the lowest layer, imported by pipeline, outputs and the tests.
 """

@@ -33,9 +33,10 @@ import calendar
 import copy
 import math
 import re
-from typing import Any, Dict, Iterable, List, Optional, Set, Tuple
+from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Set, Tuple, cast
 
 from cgstat import fields
+from cgstat.records import CgroupRecord, Container, GpuRecord, GpuUse, IoDevice, Pod, Sampled
 
 TEXT = "text"
 OPENMETRICS = "openmetrics"
@@ -188,6 +189,10 @@ _PSI = tuple((res, _BY_FIELD["pressure.%s.some_seconds_total" % res], _BY_FIELD[
 
 DEFAULT_CPU_PERIOD_US = 100000  # the kernel's default CFS period
 
+# What a record without a container or pod object reads (never changed)
+_NO_CONTAINER = cast(Container, {})
+_NO_POD = cast(Pod, {})
+
 
 # --------------------------------------------------------------------------- labels
 
@@ -201,15 +206,15 @@ def _labels(pairs: Iterable[Tuple[str, Any]]) -> str:
     return ",".join(out)
 
 
-def base_labels(record: Dict[str, Any]) -> str:
+def base_labels(record: CgroupRecord) -> str:
     """id, name, image, namespace, pod, container, container_label_* of a cgroup record.
 
     As the kubelet's cAdvisor: `container` is the Kubernetes container name (empty for a
     pod-level cgroup and outside Kubernetes), `name` the runtime's name (else its ID).
     Empty values are left out, which PromQL reads the same as `label=""`.
     """
-    container = record.get("container") or {}
-    pod = record.get("pod") or container.get("pod") or {}
+    container = record.get("container") or _NO_CONTAINER
+    pod = record.get("pod") or container.get("pod") or _NO_POD
     name = container.get("name") or container.get("id")
     pairs: List[Tuple[str, Any]] = [
         ("id", record.get("cgroup")),
@@ -324,9 +329,9 @@ class _Workload:
 
     __slots__ = ("identity", "base", "brace", "cpu_total", "info", "devices", "interfaces", "extra")
 
-    def __init__(self, record: Dict[str, Any], identity: Tuple[Any, ...]):
-        container = record.get("container") or {}
-        pod = record.get("pod") or container.get("pod") or {}
+    def __init__(self, record: CgroupRecord, identity: Tuple[Any, ...]):
+        container = record.get("container") or _NO_CONTAINER
+        pod = record.get("pod") or container.get("pod") or _NO_POD
         keep = _text_or_none(record.get("type"), record.get("unit"), container.get("runtime"),
                              container.get("id"), container.get("name"), container.get("image"),
                              pod.get("namespace"), pod.get("name"), pod.get("qos"))
@@ -371,7 +376,7 @@ class LabelCache:
         self.workloads: Dict[str, _Workload] = {}
 
 
-def _workload(record: Dict[str, Any], last: Dict[str, _Workload], kept: Dict[str, _Workload]) -> _Workload:
+def _workload(record: CgroupRecord, last: Dict[str, _Workload], kept: Dict[str, _Workload]) -> _Workload:
     """The record's workload from the last tick if it is the same, else a new one."""
     key = record.get("cgroup")
     identity = (record.get("type"), record.get("unit"), record.get("container"), record.get("pod"))
@@ -385,7 +390,7 @@ def _workload(record: Dict[str, Any], last: Dict[str, _Workload], kept: Dict[str
     return workload
 
 
-def _device_braces(base: str, dev: Dict[str, Any], known: Dict[Any, Tuple[bytes, ...]],
+def _device_braces(base: str, dev: IoDevice, known: Dict[Any, Tuple[bytes, ...]],
                    seen: Dict[Any, Tuple[bytes, ...]]) -> Tuple[bytes, ...]:
     """A block device's braces: for its IO counters, then blkio Read, Write, Discard.
 
@@ -399,7 +404,7 @@ def _device_braces(base: str, dev: Dict[str, Any], known: Dict[Any, Tuple[bytes,
     return braces
 
 
-def _new_device_braces(base: str, dev: Dict[str, Any]) -> Tuple[bytes, ...]:
+def _new_device_braces(base: str, dev: IoDevice) -> Tuple[bytes, ...]:
     majmin = str(dev.get("device") or "")
     major, _, minor = majmin.partition(":")
     dname = dev.get("name")
@@ -409,7 +414,7 @@ def _new_device_braces(base: str, dev: Dict[str, Any]) -> Tuple[bytes, ...]:
     return (_brace(base, dlabel),) + tuple(_brace(base, blk + '"' + op + '"') for op, _ in _BLKIO_OPS)
 
 
-def _cgroup_samples(record: Dict[str, Any], out: List[List[bytes]], fmt: str, timestamps: bool,
+def _cgroup_samples(record: CgroupRecord, out: List[List[bytes]], fmt: str, timestamps: bool,
                     workload: _Workload) -> None:
     millis = ts_millis(record.get("ts")) if timestamps else None
     end = _ts_suffix(millis, fmt).encode()
@@ -487,10 +492,10 @@ def _cgroup_samples(record: Dict[str, Any], out: List[List[bytes]], fmt: str, ti
         _container_gpu(gpu, add_gpu)
 
 
-def _issue23_samples(record: Dict[str, Any], add, workload: _Workload) -> None:
+def _issue23_samples(record: CgroupRecord, add: Callable[..., None], workload: _Workload) -> None:
     """The series of the memory events, major faults, OOM group, cpuset and IO limits."""
-    memory = record.get("memory") or {}
-    cpu = record.get("cpu") or {}
+    memory: Dict[str, Any] = cast(Dict[str, Any], record.get("memory") or {})
+    cpu: Dict[str, Any] = cast(Dict[str, Any], record.get("cpu") or {})
     add(F_MEM_FAILURES, memory.get("pgmajfault_total"), workload.with_label(_PGMAJFAULT))
     events = memory.get("events")
     if isinstance(events, dict):
@@ -507,7 +512,7 @@ def _issue23_samples(record: Dict[str, Any], add, workload: _Workload) -> None:
     cpus, mems = cpu.get("cpuset_cpus"), cpu.get("cpuset_mems")
     if isinstance(cpus, str) or isinstance(mems, str):
         add(F_CPUSET, 1, workload.with_label(_labels((("cpus", cpus), ("mems", mems)))))
-    limits = (record.get("io") or {}).get("limits")
+    limits = cast(Dict[str, Any], record.get("io") or {}).get("limits")
     if isinstance(limits, list):
         for lim in limits:
             if not isinstance(lim, dict):
@@ -519,7 +524,7 @@ def _issue23_samples(record: Dict[str, Any], add, workload: _Workload) -> None:
                     escape_value(device), op)))
 
 
-def _container_gpu(gpu: Dict[str, Any], add) -> None:
+def _container_gpu(gpu: GpuUse, add: Callable[[int, Any, str], None]) -> None:
     per_gpu: Dict[Tuple[str, str], List[Any]] = {}
     processes = gpu.get("processes")
     if not isinstance(processes, list):
@@ -527,9 +532,8 @@ def _container_gpu(gpu: Dict[str, Any], add) -> None:
     for p in processes:
         if not isinstance(p, dict):
             continue
-        index = p.get("gpu_index")
-        uuid = p.get("gpu_uuid")
-        key = ("" if index is None else str(index), uuid or "")
+        gpu_index = p.get("gpu_index")
+        key = ("" if gpu_index is None else str(gpu_index), p.get("gpu_uuid") or "")
         sums: List[Any] = per_gpu.setdefault(key, [None, None])
         mem: Any = p.get("memory_bytes")
         sm: Any = p.get("sm_percent")
@@ -548,7 +552,7 @@ def _container_gpu(gpu: Dict[str, Any], add) -> None:
         add(F_CGPU_SM, sm, extra)
 
 
-def _gpu_samples(record: Dict[str, Any], out: List[List[bytes]], fmt: str, timestamps: bool) -> None:
+def _gpu_samples(record: GpuRecord, out: List[List[bytes]], fmt: str, timestamps: bool) -> None:
     gpu = record.get("gpu")
     if not isinstance(gpu, dict):
         return
@@ -572,12 +576,13 @@ def _gpu_samples(record: Dict[str, Any], out: List[List[bytes]], fmt: str, times
         add(F_GPU_PROCS, len(processes))
         unattributed = 0
         for p in processes:
-            if isinstance(p, dict) and p.get("cgroup") is None and _num(p.get("memory_bytes")) is not None:
-                unattributed += p["memory_bytes"]
+            memory: Any = p.get("memory_bytes") if isinstance(p, dict) and p.get("cgroup") is None else None
+            if _num(memory) is not None:
+                unattributed += memory
         add(F_GPU_UNATTR, unattributed)
 
 
-def _self_samples(self_metrics: Dict[str, Any], records: List[Dict[str, Any]], out: List[List[bytes]]) -> None:
+def _self_samples(self_metrics: Dict[str, Any], records: Sequence[Sampled], out: List[List[bytes]]) -> None:
     def add(family: int, value: Any, labels: str = "") -> None:
         text = _num(value)
         if text is not None:
@@ -609,7 +614,7 @@ def _self_samples(self_metrics: Dict[str, Any], records: List[Dict[str, Any]], o
         add(F_RECORD_ERRORS, errors[code], 'error="%s"' % escape_value(code))
 
 
-def render(records: List[Dict[str, Any]], fmt: str = TEXT, self_metrics: Optional[Dict[str, Any]] = None,
+def render(records: Sequence[Sampled], fmt: str = TEXT, self_metrics: Optional[Dict[str, Any]] = None,
            timestamps: bool = True, cache: Optional[LabelCache] = None) -> bytes:
     """The exposition of one tick.
 
@@ -631,9 +636,10 @@ def render(records: List[Dict[str, Any]], fmt: str = TEXT, self_metrics: Optiona
             continue
         kind = record.get("type")
         if kind == "cgroup" or kind == "pod":
-            _cgroup_samples(record, out, fmt, timestamps, _workload(record, last, kept))
+            workload = cast(CgroupRecord, record)
+            _cgroup_samples(workload, out, fmt, timestamps, _workload(workload, last, kept))
         elif kind == "gpu":
-            _gpu_samples(record, out, fmt, timestamps)
+            _gpu_samples(cast(GpuRecord, record), out, fmt, timestamps)
     if cache is not None:
         cache.workloads = kept  # one reference swap: a render in another thread sees either
     parts: List[bytes] = []

@@ -15,13 +15,14 @@ SIGTERM/SIGINT end it with exit 0.
 from __future__ import annotations
 
 import time
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, Optional, Sequence
 
 from cgstat import __version__
 from cgstat.errors import CgstatError
 from cgstat.outputs import prometheus
 from cgstat.outputs.http import DEFAULT_LISTEN, MetricsServer, address_note
 from cgstat.pipeline.diagnostics import Warner
+from cgstat.records import Sampled
 
 
 class Exporter:
@@ -53,7 +54,7 @@ class Exporter:
             self.warner.once("listen", note)
         self.address = "[%s]:%d" % (host, port) if ":" in host else "%s:%d" % (host, port)
 
-    def publish(self, records: List[Dict[str, Any]], tick_seconds: Optional[float] = None) -> None:
+    def publish(self, records: Sequence[Sampled], tick_seconds: Optional[float] = None) -> None:
         """Render `records` (one tick) and make them what /metrics serves from now on."""
         began = time.monotonic()
         self.ticks += 1

@@ -7,11 +7,12 @@ own beyond that order of events.
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, Any, Dict, Iterable, List, Optional
+from typing import TYPE_CHECKING, Iterable, List, Optional, Sequence
 
 from cgstat import sdnotify
 from cgstat.outputs.jsonl import JsonLinesSink, ReaderGone, SinkError, StdoutSink
 from cgstat.pipeline.schedule import Schedule, watchdog_heartbeat_s
+from cgstat.records import JsonObject
 
 if TYPE_CHECKING:  # the state file and events are imported by the runs that use them
     from cgstat.outputs.serve import Exporter
@@ -71,9 +72,9 @@ def _stream_tick(sampler: Sampler, sink: Optional[JsonLinesSink], events: Option
     records die when this returns (a loop variable would keep them through the next tick).
     """
     if exporter is None and sink is not None:
-        stream: Iterable[Dict[str, Any]] = sampler.records()
+        stream: Iterable[JsonObject] = sampler.records()
         if events is not None:
-            stream = events.watch(stream)  # type: ignore[assignment]  # records, then the tick's events
+            stream = events.watch(stream)  # records, then the tick's events
         try:
             sink.write(stream)
         except SinkError as exc:
@@ -83,11 +84,12 @@ def _stream_tick(sampler: Sampler, sink: Optional[JsonLinesSink], events: Option
     records = sampler.tick()
     if exporter is not None:
         exporter.publish(records, time.monotonic() - began)
+    batch: Sequence[JsonObject] = records
     if events is not None:
-        records = records + events.observe(records)  # a new list: the exporter keeps the first
+        batch = [*records, *events.observe(records)]  # a new list: the exporter keeps the first
     if sink is not None:
         try:
-            sink.write(records)
+            sink.write(batch)
         except SinkError as exc:
             sampler.warner.warn("sink", str(exc))
 
@@ -112,11 +114,12 @@ def run_once(sampler: Sampler, sink: JsonLinesSink, state_path: Optional[str], w
                 if why:
                     sampler.warner.warn("state", why)
                 records, current = sampler.render(sampler.collect(), previous)
+                batch: Sequence[JsonObject] = records
                 if events:
                     # what two runs can judge (an OOM kill between them), from what the
                     # previous run kept
-                    records = records + judge_runs(state.extras if not why else {}, records)
-                sink.write(records)
+                    batch = [*records, *judge_runs(state.extras if not why else {}, records)]
+                sink.write(batch)
                 state.save(sampler.host.boot_id, sampler.fs.root, sampler.clock.monotonic(), current,
                            state_extras(records))
         else:

@@ -36,6 +36,7 @@ from cgstat.pipeline.diagnostics import Warner
 from cgstat.pipeline.rates import Counters, counters, derive
 from cgstat.pipeline.record import build, build_gpu
 from cgstat.pipeline.select import Selected, compile_match, select
+from cgstat.records import Sampled
 from cgstat.text import quote
 
 if TYPE_CHECKING:  # imported where used: a run without GPUs or network namespaces never loads them
@@ -194,13 +195,13 @@ class Sampler:
         return None if result is None else result.network
 
     def render(self, tick: Collected,
-               previous: Dict[str, Counters]) -> Tuple[List[Dict[str, Any]], Dict[str, Counters]]:
+               previous: Dict[str, Counters]) -> Tuple[List[Sampled], Dict[str, Counters]]:
         """The records (cgroups, then GPUs), and the counters to compare the next tick with."""
         current: Dict[str, Counters] = {}
         return list(self._render(tick, previous, current)), current
 
     def _render(self, tick: Collected, previous: Dict[str, Counters],
-                current: Dict[str, Counters]) -> Iterator[Dict[str, Any]]:
+                current: Dict[str, Counters]) -> Iterator[Sampled]:
         """The records one by one; fills `current` with the counters as it goes."""
         subtrees: Dict[str, Any] = {}
         if tick.gpu is not None:
@@ -234,11 +235,11 @@ class Sampler:
             if paused:
                 gc.enable()
 
-    def tick(self) -> List[Dict[str, Any]]:
+    def tick(self) -> List[Sampled]:
         """The records of one tick, with rates since the previous tick (null on the first)."""
         return list(self.records())
 
-    def records(self) -> Iterator[Dict[str, Any]]:
+    def records(self) -> Iterator[Sampled]:
         """The records of one tick, as tick() returns them, made one at a time as each
         cgroup is read: a consumer that keeps none (stream writing each to its output)
         holds one record of a tick, not all of them (~3.7 KiB each). The counters advance

@@ -8,6 +8,7 @@ from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 from cgstat.pipeline.events.event import Episode, duration, make_event, who
 from cgstat.pipeline.events.window import Sample, Window
+from cgstat.records import EventRecord
 
 
 class History:
@@ -31,8 +32,8 @@ class Case:
     __slots__ = ("record", "t", "sample", "before", "window", "history", "events", "hierarchical")
 
     def __init__(self, record: Mapping[str, Any], t: float, sample: Sample, before: Optional[Sample],
-                 window: Optional[Window], history: History, events: List[Dict[str, Any]],
-                 hierarchical: List[Tuple[str, Dict[str, Any]]]):
+                 window: Optional[Window], history: History, events: List[EventRecord],
+                 hierarchical: List[Tuple[str, EventRecord]]):
         self.record = record
         self.t = t
         self.sample = sample

@@ -11,6 +11,7 @@ from cgstat.pipeline.events.event import deepest_only
 from cgstat.pipeline.events.rules import CGROUP_RULES, GPU_RULES, GpuRule
 from cgstat.pipeline.events.thresholds import Thresholds
 from cgstat.pipeline.events.window import Sample
+from cgstat.records import EventRecord, JsonObject
 from cgstat.timestamps import parse_ts
 
 _new_sample = tuple.__new__  # Sample(...) without the Python-level __new__: once per cgroup per tick
@@ -29,10 +30,10 @@ class _Tick:
     __slots__ = ("events", "seen", "gpu_records", "hierarchical")
 
     def __init__(self) -> None:
-        self.events: List[Dict[str, Any]] = []
+        self.events: List[EventRecord] = []
         self.seen: Set[str] = set()
         self.gpu_records: List[Mapping[str, Any]] = []
-        self.hierarchical: List[Tuple[str, Dict[str, Any]]] = []
+        self.hierarchical: List[Tuple[str, EventRecord]] = []
 
 
 class EventDetector:
@@ -53,7 +54,7 @@ class EventDetector:
     def _fresh_gpu_rules(self) -> List[GpuRule]:
         return [rule(self.th) for rule in GPU_RULES]
 
-    def observe(self, records: Iterable[Mapping[str, Any]], now: Optional[float] = None) -> List[Dict[str, Any]]:
+    def observe(self, records: Iterable[Mapping[str, Any]], now: Optional[float] = None) -> List[EventRecord]:
         """The events of one tick (possibly none), given that tick's records."""
         now = None if now is None else float(now)  # a sample's time is a float (Window)
         tick = _Tick()
@@ -61,7 +62,7 @@ class EventDetector:
             self._feed(tick, r, now)
         return self._end(tick)
 
-    def watch(self, records: Iterable[Mapping[str, Any]], now: Optional[float] = None) -> Iterator[Mapping[str, Any]]:
+    def watch(self, records: Iterable[Mapping[str, Any]], now: Optional[float] = None) -> Iterator[JsonObject]:
         """observe() for a tick whose records come one at a time: each record, observed as
         it passes, then the events of the tick. Holds no record once it has passed (GPU
         device records, few, until the end of the tick)."""
@@ -90,7 +91,7 @@ class EventDetector:
         tick.seen.add(path)
         self._observe_cgroup(path, r, now, tick)
 
-    def _end(self, tick: _Tick) -> List[Dict[str, Any]]:
+    def _end(self, tick: _Tick) -> List[EventRecord]:
         events, seen = tick.events, tick.seen
         events.extend(deepest_only(tick.hierarchical))
         for path in [p for p in self._cgroups if p not in seen]:

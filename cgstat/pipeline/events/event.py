@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
+from cgstat.records import EventRecord
+
 EVENT_SCHEMA = 1
 
 MiB = 1024 * 1024
@@ -14,7 +16,7 @@ _UNSET = object()
 
 def make_event(r: Mapping[str, Any], kind: str, severity: str, message: str, evidence: Dict[str, Any],
                cgroup: Any = _UNSET, container: Any = _UNSET, resolves: Optional[str] = None,
-               since: Any = None) -> Dict[str, Any]:
+               since: Any = None) -> EventRecord:
     """One event record, stamped with the record it was judged on."""
     return {
         "schema": EVENT_SCHEMA,
@@ -78,7 +80,7 @@ def oom_message(r: Mapping[str, Any], kills: int, limit: Optional[float], ws_bef
                    "none" if limit is None else mib(limit), mib(ws_before)))
 
 
-def deepest_only(raised: List[Tuple[str, Dict[str, Any]]]) -> List[Dict[str, Any]]:
+def deepest_only(raised: List[Tuple[str, EventRecord]]) -> List[EventRecord]:
     """The events of (cgroup path, event) pairs whose cgroup has no descendant among them: a
     hierarchical counter (v2 memory.events: an OOM kill counts in every ancestor) moves in
     every ancestor of the cgroup where it happened."""

@@ -15,6 +15,7 @@ from cgstat.pipeline.events.event import Episode, cap, duration, make_event, mib
 from cgstat.pipeline.events.thresholds import Thresholds
 from cgstat.pipeline.events.window import FIELD, fit_line
 from cgstat.pipeline.record import number_at
+from cgstat.records import EventRecord
 
 
 _HIGH = FIELD["memory_high_events"]
@@ -41,7 +42,7 @@ class GpuRule:
     def __init__(self, th: Thresholds):
         self.th = th
 
-    def judge(self, gpu_records: List[Mapping[str, Any]], events: List[Dict[str, Any]]) -> None:
+    def judge(self, gpu_records: List[Mapping[str, Any]], events: List[EventRecord]) -> None:
         raise NotImplementedError
 
 
@@ -304,7 +305,7 @@ class GpuProcessOutsideContainer(GpuRule):
         super().__init__(th)
         self.open: Dict[Tuple[str, int], Episode] = {}
 
-    def judge(self, gpu_records: List[Mapping[str, Any]], events: List[Dict[str, Any]]) -> None:
+    def judge(self, gpu_records: List[Mapping[str, Any]], events: List[EventRecord]) -> None:
         present: Dict[Tuple[str, int], Tuple[Mapping[str, Any], Mapping[str, Any]]] = {}
         for g in gpu_records:
             dev: Mapping[str, Any] = g["gpu"] if isinstance(g.get("gpu"), dict) else {}

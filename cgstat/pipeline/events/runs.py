@@ -8,6 +8,7 @@ from typing import Any, Dict, Iterable, List, Mapping, Optional, Tuple
 from cgstat.pipeline.events.event import cap, deepest_only, make_event, mib, oom_message, who
 from cgstat.pipeline.events.thresholds import Thresholds
 from cgstat.pipeline.record import number_at
+from cgstat.records import EventRecord
 
 
 def state_extras(records: Iterable[Mapping[str, Any]]) -> Dict[str, Dict[str, Any]]:
@@ -22,7 +23,7 @@ def state_extras(records: Iterable[Mapping[str, Any]]) -> Dict[str, Dict[str, An
 
 
 def judge_runs(previous: Mapping[str, Mapping[str, Any]], records: Iterable[Mapping[str, Any]],
-               thresholds: Optional[Thresholds] = None) -> List[Dict[str, Any]]:
+               thresholds: Optional[Thresholds] = None) -> List[EventRecord]:
     """Events two separate runs can judge: `previous` maps cgroup path -> what state_extras
     kept last time (a full record is accepted too); `records` are this run's.
 
@@ -32,8 +33,8 @@ def judge_runs(previous: Mapping[str, Mapping[str, Any]], records: Iterable[Mapp
     No resolved notices: there is no episode across cron runs to end.
     """
     th = thresholds or Thresholds()
-    events: List[Dict[str, Any]] = []
-    oom: List[Tuple[str, Dict[str, Any]]] = []
+    events: List[EventRecord] = []
+    oom: List[Tuple[str, EventRecord]] = []
     for r in records:
         if r.get("type") not in ("cgroup", "pod") or not isinstance(r.get("cgroup"), str):
             continue
