@@ -74,7 +74,8 @@ def _stream_tick(sampler: Sampler, sink: Optional[JsonLinesSink], events: Option
     if exporter is None and sink is not None:
         stream: Iterable[JsonObject] = sampler.records()
         if events is not None:
-            stream = events.watch(stream)  # records, then the tick's events
+            # records, then the tick's events (the kernel log's kills are read after the records)
+            stream = events.watch(stream, kills=lambda: sampler.kills)
         try:
             sink.write(stream)
         except SinkError as exc:
@@ -83,10 +84,10 @@ def _stream_tick(sampler: Sampler, sink: Optional[JsonLinesSink], events: Option
     began = time.monotonic()
     records = sampler.tick()
     if exporter is not None:
-        exporter.publish(records, time.monotonic() - began)
+        exporter.publish(records, time.monotonic() - began, sampler.kills)
     batch: Sequence[JsonObject] = records
     if events is not None:
-        batch = [*records, *events.observe(records)]  # a new list: the exporter keeps the first
+        batch = [*records, *events.observe(records, kills=sampler.kills)]  # a new list: the exporter keeps the first
     if sink is not None:
         try:
             sink.write(batch)
@@ -113,15 +114,20 @@ def run_once(sampler: Sampler, sink: JsonLinesSink, state_path: Optional[str], w
                 previous, why = state.load(sampler.host.boot_id, sampler.clock.monotonic())
                 if why:
                     sampler.warner.warn("state", why)
+                # The kernel log since the last run of this boot (a first run starts at its
+                # end; another boot's state: from this boot's first record).
+                if events:
+                    seq = state.kernel_log_seq
+                    sampler.follow_kernel_log(seq if seq is not None else (-1 if state.other_boot else None), numbered=True)
                 records, current = sampler.render(sampler.collect(), previous)
                 batch: Sequence[JsonObject] = records
                 if events:
                     # what two runs can judge (an OOM kill between them), from what the
-                    # previous run kept
-                    batch = [*records, *judge_runs(state.extras if not why else {}, records)]
+                    # previous run kept and the kernel log
+                    batch = [*records, *judge_runs(state.extras if not why else {}, records, kills=sampler.kills)]
                 sink.write(batch)
                 state.save(sampler.host.boot_id, sampler.fs.root, sampler.clock.monotonic(), current,
-                           state_extras(records))
+                           state_extras(records), sampler.kernel_log_seq)
         else:
             if window_s > 0:
                 sampler.warm_up()

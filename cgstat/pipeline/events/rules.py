@@ -11,7 +11,8 @@ from __future__ import annotations
 from typing import Any, Dict, List, Mapping, Tuple, Type
 
 from cgstat.pipeline.events.case import Case
-from cgstat.pipeline.events.event import Episode, cap, duration, make_event, mib, oom_message, who
+from cgstat.pipeline.events.event import Episode, cap, duration, make_event, mib, who
+from cgstat.pipeline.events.kills import Rise
 from cgstat.pipeline.events.thresholds import Thresholds
 from cgstat.pipeline.events.window import FIELD, fit_line
 from cgstat.pipeline.record import number_at
@@ -47,38 +48,19 @@ class GpuRule:
 
 
 class OomKill(CgroupRule):
-    """The OOM-kill counter went up between two samples of the same cgroup; kills within
-    oom_quiet_s of the last belong to the same episode."""
+    """The OOM-kill counter went up between two samples of the same cgroup: the rise is
+    kept for the end of the tick, where it and the kernel log's kills make one event per
+    kill (events/kills.py)."""
 
     kind = "oom_kill"
 
     def judge(self, c: Case) -> None:
         s, before = c.sample, c.before
-        ep = c.episode(self.kind)
         kills_now = s.oom_kills_total
         kills_before = before.oom_kills_total if before is not None else None
         if before is not None and kills_now is not None and kills_before is not None and kills_now > kills_before:
-            kills = int(kills_now - kills_before)
-            if ep is None:
-                evidence = {"kills": kills, "oom_kills_total": int(kills_now), "limit_bytes": s.limit_bytes,
-                            "working_set_bytes_before": before.working_set_bytes,
-                            "working_set_bytes": s.working_set_bytes}
-                ep = c.raise_(self.kind, "critical",
-                              oom_message(c.record, kills, s.limit_bytes, before.working_set_bytes),
-                              evidence, hierarchical=True)
-                ep.extra["kills"] = kills
-            else:
-                ep.extra["kills"] += kills
-            ep.extra["last"] = c.t
-            return
-        if ep is not None and c.t - ep.extra["last"] >= self.th.oom_quiet_s:
-            total = ep.extra["kills"]
-            if total > ep.evidence["kills"]:
-                # More kills followed the first: say how many in all when the burst ends.
-                c.resolve(self.kind, "A burst of %d OOM kills" % total,
-                          {"kills": total, "oom_kills_total": s.oom_kills_total})
-            else:
-                c.end(self.kind)  # a single kill needs no second word
+            c.oom_rises.append(Rise(c.record["cgroup"], int(kills_now - kills_before), int(kills_now), c.record,
+                                    s.limit_bytes, before.working_set_bytes, s.working_set_bytes))
 
 
 class MemoryHighThrottled(CgroupRule):
@@ -120,7 +102,7 @@ class MemoryHighThrottled(CgroupRule):
 
 class PidsLimitHit(CgroupRule):
     """Forks refused at a pids.max: the pids.events max count went up between two samples
-    of the same cgroup. Further refusals within oom_quiet_s of the last belong to the same
+    of the same cgroup. Further refusals within pids_quiet_s of the last belong to the same
     episode, whose total the resolved notice gives. On kernels from 6.13 the v2 count is
     hierarchical (its ancestors count it too): of a tick's events only the deepest is kept."""
 
@@ -149,7 +131,7 @@ class PidsLimitHit(CgroupRule):
                 ep.extra["failures"] += failures
             ep.extra["last"] = c.t
             return
-        if ep is not None and c.t - ep.extra["last"] >= self.th.oom_quiet_s:
+        if ep is not None and c.t - ep.extra["last"] >= self.th.pids_quiet_s:
             total = ep.extra["failures"]
             if total > ep.evidence["failures"]:
                 c.resolve(self.kind, "Fork failures at the pids limit",
