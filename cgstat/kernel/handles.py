@@ -30,11 +30,12 @@ DEFAULT_CAP = 16384
 PIN_ESTIMATE = 4608  # bytes of kernel memory per kept descriptor (file, kernfs/seq_file, one page)
 
 # Files whose value only a write changes (and a write shows as IN_MODIFY): limits,
-# protections and weights. Then event counters the kernel notifies on every change
+# protections and weights. Then v2 event counters the kernel notifies on every change
 # (cgroup_file_notify: "a value change in this file generates a file modified event",
 # cgroup-v2.rst), for which IN_MODIFY comes without a write. And the effective cpusets,
 # which a parent's write or CPU hotplug changes without an event on the file: kept until
-# the folder's rescan (a minute at most).
+# the folder's rescan (a minute at most). PIDS_EVENTS_IDLE is no file: the kept value of
+# pids.events while the cgroup has no task (cgroups.py), which v1 does not notify.
 SLOW_FILES = frozenset({
     "cpu.cfs_quota_us", "cpu.cfs_period_us", "memory.limit_in_bytes", "pids.max",
     "cpu.max", "memory.max",
@@ -42,9 +43,11 @@ SLOW_FILES = frozenset({
     "memory.oom.group", "io.max", "cpu.shares", "cpu.cfs_burst_us", "memory.soft_limit_in_bytes",
     "blkio.throttle.read_bps_device", "blkio.throttle.write_bps_device",
     "blkio.throttle.read_iops_device", "blkio.throttle.write_iops_device",
-    "memory.events.local", "memory.swap.events", "pids.events",
+    "memory.events.local", "memory.swap.events",
     "cpuset.cpus.effective", "cpuset.mems.effective",
+    "pids.events (no tasks)",
 })
+PIDS_EVENTS_IDLE = "pids.events (no tasks)"
 
 _FLAGS = os.O_RDONLY | os.O_CLOEXEC
 _DIR_FLAGS = getattr(os, "O_PATH", os.O_RDONLY) | os.O_DIRECTORY | os.O_CLOEXEC
@@ -203,8 +206,8 @@ class KeptFiles:
       same files in the same order, where an LRU would only churn). A file no longer read
       gives its slot back (release()).
     - Limit files (SLOW_FILES) change only when written, which shows as IN_MODIFY on a watched
-      folder; the kernel raises IN_MODIFY itself on the event counters it notifies
-      (memory.events.local, memory.swap.events, pids.events). For a watched folder their
+      folder; the kernel raises IN_MODIFY itself on the v2 event counters it notifies
+      (memory.events.local, memory.swap.events). For a watched folder their
       parsed value is kept instead, until modified() or drop_values() (lost events, the
       hierarchy's rescan). They never hold a descriptor.
     """

@@ -151,6 +151,21 @@ F_CGPU_PSM = _INDEX["cgstat_container_gpu_process_sm_percent"]
 F_GPU_INFO = _INDEX["cgstat_gpu_info"]
 F_GPU_PROCS = _INDEX["cgstat_gpu_processes"]
 F_GPU_UNATTR = _INDEX["cgstat_gpu_unattributed_memory_bytes"]
+F_MEM_FAILURES = _INDEX["container_memory_failures_total"]
+F_CPUSET = _INDEX["cgstat_cpuset_info"]
+F_OOM_GROUP = _INDEX["cgstat_memory_oom_group"]
+F_IO_LIMIT_BYTES = _INDEX["cgstat_io_limit_bytes_per_second"]
+F_IO_LIMIT_OPS = _INDEX["cgstat_io_limit_ops_per_second"]
+# (family, record key, its counts) of the memory event objects, one series per count
+F_EVENTS_HIGH = _INDEX["container_memory_events_high_total"]
+F_EVENTS_MAX = _INDEX["container_memory_events_max_total"]
+_MEMORY_EVENTS = ((_INDEX["cgstat_memory_events_total"], "events", ("low", "oom", "oom_group_kill")),
+                  (_INDEX["cgstat_memory_events_local_total"], "events_local",
+                   ("low", "high", "max", "oom", "oom_kill", "oom_group_kill")),
+                  (_INDEX["cgstat_memory_swap_events_total"], "swap_events", ("high", "max", "fail")))
+_PGMAJFAULT = 'failure_type="pgmajfault",scope="hierarchy"'  # memory.stat counts the subtree
+_IO_LIMITS = ((F_IO_LIMIT_BYTES, "read", "read_bytes_per_second"), (F_IO_LIMIT_BYTES, "write", "write_bytes_per_second"),
+              (F_IO_LIMIT_OPS, "read", "read_ops_per_second"), (F_IO_LIMIT_OPS, "write", "write_ops_per_second"))
 
 
 def _from_field(scope: str, prefix: str, labels: Tuple[str, ...] = ()) -> Tuple[Tuple[int, str], ...]:
@@ -312,7 +327,7 @@ class _Workload:
     null) are kept: 1, 1.0 and True compare equal but are written differently.
     """
 
-    __slots__ = ("identity", "base", "brace", "cpu_total", "info", "devices", "interfaces")
+    __slots__ = ("identity", "base", "brace", "cpu_total", "info", "devices", "interfaces", "extra")
 
     def __init__(self, record: CgroupRecord, identity: Tuple[Any, ...]):
         container = record.get("container") or _NO_CONTAINER
@@ -332,6 +347,13 @@ class _Workload:
         # from; each render keeps only those its record has
         self.devices: Dict[Any, Tuple[bytes, ...]] = {}
         self.interfaces: Dict[str, bytes] = {}
+        self.extra: Dict[str, bytes] = {}  # braces with one more constant label (event="high")
+
+    def with_label(self, extra: str) -> bytes:
+        brace = self.extra.get(extra)
+        if brace is None:
+            brace = self.extra[extra] = _brace(self.base, extra)
+        return brace
 
 
 class LabelCache:
@@ -459,6 +481,7 @@ def _cgroup_samples(record: CgroupRecord, out: List[List[bytes]], fmt: str, time
             add(some, psi.get("some_seconds_total"))
             add(full, psi.get("full_seconds_total"))
 
+    _issue23_samples(record, add, workload)
     add(F_CGROUP_INFO, 1, workload.info)
 
     gpu = record.get("gpu")
@@ -467,6 +490,38 @@ def _cgroup_samples(record: CgroupRecord, out: List[List[bytes]], fmt: str, time
             add(family, value, _brace(base, extra))  # a process's labels change: not kept
 
         _container_gpu(gpu, add_gpu)
+
+
+def _issue23_samples(record: CgroupRecord, add: Callable[..., None], workload: _Workload) -> None:
+    """The series of the memory events, major faults, OOM group, cpuset and IO limits."""
+    memory: Dict[str, Any] = cast(Dict[str, Any], record.get("memory") or {})
+    cpu: Dict[str, Any] = cast(Dict[str, Any], record.get("cpu") or {})
+    add(F_MEM_FAILURES, memory.get("pgmajfault_total"), workload.with_label(_PGMAJFAULT))
+    events = memory.get("events")
+    if isinstance(events, dict):
+        add(F_EVENTS_HIGH, events.get("high"))
+        add(F_EVENTS_MAX, events.get("max"))
+    for family, key, counts in _MEMORY_EVENTS:
+        events = memory.get(key)
+        if isinstance(events, dict):
+            for name in counts:
+                add(family, events.get(name), workload.with_label('event="%s"' % name))
+    group = memory.get("oom_group")
+    if isinstance(group, bool):
+        add(F_OOM_GROUP, int(group))
+    cpus, mems = cpu.get("cpuset_cpus"), cpu.get("cpuset_mems")
+    if isinstance(cpus, str) or isinstance(mems, str):
+        add(F_CPUSET, 1, workload.with_label(_labels((("cpus", cpus), ("mems", mems)))))
+    limits = cast(Dict[str, Any], record.get("io") or {}).get("limits")
+    if isinstance(limits, list):
+        for lim in limits:
+            if not isinstance(lim, dict):
+                continue
+            dname = lim.get("name")
+            device = "/dev/%s" % dname if dname else str(lim.get("device") or "")
+            for family, op, key in _IO_LIMITS:
+                add(family, lim.get(key), _brace(workload.base, 'device="%s",operation="%s"' % (
+                    escape_value(device), op)))
 
 
 def _container_gpu(gpu: GpuUse, add: Callable[[int, Any, str], None]) -> None:

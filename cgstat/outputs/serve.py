@@ -7,7 +7,7 @@ never waits for a scraper.
 
 - `Exporter(listen)`: the server plus the renderer; `publish(records, tick_seconds)`
   once per tick, `close()` at the end. `stream --listen` uses it beside its sink.
-`cgstat serve` is pipeline/modes.run_stream with no sink: bind (a bad address fails now,
+`cgstat serve` is app/stream.run_stream with no sink: bind (a bad address fails now,
 exit 1), warm up, READY=1, then a tick per interval with WATCHDOG=1 after each;
 SIGTERM/SIGINT end it with exit 0.
 """
