@@ -13,6 +13,7 @@ import subprocess
 import pytest
 
 from cgstat.outputs import prometheus as prom
+from cgstat.outputs import prometheus_labels as prom_labels
 
 parser = pytest.importorskip("prometheus_client.parser")
 om_parser = pytest.importorskip("prometheus_client.openmetrics.parser")
@@ -147,11 +148,11 @@ def test_hostile_names_are_escaped_and_labels_bounded():
     assert s.labels["id"] == '/user.slice/a"b\\c\nd\\x1b[2J\\u202eE\\x9b'
     assert "\x1b" not in text and "\u202e" not in text and "\x9b" not in text
     label_keys = [k for k in s.labels if k.startswith("container_label_")]
-    assert len(label_keys) == prom.MAX_CONTAINER_LABELS
+    assert len(label_keys) == prom_labels.MAX_CONTAINER_LABELS
     assert all(set(k) <= set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_") for k in label_keys)
     rec["container"]["labels"] = {"long": "x" * 100000}
     s = one(render_text([rec]), "container_memory_usage_bytes")
-    assert len(s.labels["container_label_long"]) == prom.MAX_LABEL_VALUE
+    assert len(s.labels["container_label_long"]) == prom_labels.MAX_LABEL_VALUE
 
 
 def test_gpu_rendered_when_present():
