@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import calendar
 import math
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, cast
+from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple, cast
 
 from cgstat import fields
 from cgstat.outputs.prometheus_labels import (
@@ -116,6 +116,22 @@ F_CGPU_PSM = _INDEX["cgstat_container_gpu_process_sm_percent"]
 F_GPU_INFO = _INDEX["cgstat_gpu_info"]
 F_GPU_PROCS = _INDEX["cgstat_gpu_processes"]
 F_GPU_UNATTR = _INDEX["cgstat_gpu_unattributed_memory_bytes"]
+F_MEM_FAILURES = _INDEX["container_memory_failures_total"]
+F_CPUSET = _INDEX["cgstat_cpuset_info"]
+F_OOM_GROUP = _INDEX["cgstat_memory_oom_group"]
+F_IO_LIMIT_BYTES = _INDEX["cgstat_io_limit_bytes_per_second"]
+F_IO_LIMIT_OPS = _INDEX["cgstat_io_limit_ops_per_second"]
+# (family, record key, its counts) of the memory event objects, one series per count
+F_EVENTS_HIGH = _INDEX["container_memory_events_high_total"]
+F_EVENTS_MAX = _INDEX["container_memory_events_max_total"]
+_MEMORY_EVENTS = ((_INDEX["cgstat_memory_events_total"], "events", ("low", "oom", "oom_group_kill")),
+                  (_INDEX["cgstat_memory_events_local_total"], "events_local",
+                   ("low", "high", "max", "oom", "oom_kill", "oom_group_kill")),
+                  (_INDEX["cgstat_memory_swap_events_total"], "swap_events", ("high", "max", "fail")))
+_PGMAJFAULT = 'failure_type="pgmajfault",scope="hierarchy"'  # memory.stat counts the subtree
+_IO_LIMITS = ((F_IO_LIMIT_BYTES, "read", "read_bytes_per_second"),
+              (F_IO_LIMIT_BYTES, "write", "write_bytes_per_second"),
+              (F_IO_LIMIT_OPS, "read", "read_ops_per_second"), (F_IO_LIMIT_OPS, "write", "write_ops_per_second"))
 
 
 def _from_field(scope: str, prefix: str, labels: Tuple[str, ...] = ()) -> Tuple[Tuple[int, str], ...]:
@@ -263,6 +279,7 @@ def _cgroup_samples(record: CgroupRecord, out: List[List[bytes]], fmt: str, time
             add(some, psi.get("some_seconds_total"))
             add(full, psi.get("full_seconds_total"))
 
+    _issue23_samples(record, add, workload)
     add(F_CGROUP_INFO, 1, workload.info)
 
     gpu = record.get("gpu")
@@ -271,6 +288,38 @@ def _cgroup_samples(record: CgroupRecord, out: List[List[bytes]], fmt: str, time
             add(family, value, label_brace(base, extra))  # a process's labels change: not kept
 
         _container_gpu(gpu, add_gpu)
+
+
+def _issue23_samples(record: CgroupRecord, add: Callable[..., None], workload: WorkloadLabels) -> None:
+    """The series of the memory events, major faults, OOM group, cpuset and IO limits."""
+    memory: Dict[str, Any] = cast(Dict[str, Any], record.get("memory") or {})
+    cpu: Dict[str, Any] = cast(Dict[str, Any], record.get("cpu") or {})
+    add(F_MEM_FAILURES, memory.get("pgmajfault_total"), workload.with_label(_PGMAJFAULT))
+    events = memory.get("events")
+    if isinstance(events, dict):
+        add(F_EVENTS_HIGH, events.get("high"))
+        add(F_EVENTS_MAX, events.get("max"))
+    for family, key, counts in _MEMORY_EVENTS:
+        events = memory.get(key)
+        if isinstance(events, dict):
+            for name in counts:
+                add(family, events.get(name), workload.with_label('event="%s"' % name))
+    group = memory.get("oom_group")
+    if isinstance(group, bool):
+        add(F_OOM_GROUP, int(group))
+    cpus, mems = cpu.get("cpuset_cpus"), cpu.get("cpuset_mems")
+    if isinstance(cpus, str) or isinstance(mems, str):
+        add(F_CPUSET, 1, workload.with_label(render_pairs((("cpus", cpus), ("mems", mems)))))
+    limits = cast(Dict[str, Any], record.get("io") or {}).get("limits")
+    if isinstance(limits, list):
+        for lim in limits:
+            if not isinstance(lim, dict):
+                continue
+            dname = lim.get("name")
+            device = "/dev/%s" % dname if dname else str(lim.get("device") or "")
+            for family, op, key in _IO_LIMITS:
+                add(family, lim.get(key), label_brace(workload.base, 'device="%s",operation="%s"' % (
+                    escape_value(device), op)))
 
 
 def _container_gpu(gpu: GpuUse, add: Callable[[int, Any, str], None]) -> None:
@@ -363,8 +412,10 @@ def _self_samples(self_metrics: Dict[str, Any], records: Sequence[Sampled], out:
         add(F_RECORD_ERRORS, errors[code], 'error="%s"' % escape_value(code))
 
 
+F_OOM = _INDEX["container_oom_events_total"]
 def render(records: Sequence[Sampled], fmt: str = TEXT, self_metrics: Optional[Dict[str, Any]] = None,
-           timestamps: bool = True, cache: Optional[LabelCache] = None) -> bytes:
+           timestamps: bool = True, cache: Optional[LabelCache] = None,
+           retained: Iterable[Tuple[str, int]] = ()) -> bytes:
     """The exposition of one tick.
 
     `records`: the Sampler's records (types cgroup, pod, gpu; anything else is skipped).
@@ -373,6 +424,8 @@ def render(records: Sequence[Sampled], fmt: str = TEXT, self_metrics: Optional[D
     renders the record-derived ones only. `timestamps`: stamp cgroup and GPU samples with
     their record's `ts`. `cache`: the labels of the last tick's workloads, used and
     replaced by this tick's (the same bytes as without it, made in less time).
+    `retained`: (labels, value) of the OOM-kill counters of gone cgroups (OomRetention),
+    written without a timestamp (the scrape's time: the series stays current while kept).
     """
     if fmt not in CONTENT_TYPES:
         raise ValueError("unknown exposition format %r" % (fmt,))
@@ -391,6 +444,9 @@ def render(records: Sequence[Sampled], fmt: str = TEXT, self_metrics: Optional[D
             _gpu_samples(cast(GpuRecord, record), out, fmt, timestamps)
     if cache is not None:
         cache.workloads = kept  # one reference swap: a render in another thread sees either
+    oom_name = FAMILIES[F_OOM].name
+    for labels, value in retained:
+        out[F_OOM].append(("%s{%s} %d\n" % (oom_name, labels, value)).encode("utf-8", "backslashreplace"))
     parts: List[bytes] = []
     for family, pieces in zip(FAMILIES, out):
         if pieces:

@@ -146,7 +146,7 @@ class WorkloadLabels:
     null) are kept: 1, 1.0 and True compare equal but are written differently.
     """
 
-    __slots__ = ("identity", "base", "brace", "cpu_total", "info", "devices", "interfaces")
+    __slots__ = ("identity", "base", "brace", "cpu_total", "info", "devices", "interfaces", "extra")
 
     def __init__(self, record: CgroupRecord, identity: Tuple[Any, ...]):
         container = record.get("container") or _NO_CONTAINER
@@ -166,6 +166,13 @@ class WorkloadLabels:
         # from; each render keeps only those its record has
         self.devices: Dict[Any, Tuple[bytes, ...]] = {}
         self.interfaces: Dict[str, bytes] = {}
+        self.extra: Dict[str, bytes] = {}  # braces with one more constant label (event="high")
+
+    def with_label(self, extra: str) -> bytes:
+        brace = self.extra.get(extra)
+        if brace is None:
+            brace = self.extra[extra] = label_brace(self.base, extra)
+        return brace
 
 
 class LabelCache:
