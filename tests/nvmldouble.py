@@ -32,9 +32,10 @@ SONAME = "libnvidia-ml.so.1"
 VARIANTS = {
     "full": [],
     # a driver between 450 and 510: _v2 process lists, ProcessUtilization, memory v1 and v2
-    "v2": ["-DNO_V3", "-DNO_PUI"],
+    # (and, as those drivers, no ClocksEventReasons, no MPS _v3 list, no GPM)
+    "v2": ["-DNO_V3", "-DNO_PUI", "-DNO_CER", "-DNO_MPS3", "-DNO_GPM"],
     # drivers 430/440: only the unversioned (16-byte) process lists and memory v1
-    "old": ["-DNO_V3", "-DNO_V2", "-DNO_PUI", "-DNO_MEMV2"],
+    "old": ["-DNO_V3", "-DNO_V2", "-DNO_PUI", "-DNO_MEMV2", "-DNO_CER", "-DNO_MPS3", "-DNO_GPM"],
 }
 
 
@@ -186,7 +187,7 @@ def _main(plan_path: str) -> None:
     on_import = "pynvml" in sys.modules
     from cgstat.gpu import nvml
     from cgstat.gpu.nvml import Gateway
-    from cgstat.gpu.sample import read_gpus
+    from cgstat.gpu.sample import GpuReader
 
     with open(plan_path) as f:
         plan = json.load(f)
@@ -196,15 +197,18 @@ def _main(plan_path: str) -> None:
     warnings: List[str] = []
     gw = Gateway(warn=lambda key, message: warnings.append(message), clock=lambda: now[0],
                  **plan["gateway"])
+    reader = GpuReader(gw, clock=lambda: now[0])
     snapshots = []
     for step in plan["steps"]:
         if step["scenario"] is not None:
             write_scenario(plan["scenario_path"], step["scenario"])
         now[0] += step["advance"]
-        snapshots.append(dataclasses.asdict(read_gpus(gw)))
+        snapshots.append(dataclasses.asdict(reader.read()))
     json.dump({"snapshots": snapshots, "warnings": warnings, "inits": gw.inits,
                "symbols": {"processes": gw.process_symbols, "utilization": gw.utilization_symbol,
                            "memory_v2": gw.memory_v2, "driver": gw.driver_version},
+               "newer": {"reasons": gw.reasons_symbol, "mps": gw.mps_symbol, "gpm": gw.gpm,
+                         "cuda": gw.cuda_version},
                "pynvml_on_import": on_import, "pynvml_loaded": "pynvml" in sys.modules}, sys.stdout)
 
 
