@@ -15,7 +15,20 @@ Versioned symbols are probed once per initialisation, never per call:
   some recent GPUs the older call returns 0 for everything, Project-HAMi #2015), else
   `nvmlDeviceGetProcessUtilization`;
 - memory: `nvmlDeviceGetMemoryInfo_v2` (its `used` excludes the reserved memory that v1
-  `used` includes on drivers >= 510, gpustat #141), else v1.
+  `used` includes on drivers >= 510, gpustat #141), else v1;
+- clock-event reasons: `nvmlDeviceGetCurrentClocksEventReasons` (drivers >= 535), else the
+  older name `nvmlDeviceGetCurrentClocksThrottleReasons` (the same bit mask);
+- MPS clients: `nvmlDeviceGetMPSComputeRunningProcesses_v3`, else `_v2`;
+- GPM (`nvmlGpm*`, drivers >= 520): present or not; per GPU, `nvmlGpmQueryDeviceSupport`.
+
+Device-health reads (`read`) turn NOT_SUPPORTED into None plus an "unsupported" problem,
+and remember it per device until the next initialisation: a board that lacks a counter
+lacks it for good, and the call is not made again each tick.
+
+XIDs come from one NVML event set made at initialisation (`nvmlEventSetCreate`, every GPU
+registered for `nvmlEventTypeXidCriticalError`); `xids()` drains it with
+`nvmlEventSetWait_v2(set, 0)`: a zero timeout returns at once (NVML_ERROR_TIMEOUT when
+nothing is pending), so the tick never waits on the driver.
 
 A GPU that falls off the bus (GPU_IS_LOST) or a driver reload (stale handles) puts an error
 on that device and schedules a re-initialisation after `reinit_backoff_s`; the other devices
@@ -61,6 +74,9 @@ BAD_RELEASES = frozenset(("12.535.77",))
 _PROCESS_STRUCT_BYTES = 24  # nvmlProcessInfo_v2_t / _v3_t on every driver outside 535.43-535.86
 
 _VALUE_NOT_AVAILABLE = 0xFFFFFFFFFFFFFFFF  # usedGpuMemory "not available"
+TIMEOUT = 10  # NVML_ERROR_TIMEOUT: nvmlEventSetWait found no event
+XID_EVENT = 0x8  # nvmlEventTypeXidCriticalError
+_XIDS_PER_TICK = 256  # an XID storm is drained over several ticks, never in one long loop
 
 _PROCESS_SYMBOLS = {
     "compute": ("nvmlDeviceGetComputeRunningProcesses_v3", "nvmlDeviceGetComputeRunningProcesses_v2",
@@ -71,6 +87,9 @@ _PROCESS_SYMBOLS = {
 _UTIL_NEW = "nvmlDeviceGetProcessesUtilizationInfo"
 _UTIL_OLD = "nvmlDeviceGetProcessUtilization"
 _MEMORY_V2 = "nvmlDeviceGetMemoryInfo_v2"
+_REASONS = ("nvmlDeviceGetCurrentClocksEventReasons", "nvmlDeviceGetCurrentClocksThrottleReasons")
+_MPS = ("nvmlDeviceGetMPSComputeRunningProcesses_v3", "nvmlDeviceGetMPSComputeRunningProcesses_v2")
+_GPM = "nvmlGpmQueryDeviceSupport"
 
 
 class _ProcessInfoV1(ctypes.Structure):
@@ -107,7 +126,7 @@ def _distribution_version() -> Optional[str]:
 class Gpu:
     """One full GPU as enumerated at initialisation (handles stay valid until shutdown)."""
 
-    __slots__ = ("index", "handle", "uuid", "name", "problem")
+    __slots__ = ("index", "handle", "uuid", "name", "problem", "address", "xid_problem")
 
     def __init__(self, index: int, handle: Any, uuid: Optional[str], name: Optional[str],
                  problem: Optional[Problem]):
@@ -116,6 +135,9 @@ class Gpu:
         self.uuid = uuid
         self.name = name
         self.problem = problem  # set while the GPU is lost
+        # the handle's address: how an event names its GPU
+        self.address = None if handle is None else ctypes.cast(handle, ctypes.c_void_p).value
+        self.xid_problem: Optional[Problem] = None  # why XIDs are not watched on this GPU
 
 
 class Gateway:
@@ -133,6 +155,10 @@ class Gateway:
         self.process_symbols: Dict[str, Optional[str]] = {}  # kind -> the C symbol chosen
         self.utilization_symbol: Optional[str] = None
         self.memory_v2 = False
+        self.reasons_symbol: Optional[str] = None
+        self.mps_symbol: Optional[str] = None
+        self.gpm = False  # the driver has the GPM calls (each GPU still says whether it supports them)
+        self.cuda_version: Optional[str] = None  # "12.4": the CUDA version the driver supports
         self.inits = 0  # successful initialisations (re-inits after a lost GPU included)
         self._nv: Any = None  # the pynvml module
         self._errors: Tuple[Type[BaseException], ...] = ()
@@ -143,6 +169,9 @@ class Gateway:
         self._missing_said: set = set()
         self._last_seen: Dict[str, int] = {}  # device uuid -> newest sample timestamp (µs)
         self._process_fns: Dict[str, Optional[Callable[[Any], List[Tuple[int, Optional[int]]]]]] = {}
+        self._unsupported: Dict[Tuple[Any, ...], Problem] = {}  # (handle address, source, args) -> its problem
+        self._events: Any = None  # the NVML event set XIDs arrive on
+        self._gpm_samples: Dict[Any, List[Any]] = {}  # key -> [previous sample, spare sample]
 
     # ---- life cycle -----------------------------------------------------------------
 
@@ -218,6 +247,9 @@ class Gateway:
             self._unavailable("no NVIDIA GPU found (NVML lists none)", now)
             return
         self._gpus = [self._open(i) for i in range(count)]
+        self.cuda_version = _cuda_version(self._call("nvmlSystemGetCudaDriverVersion", None,
+                                                     nv.nvmlSystemGetCudaDriverVersion)[0])
+        self._watch_xids()
         self.reason = None
 
     def _open(self, index: int) -> Gpu:
@@ -235,6 +267,16 @@ class Gateway:
     def _shutdown(self) -> None:
         self._ready = False
         self._gpus = []
+        self._unsupported = {}
+        nv = self._nv
+        for samples in self._gpm_samples.values():
+            for sample in samples:
+                if sample is not None:
+                    self._call("nvmlGpmSampleFree", None, nv.nvmlGpmSampleFree, sample)
+        self._gpm_samples = {}
+        if self._events is not None:
+            self._call("nvmlEventSetFree", None, nv.nvmlEventSetFree, self._events)
+            self._events = None
         try:
             self._nv.nvmlShutdown()
         except self._errors:
@@ -261,6 +303,21 @@ class Gateway:
         self.memory_v2 = self._has(_MEMORY_V2)
         if not self.memory_v2:
             self._say_missing(_MEMORY_V2, "memory used includes reserved memory and reserved is unknown")
+        self.reasons_symbol = self._first(_REASONS, "no clock-event reasons")
+        self.mps_symbol = self._first(_MPS, "no MPS clients listed")
+        self._process_fns["mps"] = self._process_lister(self.mps_symbol)
+        self.gpm = self._has(_GPM)
+        if not self.gpm:
+            self._say_missing(_GPM, "no GPM metrics (an older driver)")
+
+    def _first(self, names: Tuple[str, ...], none: str) -> Optional[str]:
+        """The first of `names` the driver has (the newest first); said once when not the first."""
+        chosen = next((n for n in names if self._has(n)), None)
+        if chosen is None:
+            self._say_missing(names[-1], none)
+        elif chosen != names[0]:
+            self._say_missing(names[0], f"using {chosen} (an older driver)")
+        return chosen
 
     def _has(self, symbol: str) -> bool:
         try:
@@ -295,6 +352,135 @@ class Gateway:
         if errors is not None:
             errors.append(Problem(source, _error_name(code), f"NVML error {code}: {text}"))
         return None, code
+
+    def read(self, source: str, errors: List[Problem], handle: Any, *args: Any) -> Any:
+        """pynvml's `source`(handle, *args): its value, or None. NOT_SUPPORTED adds an
+        "unsupported" problem, remembered per device until the next initialisation (the call
+        is not made again); other errors are problems as in every call."""
+        key = (ctypes.cast(handle, ctypes.c_void_p).value, source, args)
+        known = self._unsupported.get(key)
+        if known is not None:
+            errors.append(known)
+            return None
+        value, code = self._call(source, errors, getattr(self._nv, source), handle, *args)
+        if value is None and code in (NOT_SUPPORTED, FUNCTION_NOT_FOUND):
+            problem = Problem(source, "unsupported", "NVML: not supported on this GPU or driver")
+            self._unsupported[key] = problem
+            errors.append(problem)
+        return value
+
+    def field_values(self, handle: Any, fields: Tuple[Tuple[int, int], ...],
+                     errors: List[Problem]) -> Optional[List[Tuple[int, Optional[int]]]]:
+        """One nvmlDeviceGetFieldValues call for (field id, scope id) pairs: (its NVML return
+        code, the unsigned value or None) per field, in order; None when the call failed."""
+        values = self.read("nvmlDeviceGetFieldValues", errors, handle, fields)
+        if values is None:
+            return None
+        return [(v.nvmlReturn, v.value.ullVal if v.nvmlReturn == SUCCESS else None) for v in values]
+
+    def mps_processes(self, handle: Any, errors: List[Problem]) -> List[Tuple[int, Optional[int]]]:
+        """(pid, used memory) of the MPS clients on the device ([] without MPS or the call)."""
+        return self.processes(handle, "mps", errors) if self.mps_symbol else []
+
+    # ---- XIDs: the event set made at initialisation ----------------------------------
+
+    def _watch_xids(self) -> None:
+        nv = self._nv
+        if not self._has("nvmlEventSetCreate"):
+            problem = Problem("nvmlEventSetCreate", "unsupported", "NVML has no event API: XIDs not watched")
+            for gpu in self._gpus:
+                gpu.xid_problem = problem
+            return
+        errors: List[Problem] = []
+        self._events, _ = self._call("nvmlEventSetCreate", errors, nv.nvmlEventSetCreate)
+        for gpu in self._gpus:
+            if gpu.handle is None:
+                continue
+            if self._events is None:
+                gpu.xid_problem = errors[0] if errors else Problem("nvmlEventSetCreate", "read_failed", "no event set")
+                continue
+            mine: List[Problem] = []
+            _, code = self._call("nvmlDeviceRegisterEvents", mine, nv.nvmlDeviceRegisterEvents, gpu.handle,
+                                 XID_EVENT, self._events)
+            if code == NOT_SUPPORTED:
+                gpu.xid_problem = Problem("nvmlDeviceRegisterEvents", "unsupported",
+                                          "NVML: XID events not supported on this GPU")
+            elif mine:
+                gpu.xid_problem = mine[0]
+
+    def xids(self) -> List[Tuple[Gpu, int]]:
+        """The XIDs that arrived since the last call: (GPU, XID code), oldest first. Never waits."""
+        events = self._events
+        if events is None or not self._ready:
+            return []
+        by_address: Dict[Optional[int], Gpu] = {g.address: g for g in self._gpus if g.address is not None}
+        wait = self._nv.nvmlEventSetWait_v2
+        out: List[Tuple[Gpu, int]] = []
+        for _ in range(_XIDS_PER_TICK):
+            data, _ = self._call("nvmlEventSetWait_v2", None, wait, events, 0)
+            if data is None:
+                break  # TIMEOUT: nothing pending (or an error: tried again next tick)
+            if data.eventType != XID_EVENT:
+                continue
+            gpu = by_address.get(ctypes.cast(data.device, ctypes.c_void_p).value)
+            if gpu is not None:
+                out.append((gpu, int(data.eventData)))
+        return out
+
+    # ---- GPM: two samples per device, the metrics between them ------------------------
+
+    def gpm_supported(self, handle: Any, errors: List[Problem]) -> bool:
+        if not self.gpm:
+            errors.append(Problem(_GPM, "unsupported", "NVML has no GPM calls (a driver older than 520)"))
+            return False
+        support = self.read(_GPM, errors, handle)
+        if support is not None and not support.isSupportedDevice:
+            errors.append(Problem(_GPM, "unsupported", "GPM not supported on this GPU (Hopper and later)"))
+            return False
+        return support is not None
+
+    def gpm_metrics(self, key: Any, handle: Any, gpu_instance: Optional[int], metric_ids: Tuple[int, ...],
+                    errors: List[Problem]) -> Optional[Dict[int, Optional[float]]]:
+        """metric id -> value between this call's GPM sample and the previous one of `key`
+        (a GPU, or with `gpu_instance` one MIG instance of it); None on the first call."""
+        nv = self._nv
+        samples = self._gpm_samples.get(key)
+        if samples is None:
+            samples = [None, None]
+            for i in range(2):
+                samples[i], _ = self._call("nvmlGpmSampleAlloc", errors, nv.nvmlGpmSampleAlloc)
+                if samples[i] is None:
+                    return None
+            self._gpm_samples[key] = samples
+            first = True
+        else:
+            first = False
+        previous, spare = samples
+        if gpu_instance is None:
+            taken, _ = self._call("nvmlGpmSampleGet", errors, nv.nvmlGpmSampleGet, handle, spare)
+        else:
+            taken, _ = self._call("nvmlGpmMigSampleGet", errors, nv.nvmlGpmMigSampleGet, handle,
+                                  gpu_instance, spare)
+        if taken is None:
+            self._gpm_samples.pop(key, None)  # start again from two new samples next time
+            for sample in samples:
+                self._call("nvmlGpmSampleFree", None, nv.nvmlGpmSampleFree, sample)
+            return None
+        samples[0], samples[1] = spare, previous  # the new sample is the next call's previous one
+        if first:
+            return None
+        get = nv.c_nvmlGpmMetricsGet_t()
+        get.version = nv.NVML_GPM_METRICS_GET_VERSION
+        get.numMetrics = len(metric_ids)
+        get.sample1 = previous
+        get.sample2 = spare
+        for i, metric in enumerate(metric_ids):
+            get.metrics[i].metricId = metric
+        done, _ = self._call("nvmlGpmMetricsGet", errors, nv.nvmlGpmMetricsGet, get)
+        if done is None:
+            return None
+        return {get.metrics[i].metricId: (get.metrics[i].value if get.metrics[i].nvmlReturn == SUCCESS else None)
+                for i in range(len(metric_ids))}
 
     # ---- per-device reads (errors: the device's problem list, appended to) ----------
 
@@ -367,7 +553,8 @@ class Gateway:
         fn = self._process_fns.get(kind)
         if fn is None:
             return []
-        procs, _ = self._call(self.process_symbols[kind] or kind, errors, fn, handle)
+        symbol = self.mps_symbol if kind == "mps" else self.process_symbols[kind]
+        procs, _ = self._call(symbol or kind, errors, fn, handle)
         return procs or []
 
     def process_utilization(self, handle: Any, key: str,
@@ -442,6 +629,13 @@ def _error_name(code: int) -> str:
     if code == NO_PERMISSION:
         return "permission_denied"
     return "read_failed"
+
+
+def _cuda_version(value: Optional[int]) -> Optional[str]:
+    """nvmlSystemGetCudaDriverVersion's 12040 as "12.4" (as nvidia-smi prints it)."""
+    if not value:
+        return None
+    return f"{value // 1000}.{value % 1000 // 10}"
 
 
 def _library_loadable() -> bool:

@@ -250,6 +250,14 @@ F_CGPU_PMEM = _family("cgstat_container_gpu_process_memory_bytes", "gauge",
 F_CGPU_PSM = _family("cgstat_container_gpu_process_sm_percent", "gauge",
                      "SM utilisation of one process of the container (100 = the whole GPU).",
                      "gpu.processes[].sm_percent")
+F_CGPU_POWER = _family("cgstat_container_gpu_power_watts", "gauge",
+                       "The container's share of one GPU's active power (power above idle, split by SM share).",
+                       "gpu.processes[] power_watts summed per GPU")
+F_CGPU_PPOWER = _family("cgstat_container_gpu_process_power_watts", "gauge",
+                        "One process's share of its GPU's active power.", "gpu.processes[].power_watts")
+F_CGPU_ENERGY = _family("cgstat_container_gpu_energy_joules_total", "counter",
+                        "GPU energy the container's processes drew since cgstat started (their share of active power).",
+                        "gpu.energy_joules_total")
 # GPU devices (issue 9's type "gpu" records)
 F_GPU_INFO = _family("cgstat_gpu_info", "info", "A GPU (or MIG device): model, MIG mode, parent.",
                      "gpu.name, mig_mode, parent_uuid")
@@ -268,6 +276,82 @@ F_GPU_PROCS = _family("cgstat_gpu_processes", "gauge", "Processes NVML lists on 
 F_GPU_UNATTR = _family("cgstat_gpu_unattributed_memory_bytes", "gauge",
                        "GPU memory of processes no cgroup could be found for (exited, other PID namespace).",
                        "processes[] with cgroup null, memory_bytes summed")
+F_GPU_IDLE = _family("cgstat_gpu_idle_power_watts", "gauge",
+                     "The GPU's idle power as the energy split uses it (lowest power seen with no process).",
+                     "gpu.idle_power_watts")
+F_GPU_REASON = _family("cgstat_gpu_clocks_event_reason", "gauge",
+                       "1 for each reason NVML gives for the GPU's clocks being held down now.",
+                       "gpu.clocks_event_reasons[]")
+F_GPU_XIDS = _family("cgstat_gpu_xid_errors_total", "counter", "XIDs NVML reported for the GPU since cgstat started.",
+                     "gpu.xid_errors_total")
+# dcgm-exporter's device series: its names (etc/default-counters.csv), units and labels (gpu,
+# UUID, pci_bus_id, device, modelName, Hostname, DCGM_FI_DRIVER_VERSION; MIG devices add
+# GPU_I_ID and GPU_I_PROFILE), so its dashboards and alerts run unchanged. All are typed
+# gauge: dcgm-exporter's counters lack the _total suffix that a counter needs in OpenMetrics.
+_DCGM_SERIES: Tuple[Tuple[str, str, str], ...] = (
+    ("DCGM_FI_DEV_SM_CLOCK", "SM clock frequency (in MHz).", "gpu.sm_clock_mhz"),
+    ("DCGM_FI_DEV_MEM_CLOCK", "Memory clock frequency (in MHz).", "gpu.memory_clock_mhz"),
+    ("DCGM_FI_DEV_MEMORY_TEMP", "Memory temperature (in C).", "gpu.memory_temperature_celsius"),
+    ("DCGM_FI_DEV_GPU_TEMP", "GPU temperature (in C).", "gpu.temperature_celsius"),
+    ("DCGM_FI_DEV_POWER_USAGE", "Power draw (in W).", "gpu.power_watts"),
+    ("DCGM_FI_DEV_POWER_MGMT_LIMIT", "Power management limit (in W).", "gpu.power_limit_watts"),
+    ("DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", "Total energy consumption since the driver loaded (in mJ).",
+     "gpu.energy_joules_total x 1000"),
+    ("DCGM_FI_DEV_PCIE_REPLAY_COUNTER", "Total number of PCIe retries.", "gpu.pcie_replays_total"),
+    ("DCGM_FI_DEV_GPU_UTIL", "GPU utilization (in %).", "gpu.utilization_percent"),
+    ("DCGM_FI_DEV_MEM_COPY_UTIL", "Memory utilization (in %).", "gpu.memory_utilization_percent"),
+    ("DCGM_FI_DEV_ENC_UTIL", "Encoder utilization (in %).", "gpu.encoder_utilization_percent"),
+    ("DCGM_FI_DEV_DEC_UTIL", "Decoder utilization (in %).", "gpu.decoder_utilization_percent"),
+    ("DCGM_FI_DEV_XID_ERRORS", "Value of the last XID error encountered (0: none since cgstat started).",
+     "gpu.last_xid (0 when xid_errors_total is 0)"),
+    ("DCGM_FI_DEV_POWER_VIOLATION", "Throttling duration due to power constraints (in us).",
+     "gpu.violation_seconds_total.power x 1e6"),
+    ("DCGM_FI_DEV_THERMAL_VIOLATION", "Throttling duration due to thermal constraints (in us).",
+     "gpu.violation_seconds_total.thermal x 1e6"),
+    ("DCGM_FI_DEV_CLOCKS_EVENT_REASONS", "Current clock event reasons (bit mask of nvmlClocksEventReason*).",
+     "gpu.clocks_event_reasons as NVML's bit mask"),
+    ("DCGM_FI_DEV_FB_FREE", "Framebuffer memory free (in MiB).", "gpu.memory_total_bytes - used - reserved"),
+    ("DCGM_FI_DEV_FB_USED", "Framebuffer memory used (in MiB).", "gpu.memory_used_bytes / 2^20"),
+    ("DCGM_FI_DEV_FB_RESERVED", "Framebuffer memory reserved (in MiB).", "gpu.memory_reserved_bytes / 2^20"),
+    ("DCGM_FI_DEV_ECC_SBE_VOL_TOTAL", "Total number of single-bit volatile ECC errors.",
+     "gpu.ecc_errors_total.corrected"),
+    ("DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", "Total number of double-bit volatile ECC errors.",
+     "gpu.ecc_errors_total.uncorrected"),
+    ("DCGM_FI_DEV_RETIRED_SBE", "Total number of retired pages due to single-bit errors.",
+     "gpu.retired_pages.single_bit"),
+    ("DCGM_FI_DEV_RETIRED_DBE", "Total number of retired pages due to double-bit errors.",
+     "gpu.retired_pages.double_bit"),
+    ("DCGM_FI_DEV_RETIRED_PENDING", "Pages pending retirement (1: yes).", "gpu.retired_pages.pending"),
+    ("DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL", "NVLink data sent and received over all links since the driver "
+     "loaded (in bytes).", "gpu.nvlink_tx_bytes_total + nvlink_rx_bytes_total"),
+    ("DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS", "Number of remapped rows for uncorrectable errors.",
+     "gpu.remapped_rows.uncorrectable"),
+    ("DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS", "Number of remapped rows for correctable errors.",
+     "gpu.remapped_rows.correctable"),
+    ("DCGM_FI_DEV_ROW_REMAP_FAILURE", "Whether remapping of rows has failed.", "gpu.remapped_rows.failure"),
+    ("DCGM_FI_DEV_ROW_REMAP_PENDING", "Whether remapping of rows is pending (a GPU reset applies it).",
+     "gpu.remapped_rows.pending"),
+    ("DCGM_FI_PROF_GR_ENGINE_ACTIVE", "Ratio of time the graphics engine is active (GPM).",
+     "gpu.gpm.graphics_activity_percent / 100"),
+    ("DCGM_FI_PROF_SM_ACTIVE", "The ratio of cycles an SM has at least 1 warp assigned (GPM).",
+     "gpu.gpm.sm_activity_percent / 100"),
+    ("DCGM_FI_PROF_SM_OCCUPANCY", "The ratio of resident warps to the maximum on an SM (GPM).",
+     "gpu.gpm.sm_occupancy_percent / 100"),
+    ("DCGM_FI_PROF_PIPE_TENSOR_ACTIVE", "Ratio of cycles any tensor pipe is active (GPM).",
+     "gpu.gpm.tensor_activity_percent / 100"),
+    ("DCGM_FI_PROF_DRAM_ACTIVE", "Ratio of cycles the device memory interface is active (GPM).",
+     "gpu.gpm.dram_bandwidth_percent / 100"),
+    ("DCGM_FI_PROF_PCIE_TX_BYTES", "The rate of data transmitted over the PCIe bus (in bytes/s).",
+     "gpu.pcie_tx_bytes_per_second, else gpu.gpm.pcie_tx_bytes_per_second"),
+    ("DCGM_FI_PROF_PCIE_RX_BYTES", "The rate of data received over the PCIe bus (in bytes/s).",
+     "gpu.pcie_rx_bytes_per_second, else gpu.gpm.pcie_rx_bytes_per_second"),
+    ("DCGM_FI_PROF_NVLINK_TX_BYTES", "The rate of data transmitted over NVLink (in bytes/s, GPM).",
+     "gpu.gpm.nvlink_tx_bytes_per_second"),
+    ("DCGM_FI_PROF_NVLINK_RX_BYTES", "The rate of data received over NVLink (in bytes/s, GPM).",
+     "gpu.gpm.nvlink_rx_bytes_per_second"),
+)
+F_DCGM = {name: _family(name, "gauge", help, source) for name, help, source in _DCGM_SERIES}
+DCGM_SERIES = tuple(name for name, _, _ in _DCGM_SERIES)
 
 _SCALARS: Tuple[Tuple[int, str, str], ...] = (
     (F_CPU_USER, "cpu", "user_seconds_total"),
@@ -615,22 +699,28 @@ def _container_gpu(gpu: Dict[str, Any], add) -> None:
         index = p.get("gpu_index")
         uuid = p.get("gpu_uuid")
         key = ("" if index is None else str(index), uuid or "")
-        sums: List[Any] = per_gpu.setdefault(key, [None, None])
+        sums: List[Any] = per_gpu.setdefault(key, [None, None, None])
         mem: Any = p.get("memory_bytes")
         sm: Any = p.get("sm_percent")
+        watts: Any = p.get("power_watts")
         if _num(mem) is not None:
             sums[0] = (sums[0] or 0) + mem
         if _num(sm) is not None:
             sums[1] = (sums[1] or 0) + sm
+        if _num(watts) is not None:
+            sums[2] = (sums[2] or 0) + watts
         pid = p.get("pid")
         extra = _labels((("gpu", key[0]), ("uuid", key[1]), ("pid", pid), ("process", p.get("name")),
                          ("type", p.get("type"))))
         add(F_CGPU_PMEM, mem, extra)
         add(F_CGPU_PSM, sm, extra)
-    for (index, uuid), (mem, sm) in per_gpu.items():
+        add(F_CGPU_PPOWER, watts, extra)
+    for (index, uuid), (mem, sm, watts) in per_gpu.items():
         extra = _labels((("gpu", index), ("uuid", uuid)))
         add(F_CGPU_MEM, mem, extra)
         add(F_CGPU_SM, sm, extra)
+        add(F_CGPU_POWER, watts, extra)
+    add(F_CGPU_ENERGY, gpu.get("energy_joules_total"))
 
 
 def _gpu_samples(record: Dict[str, Any], out: List[List[bytes]], fmt: str, timestamps: bool) -> None:
@@ -652,6 +742,19 @@ def _gpu_samples(record: Dict[str, Any], out: List[List[bytes]], fmt: str, times
                                 ("parent_uuid", gpu.get("parent_uuid")))))
     for family, key in _GPU_DEVICE:
         add(family, gpu.get(key))
+    add(F_GPU_IDLE, gpu.get("idle_power_watts"))
+    add(F_GPU_XIDS, gpu.get("xid_errors_total"))
+    reasons = gpu.get("clocks_event_reasons")
+    if isinstance(reasons, list):
+        for reason in reasons:
+            if isinstance(reason, str):
+                add(F_GPU_REASON, 1, _labels((("reason", reason),)))
+    dcgm = _labels(_dcgm_labels(record, gpu))
+    for name, value in _dcgm_values(gpu):
+        text = _num(value)
+        if text is not None:
+            line = name + "{" + dcgm + "} " + text + end
+            out[F_DCGM[name]].append(line.encode("utf-8", "backslashreplace"))
     processes = record.get("processes")
     if isinstance(processes, list):
         add(F_GPU_PROCS, len(processes))
@@ -660,6 +763,109 @@ def _gpu_samples(record: Dict[str, Any], out: List[List[bytes]], fmt: str, times
             if isinstance(p, dict) and p.get("cgroup") is None and _num(p.get("memory_bytes")) is not None:
                 unattributed += p["memory_bytes"]
         add(F_GPU_UNATTR, unattributed)
+
+
+_REASON_BITS = {"gpu_idle": 0x1, "applications_clocks_setting": 0x2, "sw_power_cap": 0x4, "hw_slowdown": 0x8,
+                "sync_boost": 0x10, "sw_thermal_slowdown": 0x20, "hw_thermal_slowdown": 0x40,
+                "hw_power_brake_slowdown": 0x80, "display_clock_setting": 0x100}
+_MIB = 1 << 20
+
+
+def _dcgm_labels(record: Dict[str, Any], gpu: Dict[str, Any]) -> List[Tuple[str, Any]]:
+    """dcgm-exporter's labels: a MIG device is named as dcgm-exporter names it, by its
+    parent GPU's UUID and model, plus GPU_I_ID and GPU_I_PROFILE (the profile in its name)."""
+    index = gpu.get("index")
+    name = gpu.get("name")
+    mig = gpu.get("parent_uuid") is not None
+    profile = None
+    if mig and isinstance(name, str) and " MIG " in name:
+        name, profile = name.split(" MIG ", 1)
+    minor = gpu.get("minor_number")
+    return [("gpu", "" if index is None else str(index)),
+            ("UUID", gpu.get("parent_uuid") if mig else gpu.get("uuid")),
+            ("pci_bus_id", gpu.get("pci_bus_id")),
+            ("device", None if not isinstance(minor, int) or isinstance(minor, bool) else "nvidia%d" % minor),
+            ("modelName", name), ("Hostname", record.get("host")),
+            ("DCGM_FI_DRIVER_VERSION", gpu.get("driver_version")),
+            ("GPU_I_ID", gpu.get("gpu_instance_id") if mig else None), ("GPU_I_PROFILE", profile)]
+
+
+def _mib(value: Any) -> Any:
+    return None if _num(value) is None else int(value) // _MIB
+
+
+def _scaled(value: Any, scale: float) -> Any:
+    return None if _num(value) is None else value * scale
+
+
+def _dcgm_values(gpu: Dict[str, Any]) -> List[Tuple[str, Any]]:
+    """(series, value) of one GPU record in dcgm-exporter's units; None: no sample."""
+    def at(obj: Any, key: str) -> Any:
+        return obj.get(key) if isinstance(obj, dict) else None
+
+    total: Any = gpu.get("memory_total_bytes")
+    used: Any = gpu.get("memory_used_bytes")
+    reserved: Any = gpu.get("memory_reserved_bytes")
+    free = None
+    if all(_num(v) is not None for v in (total, used)):
+        free = (total - used - (reserved if _num(reserved) is not None else 0)) // _MIB
+    xids, last = gpu.get("xid_errors_total"), gpu.get("last_xid")
+    reasons = gpu.get("clocks_event_reasons")
+    mask = None
+    if isinstance(reasons, list):
+        mask = 0
+        for r in reasons:
+            mask |= _REASON_BITS.get(r, 0) if isinstance(r, str) else 0
+    nvlink = None
+    tx: Any = gpu.get("nvlink_tx_bytes_total")
+    rx: Any = gpu.get("nvlink_rx_bytes_total")
+    if _num(tx) is not None and _num(rx) is not None:
+        nvlink = tx + rx
+    viol, ecc, pages, rows, gpm = (gpu.get("violation_seconds_total"), gpu.get("ecc_errors_total"),
+                                   gpu.get("retired_pages"), gpu.get("remapped_rows"), gpu.get("gpm"))
+    pending = at(pages, "pending")
+    pcie_tx = gpu.get("pcie_tx_bytes_per_second")
+    pcie_rx = gpu.get("pcie_rx_bytes_per_second")
+    return [
+        ("DCGM_FI_DEV_SM_CLOCK", gpu.get("sm_clock_mhz")),
+        ("DCGM_FI_DEV_MEM_CLOCK", gpu.get("memory_clock_mhz")),
+        ("DCGM_FI_DEV_MEMORY_TEMP", gpu.get("memory_temperature_celsius")),
+        ("DCGM_FI_DEV_GPU_TEMP", gpu.get("temperature_celsius")),
+        ("DCGM_FI_DEV_POWER_USAGE", gpu.get("power_watts")),
+        ("DCGM_FI_DEV_POWER_MGMT_LIMIT", gpu.get("power_limit_watts")),
+        ("DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", _scaled(gpu.get("energy_joules_total"), 1000)),
+        ("DCGM_FI_DEV_PCIE_REPLAY_COUNTER", gpu.get("pcie_replays_total")),
+        ("DCGM_FI_DEV_GPU_UTIL", gpu.get("utilization_percent")),
+        ("DCGM_FI_DEV_MEM_COPY_UTIL", gpu.get("memory_utilization_percent")),
+        ("DCGM_FI_DEV_ENC_UTIL", gpu.get("encoder_utilization_percent")),
+        ("DCGM_FI_DEV_DEC_UTIL", gpu.get("decoder_utilization_percent")),
+        ("DCGM_FI_DEV_XID_ERRORS", 0 if xids == 0 else (last if _num(xids) is not None else None)),
+        ("DCGM_FI_DEV_POWER_VIOLATION", _scaled(at(viol, "power"), 1e6)),
+        ("DCGM_FI_DEV_THERMAL_VIOLATION", _scaled(at(viol, "thermal"), 1e6)),
+        ("DCGM_FI_DEV_CLOCKS_EVENT_REASONS", mask),
+        ("DCGM_FI_DEV_FB_FREE", free),
+        ("DCGM_FI_DEV_FB_USED", _mib(used)),
+        ("DCGM_FI_DEV_FB_RESERVED", _mib(reserved)),
+        ("DCGM_FI_DEV_ECC_SBE_VOL_TOTAL", at(ecc, "corrected")),
+        ("DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", at(ecc, "uncorrected")),
+        ("DCGM_FI_DEV_RETIRED_SBE", at(pages, "single_bit")),
+        ("DCGM_FI_DEV_RETIRED_DBE", at(pages, "double_bit")),
+        ("DCGM_FI_DEV_RETIRED_PENDING", None if not isinstance(pending, bool) else int(pending)),
+        ("DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL", nvlink),
+        ("DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS", at(rows, "uncorrectable")),
+        ("DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS", at(rows, "correctable")),
+        ("DCGM_FI_DEV_ROW_REMAP_FAILURE", at(rows, "failure")),
+        ("DCGM_FI_DEV_ROW_REMAP_PENDING", at(rows, "pending")),
+        ("DCGM_FI_PROF_GR_ENGINE_ACTIVE", _scaled(at(gpm, "graphics_activity_percent"), 0.01)),
+        ("DCGM_FI_PROF_SM_ACTIVE", _scaled(at(gpm, "sm_activity_percent"), 0.01)),
+        ("DCGM_FI_PROF_SM_OCCUPANCY", _scaled(at(gpm, "sm_occupancy_percent"), 0.01)),
+        ("DCGM_FI_PROF_PIPE_TENSOR_ACTIVE", _scaled(at(gpm, "tensor_activity_percent"), 0.01)),
+        ("DCGM_FI_PROF_DRAM_ACTIVE", _scaled(at(gpm, "dram_bandwidth_percent"), 0.01)),
+        ("DCGM_FI_PROF_PCIE_TX_BYTES", pcie_tx if _num(pcie_tx) is not None else at(gpm, "pcie_tx_bytes_per_second")),
+        ("DCGM_FI_PROF_PCIE_RX_BYTES", pcie_rx if _num(pcie_rx) is not None else at(gpm, "pcie_rx_bytes_per_second")),
+        ("DCGM_FI_PROF_NVLINK_TX_BYTES", at(gpm, "nvlink_tx_bytes_per_second")),
+        ("DCGM_FI_PROF_NVLINK_RX_BYTES", at(gpm, "nvlink_rx_bytes_per_second")),
+    ]
 
 
 def _self_samples(self_metrics: Dict[str, Any], records: List[Dict[str, Any]], out: List[List[bytes]]) -> None:

@@ -39,9 +39,10 @@ from cgstat.pipeline.select import Selected, compile_match, select
 from cgstat.text import quote
 
 if TYPE_CHECKING:  # imported where used: a run without GPUs or network namespaces never loads them
+    from cgstat.gpu.energy import EnergyModel
     from cgstat.gpu.join import Attributed
     from cgstat.gpu.nvml import Gateway
-    from cgstat.gpu.sample import GpuDevice, GpuSnapshot
+    from cgstat.gpu.sample import GpuDevice, GpuReader, GpuSnapshot
     from cgstat.kernel.netns import NetnsReader, NetworkResult, NetworkSample
 
 _QUIET_ERRORS = {"missing", "unavailable", "gone"}
@@ -90,6 +91,9 @@ class Sampler:
 
             self._gateway = Gateway(self.warner.once)
         self._gpu_read_s: Optional[float] = None
+        # made on the first reading with a driver (they import the GPU record modules)
+        self._gpu_reader: Optional[GpuReader] = None
+        self._energy: Optional[EnergyModel] = None
         # Network namespaces are read through member processes' /proc/<pid>/ns/net: only on
         # the live kernel (a recording has no namespaces to open).
         self._netns: Optional[NetnsReader] = None
@@ -171,14 +175,23 @@ class Sampler:
             # asked first: a host without the NVIDIA library never imports the GPU records
             self.warner.once(f"gpu-off:{gateway.reason}", f"GPU metrics off: {gateway.reason}")
             return None, (), now
-        from cgstat.gpu.join import Attributed
-        from cgstat.gpu.sample import read_gpus
+        from cgstat.gpu.join import attribute
 
-        snapshot = read_gpus(gateway)  # asks available() again: the same answer within a tick
+        if self._gpu_reader is None:
+            from cgstat.gpu.energy import EnergyModel
+            from cgstat.gpu.sample import GpuReader
+
+            self._gpu_reader = GpuReader(gateway)
+            self._energy = EnergyModel()
+        snapshot = self._gpu_reader.read()  # asks available() again: the same answer within a tick
         if not snapshot.available:
             self.warner.once(f"gpu-off:{snapshot.reason}", f"GPU metrics off: {snapshot.reason}")
             return None, (), now
-        attributed = tuple(Attributed(p, self.namer.gpu_owner(p.pid)) for p in snapshot.processes)
+        assert self._energy is not None
+        shares = self._energy.update(snapshot, now)
+        attributed = attribute(snapshot.processes, self.namer.gpu_owner, shares)
+        self._energy.charge((((a.process.gpu_uuid, a.process.pid), a.owner.cgroup) for a in attributed),
+                            self._classified)
         self.namer.retain_pids(p.pid for p in snapshot.processes)
         return snapshot, attributed, now
 
@@ -203,10 +216,13 @@ class Sampler:
                 current: Dict[str, Counters]) -> Iterator[Dict[str, Any]]:
         """The records one by one; fills `current` with the counters as it goes."""
         subtrees: Dict[str, Any] = {}
+        energy: Dict[str, float] = {}
         if tick.gpu is not None:
             from cgstat.gpu.join import by_subtree, cgroup_gpu
 
             subtrees = by_subtree(tick.attributed)
+            if self._energy is not None:
+                energy = self._energy.by_subtree()
         network = tick.network
         host = self.host
         cpus = host.cpus_online
@@ -215,15 +231,17 @@ class Sampler:
             net = network.get(path)
             c = current[path] = counters(sample, None if net is None else net.network)
             rates = derive(previous.get(path), c, cpus)
-            gpu = cgroup_gpu(subtrees.get(path, ())) if tick.gpu is not None else None
+            gpu = cgroup_gpu(subtrees.get(path, ()), energy.get(path, 0.0)) if tick.gpu is not None else None
             yield build(sample, rates, workload, host, gpu, net)
         if tick.gpu is not None:
             interval = None if self._gpu_read_s is None else tick.gpu_time_s - self._gpu_read_s
             self._gpu_read_s = tick.gpu_time_s
             wall = time.time()
-            for device in tick.gpu.devices:
+            snapshot = tick.gpu
+            for device in snapshot.devices:
                 on_it = [a for a in tick.attributed if _on(a, device)]
-                yield build_gpu(device, on_it, host, wall, interval)
+                idle = self._energy.idle(device.uuid) if self._energy is not None and device.parent_uuid is None else None
+                yield build_gpu(device, on_it, host, wall, interval, snapshot, idle)
 
     def warm_up(self) -> None:
         """A tick that only advances the counters (no records are built)."""
