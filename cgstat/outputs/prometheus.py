@@ -35,6 +35,8 @@ import math
 import re
 from typing import Any, Dict, Iterable, List, Optional, Set, Tuple
 
+from cgstat import fields
+
 TEXT = "text"
 OPENMETRICS = "openmetrics"
 CONTENT_TYPES = {
@@ -103,297 +105,71 @@ def _num(v: Any) -> Optional[str]:
 
 
 # --------------------------------------------------------------------------- families
+#
+# The families, their order, help and labels are declared in cgstat/fields.py (FAMILIES).
+# A family whose `field` is a cgroup's cpu/memory/pids scalar, a block device's or an
+# interface's counter, a pressure total or a GPU device's figure is rendered from that
+# field below with no code of its own; the others are named here and made by hand.
 
-class Family:
-    """One metric family: name (as the samples are named), kind, help, and where it
-    comes from (docs/prometheus.md is checked against these)."""
+FAMILIES = fields.FAMILIES
+_INDEX = {family.name: i for i, family in enumerate(FAMILIES)}
 
-    __slots__ = ("name", "kind", "help", "source", "cadvisor")
 
-    def __init__(self, name: str, kind: str, help: str, source: str, cadvisor: bool):
-        self.name = name
-        self.kind = kind  # counter, gauge, info
-        self.help = help
-        self.source = source
-        self.cadvisor = cadvisor
-
-    def header(self, fmt: str) -> str:
-        name = self.name
-        kind = self.kind
-        if fmt == OPENMETRICS:
-            if kind == "counter" and name.endswith("_total"):
-                name = name[:-6]
-            elif kind == "info":
-                name = name[:-5]
+def header(family: fields.Family, fmt: str) -> str:
+    """# HELP and # TYPE of a family: OpenMetrics names counters without _total, infos without _info."""
+    name = family.name
+    kind = family.kind
+    if fmt == OPENMETRICS:
+        if kind == "counter" and name.endswith("_total"):
+            name = name[:-6]
         elif kind == "info":
-            kind = "gauge"
-        return "# HELP %s %s\n# TYPE %s %s\n" % (name, self.help, name, kind)
+            name = name[:-5]
+    elif kind == "info":
+        kind = "gauge"
+    return "# HELP %s %s\n# TYPE %s %s\n" % (name, family.help, name, kind)
 
 
-FAMILIES: List[Family] = []
+F_BUILD = _INDEX["cgstat_build_info"]
+F_TICKS = _INDEX["cgstat_ticks_total"]
+F_TICK_SECONDS = _INDEX["cgstat_tick_duration_seconds"]
+F_RENDER_SECONDS = _INDEX["cgstat_render_duration_seconds"]
+F_LAST_TICK = _INDEX["cgstat_last_tick_timestamp_seconds"]
+F_CGROUPS = _INDEX["cgstat_cgroups"]
+F_GPUS = _INDEX["cgstat_gpus"]
+F_RECORD_ERRORS = _INDEX["cgstat_record_errors"]
+F_LAST_SEEN = _INDEX["container_last_seen"]
+F_CPU_USAGE = _INDEX["container_cpu_usage_seconds_total"]
+F_SPEC_QUOTA = _INDEX["container_spec_cpu_quota"]
+F_SPEC_PERIOD = _INDEX["container_spec_cpu_period"]
+F_BLKIO = _INDEX["container_blkio_device_usage_total"]
+F_CGROUP_INFO = _INDEX["cgstat_cgroup_info"]
+F_CGPU_MEM = _INDEX["cgstat_container_gpu_memory_bytes"]
+F_CGPU_SM = _INDEX["cgstat_container_gpu_sm_percent"]
+F_CGPU_PMEM = _INDEX["cgstat_container_gpu_process_memory_bytes"]
+F_CGPU_PSM = _INDEX["cgstat_container_gpu_process_sm_percent"]
+F_GPU_INFO = _INDEX["cgstat_gpu_info"]
+F_GPU_PROCS = _INDEX["cgstat_gpu_processes"]
+F_GPU_UNATTR = _INDEX["cgstat_gpu_unattributed_memory_bytes"]
 
 
-def _family(name: str, kind: str, help: str, source: str) -> int:
-    FAMILIES.append(Family(name, kind, help, source, name.startswith("container_")))
-    return len(FAMILIES) - 1
+def _from_field(scope: str, prefix: str, labels: Tuple[str, ...] = ()) -> Tuple[Tuple[int, str], ...]:
+    """(family, key) of the families read as is from the fields `prefix`<key> (key without dots)."""
+    return tuple((i, f.field[len(prefix):]) for i, f in enumerate(FAMILIES)
+                 if f.scope == scope and f.labels == labels and f.field.startswith(prefix)
+                 and "." not in f.field[len(prefix):])
 
 
-# The exporter's own health (no timestamps: they describe now).
-F_BUILD = _family("cgstat_build_info", "info", "cgstat version (always 1).", "cgstat.__version__")
-F_TICKS = _family("cgstat_ticks_total", "counter", "Ticks sampled since start.", "the sampling loop")
-F_TICK_SECONDS = _family("cgstat_tick_duration_seconds", "gauge",
-                         "Wall time the last tick took to read every cgroup.", "the sampling loop")
-F_RENDER_SECONDS = _family("cgstat_render_duration_seconds", "gauge",
-                           "Wall time the previous exposition took to render.", "the exporter")
-F_LAST_TICK = _family("cgstat_last_tick_timestamp_seconds", "gauge",
-                      "Unix time the last tick finished.", "the sampling loop")
-F_CGROUPS = _family("cgstat_cgroups", "gauge", "Cgroup and pod records in the last tick, by type.",
-                    "count of records")
-F_GPUS = _family("cgstat_gpus", "gauge", "GPU device records in the last tick.", "count of type gpu records")
-F_RECORD_ERRORS = _family("cgstat_record_errors", "gauge",
-                          "Read problems in the last tick's records, by error kind.", "records' errors[].error")
-# cgroups: the cAdvisor meanings
-F_LAST_SEEN = _family("container_last_seen", "gauge", "Last time a container was seen by the exporter.",
-                      "record ts")
-F_CPU_USAGE = _family("container_cpu_usage_seconds_total", "counter", "Cumulative cpu time consumed in seconds.",
-                      "cpu.usage_seconds_total")
-F_CPU_USER = _family("container_cpu_user_seconds_total", "counter",
-                     "Cumulative user cpu time consumed in seconds.", "cpu.user_seconds_total")
-F_CPU_SYSTEM = _family("container_cpu_system_seconds_total", "counter",
-                       "Cumulative system cpu time consumed in seconds.", "cpu.system_seconds_total")
-F_CFS_PERIODS = _family("container_cpu_cfs_periods_total", "counter",
-                        "Number of elapsed enforcement period intervals.", "cpu.periods_total")
-F_CFS_THROTTLED = _family("container_cpu_cfs_throttled_periods_total", "counter",
-                          "Number of throttled period intervals.", "cpu.throttled_periods_total")
-F_CFS_THROTTLED_S = _family("container_cpu_cfs_throttled_seconds_total", "counter",
-                            "Total time duration the container has been throttled.", "cpu.throttled_seconds_total")
-F_SPEC_QUOTA = _family("container_spec_cpu_quota", "gauge", "CPU quota of the container.",
-                       "cpu.quota_us, else cpu.limit_cores x 100000")
-F_SPEC_PERIOD = _family("container_spec_cpu_period", "gauge", "CPU period of the container.",
-                        "cpu.period_us, else 100000")
-F_MEM_USAGE = _family("container_memory_usage_bytes", "gauge",
-                      "Current memory usage in bytes, including all memory regardless of when it was accessed.",
-                      "memory.usage_bytes")
-F_MEM_WS = _family("container_memory_working_set_bytes", "gauge", "Current working set in bytes.",
-                   "memory.working_set_bytes")
-F_MEM_RSS = _family("container_memory_rss", "gauge", "Size of RSS in bytes.", "memory.anon_bytes")
-F_MEM_CACHE = _family("container_memory_cache", "gauge", "Number of bytes of page cache memory.",
-                      "memory.file_bytes")
-F_MEM_SWAP = _family("container_memory_swap", "gauge", "Container swap usage in bytes.", "memory.swap_bytes")
-F_MEM_INACTIVE = _family("container_memory_total_inactive_file_bytes", "gauge",
-                         "Current total inactive file in bytes.", "memory.inactive_file_bytes")
-F_SPEC_MEM = _family("container_spec_memory_limit_bytes", "gauge", "Memory limit for the container.",
-                     "memory.limit_bytes (no sample without a limit)")
-F_OOM = _family("container_oom_events_total", "counter",
-                "Count of out of memory events observed for the container.", "memory.oom_kills_total")
-F_MEM_SHMEM = _family("cgstat_memory_shmem_bytes", "gauge", "Shared memory (tmpfs, shm) in bytes.",
-                      "memory.shmem_bytes")
-F_MEM_OOM = _family("cgstat_memory_oom_total", "counter",
-                    "Times the cgroup hit its limit and the OOM killer was invoked (v2 memory.events oom).",
-                    "memory.oom_events_total")
-F_THREADS = _family("container_threads", "gauge", "Number of threads running inside the container.",
-                    "pids.current")
-F_THREADS_MAX = _family("container_threads_max", "gauge",
-                        "Maximum number of threads allowed inside the container.",
-                        "pids.limit (no sample without a limit)")
-F_PROCESSES = _family("container_processes", "gauge", "Number of processes running inside the container.",
-                      "pids.processes (when the record has it)")
-# cAdvisor's network series: per interface of the workload's network namespace (all but lo)
-_NETWORK = tuple((_family(name, "counter", help, "network.interfaces[]." + key), key) for name, help, key in (
-    ("container_network_receive_bytes_total", "Cumulative count of bytes received", "rx_bytes_total"),
-    ("container_network_transmit_bytes_total", "Cumulative count of bytes transmitted", "tx_bytes_total"),
-    ("container_network_receive_packets_total", "Cumulative count of packets received", "rx_packets_total"),
-    ("container_network_transmit_packets_total", "Cumulative count of packets transmitted", "tx_packets_total"),
-    ("container_network_receive_errors_total", "Cumulative count of errors encountered while receiving",
-     "rx_errors_total"),
-    ("container_network_transmit_errors_total", "Cumulative count of errors encountered while transmitting",
-     "tx_errors_total"),
-    ("container_network_receive_packets_dropped_total", "Cumulative count of packets dropped while receiving",
-     "rx_dropped_total"),
-    ("container_network_transmit_packets_dropped_total", "Cumulative count of packets dropped while transmitting",
-     "tx_dropped_total"),
-))
-F_FS_READ_BYTES = _family("container_fs_reads_bytes_total", "counter", "Cumulative count of bytes read.",
-                          "io.devices[].read_bytes_total")
-F_FS_WRITE_BYTES = _family("container_fs_writes_bytes_total", "counter", "Cumulative count of bytes written.",
-                           "io.devices[].write_bytes_total")
-F_FS_READS = _family("container_fs_reads_total", "counter", "Cumulative count of reads completed.",
-                     "io.devices[].read_ops_total")
-F_FS_WRITES = _family("container_fs_writes_total", "counter", "Cumulative count of writes completed.",
-                      "io.devices[].write_ops_total")
-F_BLKIO = _family("container_blkio_device_usage_total", "counter", "Blkio Device bytes usage.",
-                  "io.devices[].read/write/discard_bytes_total")
-F_DISCARDS = _family("cgstat_fs_discards_total", "counter", "Cumulative count of discards completed.",
-                     "io.devices[].discard_ops_total")
-F_PSI = {}
-for _res in ("cpu", "memory", "io"):
-    F_PSI[(_res, "some")] = _family(
-        "container_pressure_%s_waiting_seconds_total" % _res, "counter",
-        "Total time duration tasks in the container have waited due to %s congestion." % _res.upper(),
-        "pressure.%s.some_seconds_total" % _res)
-    F_PSI[(_res, "full")] = _family(
-        "container_pressure_%s_stalled_seconds_total" % _res, "counter",
-        "Total time duration no tasks in the container could make progress due to %s congestion."
-        % _res.upper(), "pressure.%s.full_seconds_total" % _res)
-F_CGROUP_INFO = _family("cgstat_cgroup_info", "info",
-                        "What cgstat knows of a cgroup: record type, runtime, container ID, unit, pod QoS.",
-                        "record type, container, unit, pod")
-# GPU per container (issue 9's `gpu` object on cgroup and pod records)
-F_CGPU_MEM = _family("cgstat_container_gpu_memory_bytes", "gauge",
-                     "GPU memory used by the container's processes on one GPU.",
-                     "gpu.processes[] memory_bytes summed per GPU")
-F_CGPU_SM = _family("cgstat_container_gpu_sm_percent", "gauge",
-                    "SM utilisation of the container's processes on one GPU (100 = the whole GPU).",
-                    "gpu.processes[] sm_percent summed per GPU")
-F_CGPU_PMEM = _family("cgstat_container_gpu_process_memory_bytes", "gauge",
-                      "GPU memory used by one process of the container.", "gpu.processes[].memory_bytes")
-F_CGPU_PSM = _family("cgstat_container_gpu_process_sm_percent", "gauge",
-                     "SM utilisation of one process of the container (100 = the whole GPU).",
-                     "gpu.processes[].sm_percent")
-F_CGPU_POWER = _family("cgstat_container_gpu_power_watts", "gauge",
-                       "The container's share of one GPU's active power (power above idle, split by SM share).",
-                       "gpu.processes[] power_watts summed per GPU")
-F_CGPU_PPOWER = _family("cgstat_container_gpu_process_power_watts", "gauge",
-                        "One process's share of its GPU's active power.", "gpu.processes[].power_watts")
-F_CGPU_ENERGY = _family("cgstat_container_gpu_energy_joules_total", "counter",
-                        "GPU energy the container's processes drew since cgstat started (their share of active power).",
-                        "gpu.energy_joules_total")
-# GPU devices (issue 9's type "gpu" records)
-F_GPU_INFO = _family("cgstat_gpu_info", "info", "A GPU (or MIG device): model, MIG mode, parent.",
-                     "gpu.name, mig_mode, parent_uuid")
-F_GPU_UTIL = _family("cgstat_gpu_utilization_percent", "gauge", "GPU utilisation (NVML), percent.",
-                     "gpu.utilization_percent")
-F_GPU_MEM_UTIL = _family("cgstat_gpu_memory_utilization_percent", "gauge",
-                         "GPU memory controller utilisation (NVML), percent.", "gpu.memory_utilization_percent")
-F_GPU_MEM_TOTAL = _family("cgstat_gpu_memory_total_bytes", "gauge", "GPU memory size.", "gpu.memory_total_bytes")
-F_GPU_MEM_USED = _family("cgstat_gpu_memory_used_bytes", "gauge", "GPU memory used.", "gpu.memory_used_bytes")
-F_GPU_MEM_RES = _family("cgstat_gpu_memory_reserved_bytes", "gauge", "GPU memory reserved by the driver.",
-                        "gpu.memory_reserved_bytes")
-F_GPU_TEMP = _family("cgstat_gpu_temperature_celsius", "gauge", "GPU temperature.", "gpu.temperature_celsius")
-F_GPU_POWER = _family("cgstat_gpu_power_watts", "gauge", "GPU power draw.", "gpu.power_watts")
-F_GPU_PROCS = _family("cgstat_gpu_processes", "gauge", "Processes NVML lists on the GPU.",
-                      "len(processes)")
-F_GPU_UNATTR = _family("cgstat_gpu_unattributed_memory_bytes", "gauge",
-                       "GPU memory of processes no cgroup could be found for (exited, other PID namespace).",
-                       "processes[] with cgroup null, memory_bytes summed")
-F_GPU_IDLE = _family("cgstat_gpu_idle_power_watts", "gauge",
-                     "The GPU's idle power as the energy split uses it (lowest power seen with no process).",
-                     "gpu.idle_power_watts")
-F_GPU_REASON = _family("cgstat_gpu_clocks_event_reason", "gauge",
-                       "1 for each reason NVML gives for the GPU's clocks being held down now.",
-                       "gpu.clocks_event_reasons[]")
-F_GPU_XIDS = _family("cgstat_gpu_xid_errors_total", "counter", "XIDs NVML reported for the GPU since cgstat started.",
-                     "gpu.xid_errors_total")
-# dcgm-exporter's device series: its names (etc/default-counters.csv), units and labels (gpu,
-# UUID, pci_bus_id, device, modelName, Hostname, DCGM_FI_DRIVER_VERSION; MIG devices add
-# GPU_I_ID and GPU_I_PROFILE), so its dashboards and alerts run unchanged. All are typed
-# gauge: dcgm-exporter's counters lack the _total suffix that a counter needs in OpenMetrics.
-_DCGM_SERIES: Tuple[Tuple[str, str, str], ...] = (
-    ("DCGM_FI_DEV_SM_CLOCK", "SM clock frequency (in MHz).", "gpu.sm_clock_mhz"),
-    ("DCGM_FI_DEV_MEM_CLOCK", "Memory clock frequency (in MHz).", "gpu.memory_clock_mhz"),
-    ("DCGM_FI_DEV_MEMORY_TEMP", "Memory temperature (in C).", "gpu.memory_temperature_celsius"),
-    ("DCGM_FI_DEV_GPU_TEMP", "GPU temperature (in C).", "gpu.temperature_celsius"),
-    ("DCGM_FI_DEV_POWER_USAGE", "Power draw (in W).", "gpu.power_watts"),
-    ("DCGM_FI_DEV_POWER_MGMT_LIMIT", "Power management limit (in W).", "gpu.power_limit_watts"),
-    ("DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", "Total energy consumption since the driver loaded (in mJ).",
-     "gpu.energy_joules_total x 1000"),
-    ("DCGM_FI_DEV_PCIE_REPLAY_COUNTER", "Total number of PCIe retries.", "gpu.pcie_replays_total"),
-    ("DCGM_FI_DEV_GPU_UTIL", "GPU utilization (in %).", "gpu.utilization_percent"),
-    ("DCGM_FI_DEV_MEM_COPY_UTIL", "Memory utilization (in %).", "gpu.memory_utilization_percent"),
-    ("DCGM_FI_DEV_ENC_UTIL", "Encoder utilization (in %).", "gpu.encoder_utilization_percent"),
-    ("DCGM_FI_DEV_DEC_UTIL", "Decoder utilization (in %).", "gpu.decoder_utilization_percent"),
-    ("DCGM_FI_DEV_XID_ERRORS", "Value of the last XID error encountered (0: none since cgstat started).",
-     "gpu.last_xid (0 when xid_errors_total is 0)"),
-    ("DCGM_FI_DEV_POWER_VIOLATION", "Throttling duration due to power constraints (in us).",
-     "gpu.violation_seconds_total.power x 1e6"),
-    ("DCGM_FI_DEV_THERMAL_VIOLATION", "Throttling duration due to thermal constraints (in us).",
-     "gpu.violation_seconds_total.thermal x 1e6"),
-    ("DCGM_FI_DEV_CLOCKS_EVENT_REASONS", "Current clock event reasons (bit mask of nvmlClocksEventReason*).",
-     "gpu.clocks_event_reasons as NVML's bit mask"),
-    ("DCGM_FI_DEV_FB_FREE", "Framebuffer memory free (in MiB).", "gpu.memory_total_bytes - used - reserved"),
-    ("DCGM_FI_DEV_FB_USED", "Framebuffer memory used (in MiB).", "gpu.memory_used_bytes / 2^20"),
-    ("DCGM_FI_DEV_FB_RESERVED", "Framebuffer memory reserved (in MiB).", "gpu.memory_reserved_bytes / 2^20"),
-    ("DCGM_FI_DEV_ECC_SBE_VOL_TOTAL", "Total number of single-bit volatile ECC errors.",
-     "gpu.ecc_errors_total.corrected"),
-    ("DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", "Total number of double-bit volatile ECC errors.",
-     "gpu.ecc_errors_total.uncorrected"),
-    ("DCGM_FI_DEV_RETIRED_SBE", "Total number of retired pages due to single-bit errors.",
-     "gpu.retired_pages.single_bit"),
-    ("DCGM_FI_DEV_RETIRED_DBE", "Total number of retired pages due to double-bit errors.",
-     "gpu.retired_pages.double_bit"),
-    ("DCGM_FI_DEV_RETIRED_PENDING", "Pages pending retirement (1: yes).", "gpu.retired_pages.pending"),
-    ("DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL", "NVLink data sent and received over all links since the driver "
-     "loaded (in bytes).", "gpu.nvlink_tx_bytes_total + nvlink_rx_bytes_total"),
-    ("DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS", "Number of remapped rows for uncorrectable errors.",
-     "gpu.remapped_rows.uncorrectable"),
-    ("DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS", "Number of remapped rows for correctable errors.",
-     "gpu.remapped_rows.correctable"),
-    ("DCGM_FI_DEV_ROW_REMAP_FAILURE", "Whether remapping of rows has failed.", "gpu.remapped_rows.failure"),
-    ("DCGM_FI_DEV_ROW_REMAP_PENDING", "Whether remapping of rows is pending (a GPU reset applies it).",
-     "gpu.remapped_rows.pending"),
-    ("DCGM_FI_PROF_GR_ENGINE_ACTIVE", "Ratio of time the graphics engine is active (GPM).",
-     "gpu.gpm.graphics_activity_percent / 100"),
-    ("DCGM_FI_PROF_SM_ACTIVE", "The ratio of cycles an SM has at least 1 warp assigned (GPM).",
-     "gpu.gpm.sm_activity_percent / 100"),
-    ("DCGM_FI_PROF_SM_OCCUPANCY", "The ratio of resident warps to the maximum on an SM (GPM).",
-     "gpu.gpm.sm_occupancy_percent / 100"),
-    ("DCGM_FI_PROF_PIPE_TENSOR_ACTIVE", "Ratio of cycles any tensor pipe is active (GPM).",
-     "gpu.gpm.tensor_activity_percent / 100"),
-    ("DCGM_FI_PROF_DRAM_ACTIVE", "Ratio of cycles the device memory interface is active (GPM).",
-     "gpu.gpm.dram_bandwidth_percent / 100"),
-    ("DCGM_FI_PROF_PCIE_TX_BYTES", "The rate of data transmitted over the PCIe bus (in bytes/s).",
-     "gpu.pcie_tx_bytes_per_second, else gpu.gpm.pcie_tx_bytes_per_second"),
-    ("DCGM_FI_PROF_PCIE_RX_BYTES", "The rate of data received over the PCIe bus (in bytes/s).",
-     "gpu.pcie_rx_bytes_per_second, else gpu.gpm.pcie_rx_bytes_per_second"),
-    ("DCGM_FI_PROF_NVLINK_TX_BYTES", "The rate of data transmitted over NVLink (in bytes/s, GPM).",
-     "gpu.gpm.nvlink_tx_bytes_per_second"),
-    ("DCGM_FI_PROF_NVLINK_RX_BYTES", "The rate of data received over NVLink (in bytes/s, GPM).",
-     "gpu.gpm.nvlink_rx_bytes_per_second"),
-)
-F_DCGM = {name: _family(name, "gauge", help, source) for name, help, source in _DCGM_SERIES}
-DCGM_SERIES = tuple(name for name, _, _ in _DCGM_SERIES)
-
-_SCALARS: Tuple[Tuple[int, str, str], ...] = (
-    (F_CPU_USER, "cpu", "user_seconds_total"),
-    (F_CPU_SYSTEM, "cpu", "system_seconds_total"),
-    (F_CFS_PERIODS, "cpu", "periods_total"),
-    (F_CFS_THROTTLED, "cpu", "throttled_periods_total"),
-    (F_CFS_THROTTLED_S, "cpu", "throttled_seconds_total"),
-    (F_MEM_USAGE, "memory", "usage_bytes"),
-    (F_MEM_WS, "memory", "working_set_bytes"),
-    (F_MEM_RSS, "memory", "anon_bytes"),
-    (F_MEM_CACHE, "memory", "file_bytes"),
-    (F_MEM_SWAP, "memory", "swap_bytes"),
-    (F_MEM_INACTIVE, "memory", "inactive_file_bytes"),
-    (F_SPEC_MEM, "memory", "limit_bytes"),
-    (F_OOM, "memory", "oom_kills_total"),
-    (F_MEM_SHMEM, "memory", "shmem_bytes"),
-    (F_MEM_OOM, "memory", "oom_events_total"),
-    (F_THREADS, "pids", "current"),
-    (F_THREADS_MAX, "pids", "limit"),
-    (F_PROCESSES, "pids", "processes"),
-)
-
-_IO_DEVICE: Tuple[Tuple[int, str], ...] = (
-    (F_FS_READ_BYTES, "read_bytes_total"),
-    (F_FS_WRITE_BYTES, "write_bytes_total"),
-    (F_FS_READS, "read_ops_total"),
-    (F_FS_WRITES, "write_ops_total"),
-    (F_DISCARDS, "discard_ops_total"),
-)
+# the scalars of a cgroup record's cpu, memory and pids sections (half the series)
+_SCALARS: Tuple[Tuple[int, str, str], ...] = tuple(
+    (family, section, key) for section in ("cpu", "memory", "pids")
+    for family, key in _from_field("cgroup", section + "."))
+_IO_DEVICE = _from_field("cgroup", "io.devices[].", ("device",))
 _BLKIO_OPS = (("Read", "read_bytes_total"), ("Write", "write_bytes_total"), ("Discard", "discard_bytes_total"))
-
-_GPU_DEVICE: Tuple[Tuple[int, str], ...] = (
-    (F_GPU_UTIL, "utilization_percent"),
-    (F_GPU_MEM_UTIL, "memory_utilization_percent"),
-    (F_GPU_MEM_TOTAL, "memory_total_bytes"),
-    (F_GPU_MEM_USED, "memory_used_bytes"),
-    (F_GPU_MEM_RES, "memory_reserved_bytes"),
-    (F_GPU_TEMP, "temperature_celsius"),
-    (F_GPU_POWER, "power_watts"),
-)
-
-_PSI = tuple((res, F_PSI[(res, "some")], F_PSI[(res, "full")]) for res in ("cpu", "memory", "io"))
+_NETWORK = _from_field("cgroup", "network.interfaces[].", ("interface",))
+_GPU_DEVICE = _from_field("gpu", "gpu.")
+_BY_FIELD = {family.field: i for i, family in enumerate(FAMILIES) if family.field}
+_PSI = tuple((res, _BY_FIELD["pressure.%s.some_seconds_total" % res], _BY_FIELD["pressure.%s.full_seconds_total" % res])
+             for res in fields.PRESSURE_RESOURCES)
 
 DEFAULT_CPU_PERIOD_US = 100000  # the kernel's default CFS period
 
@@ -699,28 +475,22 @@ def _container_gpu(gpu: Dict[str, Any], add) -> None:
         index = p.get("gpu_index")
         uuid = p.get("gpu_uuid")
         key = ("" if index is None else str(index), uuid or "")
-        sums: List[Any] = per_gpu.setdefault(key, [None, None, None])
+        sums: List[Any] = per_gpu.setdefault(key, [None, None])
         mem: Any = p.get("memory_bytes")
         sm: Any = p.get("sm_percent")
-        watts: Any = p.get("power_watts")
         if _num(mem) is not None:
             sums[0] = (sums[0] or 0) + mem
         if _num(sm) is not None:
             sums[1] = (sums[1] or 0) + sm
-        if _num(watts) is not None:
-            sums[2] = (sums[2] or 0) + watts
         pid = p.get("pid")
         extra = _labels((("gpu", key[0]), ("uuid", key[1]), ("pid", pid), ("process", p.get("name")),
                          ("type", p.get("type"))))
         add(F_CGPU_PMEM, mem, extra)
         add(F_CGPU_PSM, sm, extra)
-        add(F_CGPU_PPOWER, watts, extra)
-    for (index, uuid), (mem, sm, watts) in per_gpu.items():
+    for (index, uuid), (mem, sm) in per_gpu.items():
         extra = _labels((("gpu", index), ("uuid", uuid)))
         add(F_CGPU_MEM, mem, extra)
         add(F_CGPU_SM, sm, extra)
-        add(F_CGPU_POWER, watts, extra)
-    add(F_CGPU_ENERGY, gpu.get("energy_joules_total"))
 
 
 def _gpu_samples(record: Dict[str, Any], out: List[List[bytes]], fmt: str, timestamps: bool) -> None:
@@ -742,19 +512,6 @@ def _gpu_samples(record: Dict[str, Any], out: List[List[bytes]], fmt: str, times
                                 ("parent_uuid", gpu.get("parent_uuid")))))
     for family, key in _GPU_DEVICE:
         add(family, gpu.get(key))
-    add(F_GPU_IDLE, gpu.get("idle_power_watts"))
-    add(F_GPU_XIDS, gpu.get("xid_errors_total"))
-    reasons = gpu.get("clocks_event_reasons")
-    if isinstance(reasons, list):
-        for reason in reasons:
-            if isinstance(reason, str):
-                add(F_GPU_REASON, 1, _labels((("reason", reason),)))
-    dcgm = _labels(_dcgm_labels(record, gpu))
-    for name, value in _dcgm_values(gpu):
-        text = _num(value)
-        if text is not None:
-            line = name + "{" + dcgm + "} " + text + end
-            out[F_DCGM[name]].append(line.encode("utf-8", "backslashreplace"))
     processes = record.get("processes")
     if isinstance(processes, list):
         add(F_GPU_PROCS, len(processes))
@@ -763,109 +520,6 @@ def _gpu_samples(record: Dict[str, Any], out: List[List[bytes]], fmt: str, times
             if isinstance(p, dict) and p.get("cgroup") is None and _num(p.get("memory_bytes")) is not None:
                 unattributed += p["memory_bytes"]
         add(F_GPU_UNATTR, unattributed)
-
-
-_REASON_BITS = {"gpu_idle": 0x1, "applications_clocks_setting": 0x2, "sw_power_cap": 0x4, "hw_slowdown": 0x8,
-                "sync_boost": 0x10, "sw_thermal_slowdown": 0x20, "hw_thermal_slowdown": 0x40,
-                "hw_power_brake_slowdown": 0x80, "display_clock_setting": 0x100}
-_MIB = 1 << 20
-
-
-def _dcgm_labels(record: Dict[str, Any], gpu: Dict[str, Any]) -> List[Tuple[str, Any]]:
-    """dcgm-exporter's labels: a MIG device is named as dcgm-exporter names it, by its
-    parent GPU's UUID and model, plus GPU_I_ID and GPU_I_PROFILE (the profile in its name)."""
-    index = gpu.get("index")
-    name = gpu.get("name")
-    mig = gpu.get("parent_uuid") is not None
-    profile = None
-    if mig and isinstance(name, str) and " MIG " in name:
-        name, profile = name.split(" MIG ", 1)
-    minor = gpu.get("minor_number")
-    return [("gpu", "" if index is None else str(index)),
-            ("UUID", gpu.get("parent_uuid") if mig else gpu.get("uuid")),
-            ("pci_bus_id", gpu.get("pci_bus_id")),
-            ("device", None if not isinstance(minor, int) or isinstance(minor, bool) else "nvidia%d" % minor),
-            ("modelName", name), ("Hostname", record.get("host")),
-            ("DCGM_FI_DRIVER_VERSION", gpu.get("driver_version")),
-            ("GPU_I_ID", gpu.get("gpu_instance_id") if mig else None), ("GPU_I_PROFILE", profile)]
-
-
-def _mib(value: Any) -> Any:
-    return None if _num(value) is None else int(value) // _MIB
-
-
-def _scaled(value: Any, scale: float) -> Any:
-    return None if _num(value) is None else value * scale
-
-
-def _dcgm_values(gpu: Dict[str, Any]) -> List[Tuple[str, Any]]:
-    """(series, value) of one GPU record in dcgm-exporter's units; None: no sample."""
-    def at(obj: Any, key: str) -> Any:
-        return obj.get(key) if isinstance(obj, dict) else None
-
-    total: Any = gpu.get("memory_total_bytes")
-    used: Any = gpu.get("memory_used_bytes")
-    reserved: Any = gpu.get("memory_reserved_bytes")
-    free = None
-    if all(_num(v) is not None for v in (total, used)):
-        free = (total - used - (reserved if _num(reserved) is not None else 0)) // _MIB
-    xids, last = gpu.get("xid_errors_total"), gpu.get("last_xid")
-    reasons = gpu.get("clocks_event_reasons")
-    mask = None
-    if isinstance(reasons, list):
-        mask = 0
-        for r in reasons:
-            mask |= _REASON_BITS.get(r, 0) if isinstance(r, str) else 0
-    nvlink = None
-    tx: Any = gpu.get("nvlink_tx_bytes_total")
-    rx: Any = gpu.get("nvlink_rx_bytes_total")
-    if _num(tx) is not None and _num(rx) is not None:
-        nvlink = tx + rx
-    viol, ecc, pages, rows, gpm = (gpu.get("violation_seconds_total"), gpu.get("ecc_errors_total"),
-                                   gpu.get("retired_pages"), gpu.get("remapped_rows"), gpu.get("gpm"))
-    pending = at(pages, "pending")
-    pcie_tx = gpu.get("pcie_tx_bytes_per_second")
-    pcie_rx = gpu.get("pcie_rx_bytes_per_second")
-    return [
-        ("DCGM_FI_DEV_SM_CLOCK", gpu.get("sm_clock_mhz")),
-        ("DCGM_FI_DEV_MEM_CLOCK", gpu.get("memory_clock_mhz")),
-        ("DCGM_FI_DEV_MEMORY_TEMP", gpu.get("memory_temperature_celsius")),
-        ("DCGM_FI_DEV_GPU_TEMP", gpu.get("temperature_celsius")),
-        ("DCGM_FI_DEV_POWER_USAGE", gpu.get("power_watts")),
-        ("DCGM_FI_DEV_POWER_MGMT_LIMIT", gpu.get("power_limit_watts")),
-        ("DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", _scaled(gpu.get("energy_joules_total"), 1000)),
-        ("DCGM_FI_DEV_PCIE_REPLAY_COUNTER", gpu.get("pcie_replays_total")),
-        ("DCGM_FI_DEV_GPU_UTIL", gpu.get("utilization_percent")),
-        ("DCGM_FI_DEV_MEM_COPY_UTIL", gpu.get("memory_utilization_percent")),
-        ("DCGM_FI_DEV_ENC_UTIL", gpu.get("encoder_utilization_percent")),
-        ("DCGM_FI_DEV_DEC_UTIL", gpu.get("decoder_utilization_percent")),
-        ("DCGM_FI_DEV_XID_ERRORS", 0 if xids == 0 else (last if _num(xids) is not None else None)),
-        ("DCGM_FI_DEV_POWER_VIOLATION", _scaled(at(viol, "power"), 1e6)),
-        ("DCGM_FI_DEV_THERMAL_VIOLATION", _scaled(at(viol, "thermal"), 1e6)),
-        ("DCGM_FI_DEV_CLOCKS_EVENT_REASONS", mask),
-        ("DCGM_FI_DEV_FB_FREE", free),
-        ("DCGM_FI_DEV_FB_USED", _mib(used)),
-        ("DCGM_FI_DEV_FB_RESERVED", _mib(reserved)),
-        ("DCGM_FI_DEV_ECC_SBE_VOL_TOTAL", at(ecc, "corrected")),
-        ("DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", at(ecc, "uncorrected")),
-        ("DCGM_FI_DEV_RETIRED_SBE", at(pages, "single_bit")),
-        ("DCGM_FI_DEV_RETIRED_DBE", at(pages, "double_bit")),
-        ("DCGM_FI_DEV_RETIRED_PENDING", None if not isinstance(pending, bool) else int(pending)),
-        ("DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL", nvlink),
-        ("DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS", at(rows, "uncorrectable")),
-        ("DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS", at(rows, "correctable")),
-        ("DCGM_FI_DEV_ROW_REMAP_FAILURE", at(rows, "failure")),
-        ("DCGM_FI_DEV_ROW_REMAP_PENDING", at(rows, "pending")),
-        ("DCGM_FI_PROF_GR_ENGINE_ACTIVE", _scaled(at(gpm, "graphics_activity_percent"), 0.01)),
-        ("DCGM_FI_PROF_SM_ACTIVE", _scaled(at(gpm, "sm_activity_percent"), 0.01)),
-        ("DCGM_FI_PROF_SM_OCCUPANCY", _scaled(at(gpm, "sm_occupancy_percent"), 0.01)),
-        ("DCGM_FI_PROF_PIPE_TENSOR_ACTIVE", _scaled(at(gpm, "tensor_activity_percent"), 0.01)),
-        ("DCGM_FI_PROF_DRAM_ACTIVE", _scaled(at(gpm, "dram_bandwidth_percent"), 0.01)),
-        ("DCGM_FI_PROF_PCIE_TX_BYTES", pcie_tx if _num(pcie_tx) is not None else at(gpm, "pcie_tx_bytes_per_second")),
-        ("DCGM_FI_PROF_PCIE_RX_BYTES", pcie_rx if _num(pcie_rx) is not None else at(gpm, "pcie_rx_bytes_per_second")),
-        ("DCGM_FI_PROF_NVLINK_TX_BYTES", at(gpm, "nvlink_tx_bytes_per_second")),
-        ("DCGM_FI_PROF_NVLINK_RX_BYTES", at(gpm, "nvlink_rx_bytes_per_second")),
-    ]
 
 
 def _self_samples(self_metrics: Dict[str, Any], records: List[Dict[str, Any]], out: List[List[bytes]]) -> None:
@@ -930,7 +584,7 @@ def render(records: List[Dict[str, Any]], fmt: str = TEXT, self_metrics: Optiona
     parts: List[bytes] = []
     for family, pieces in zip(FAMILIES, out):
         if pieces:
-            parts.append(family.header(fmt).encode())
+            parts.append(header(family, fmt).encode())
             parts += pieces
     if fmt == OPENMETRICS:
         parts.append(b"# EOF\n")
