@@ -7,11 +7,15 @@ from __future__ import annotations
 
 import copy
 import os
+import re
 import shutil
 import subprocess
 
 import pytest
 
+from fieldtable import example
+
+from cgstat import fields
 from cgstat.outputs import prometheus as prom
 
 parser = pytest.importorskip("prometheus_client.parser")
@@ -198,13 +202,24 @@ def test_promtool_check_metrics_is_clean(tmp_path):
     rec["gpu"] = GPU_OBJ
     pod = copy.deepcopy(RECORD)
     pod.update(type="pod", cgroup="/kubepods.slice/pod", container=None)
-    data = prom.render([rec, pod, GPU_RECORD], prom.TEXT, {"version": "t", "ticks_total": 1,
+    full = example(fields.GPU_RECORD)  # every GPU field set: every DCGM_FI_* series has a sample
+    data = prom.render([rec, pod, GPU_RECORD, full], prom.TEXT, {"version": "t", "ticks_total": 1,
                                                             "tick_duration_seconds": 0.1,
                                                             "render_duration_seconds": 0.01,
                                                             "last_tick_timestamp_seconds": 1.0})
     proc = subprocess.run([PROMTOOL, "check", "metrics"], input=data, capture_output=True, timeout=60)
+    # The lint promtool has is about dcgm-exporter's own names, kept as they are (its
+    # dashboards and alerts use them): its label modelName is camelCase, and one of its series
+    # is named ..._COUNTER. Each DCGM_FI_* family says so, and nothing else does.
+    problems = (proc.stdout + proc.stderr).decode().splitlines()
+    dcgm = [p for p in problems if re.fullmatch(r"DCGM_FI_\w+ label names should be written in 'snake_case' "
+                                                r"not 'camelCase'", p)
+            or p == "DCGM_FI_DEV_PCIE_REPLAY_COUNTER metric name should not include type 'counter'"]
+    assert proc.returncode == (3 if dcgm else 0) and problems == dcgm, problems
+    assert len({p.split()[0] for p in dcgm}) == len(fields.DCGM_SERIES)
+    rest = b"".join(line + b"\n" for line in data.splitlines() if b"DCGM_FI_" not in line)
+    proc = subprocess.run([PROMTOOL, "check", "metrics"], input=rest, capture_output=True, timeout=60)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert proc.stdout.strip() == b"" or b"SUCCESS" in proc.stdout, proc.stdout
 
 
 def test_real_records_parse(tmp_path):

@@ -231,6 +231,8 @@ def build_gpu(device: GpuDevice, processes: Iterable[Attributed], host: HostInfo
             "remapped_rows": None if h.remapped_rows is None else dict(zip(_REMAPPED, h.remapped_rows)),
             "retired_pages": None if h.retired_pages is None else dict(zip(_RETIRED, h.retired_pages)),
             "xid_errors_total": h.xid_errors_total, "last_xid": h.last_xid,
+            "recent_xids": [] if snapshot is None or device.parent_uuid is not None else
+            [x.code for x in snapshot.xids if x.gpu_index == device.index],
             "compute_mode": h.compute_mode, "persistence_mode": h.persistence_mode,
             "pci_bus_id": h.pci_bus_id, "serial": h.serial, "minor_number": h.minor_number,
             "driver_version": None if snapshot is None else snapshot.driver_version,
