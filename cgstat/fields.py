@@ -390,7 +390,8 @@ GPU_RECORD: Tuple[Field, ...] = (
 # -- the event record (cgstat/event.schema.json) -----------------------------------------------
 
 EVENT_KINDS = ("oom_kill", "memory_near_limit", "memory_growth", "cpu_throttled", "gpu_idle_cpu_bound",
-               "gpu_process_outside_container")
+               "gpu_process_outside_container", "gpu_xid", "gpu_throttled", "gpu_ecc_uncorrected",
+               "gpu_row_remap_pending", "gpu_row_remap_failure")
 
 EVENT: Tuple[Field, ...] = (
     _f("schema", "const", const=1),

@@ -112,6 +112,10 @@ class Scenario:
         return self._add("sample", dict(gpu=gpu, pid=pid, sm=sm, mem=mem, enc=enc, dec=dec, jpg=jpg,
                                         ofa=ofa, ts=ts))
 
+    def xid(self, gpu: int, code: int, id: Optional[int] = None) -> "Scenario":
+        """An XID the event set delivers once (ids default to the order of xid lines)."""
+        return self._add("xid", dict(gpu=gpu, code=code, id=id))
+
     def text(self) -> str:
         return "\n".join(self.lines) + "\n"
 

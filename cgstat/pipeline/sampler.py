@@ -94,6 +94,7 @@ class Sampler:
         # made on the first reading with a driver (they import the GPU record modules)
         self._gpu_reader: Optional[GpuReader] = None
         self._energy: Optional[EnergyModel] = None
+        self._unsaid_xids: Tuple[Any, ...] = ()  # XIDs read by a tick that made no records (a warm-up)
         # Network namespaces are read through member processes' /proc/<pid>/ns/net: only on
         # the live kernel (a recording has no namespaces to open).
         self._netns: Optional[NetnsReader] = None
@@ -184,6 +185,11 @@ class Sampler:
             self._gpu_reader = GpuReader(gateway)
             self._energy = EnergyModel()
         snapshot = self._gpu_reader.read()  # asks available() again: the same answer within a tick
+        if self._unsaid_xids:
+            from dataclasses import replace
+
+            snapshot = replace(snapshot, xids=self._unsaid_xids + snapshot.xids)
+            self._unsaid_xids = ()
         if not snapshot.available:
             self.warner.once(f"gpu-off:{snapshot.reason}", f"GPU metrics off: {snapshot.reason}")
             return None, (), now
@@ -199,6 +205,7 @@ class Sampler:
         """The counters of a warm-up sample: what the next tick's rates start from."""
         if tick.gpu is not None:
             self._gpu_read_s = tick.gpu_time_s
+            self._unsaid_xids = tick.gpu.xids  # no record said them: the next tick's will
         return {sample.path: counters(sample, self._net_sample(tick, sample.path)) for sample, _ in tick.samples}
 
     @staticmethod
