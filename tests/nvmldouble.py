@@ -160,7 +160,9 @@ def run_reads(folder, steps: List[Dict[str, Any]], variant: Optional[str] = "ful
              "advance": seconds added to the fake monotonic clock before this read}]
     gateway: Gateway keyword arguments (reinit_backoff_s, retry_s).
     distribution_version: what the installed nvidia-ml-py claims to be (default: the real one).
-    Returns {"snapshots": [asdict(GpuSnapshot)...], "warnings": [...], "inits": n,
+    Each step also runs the energy model (gpu/energy.py) on the fake clock.
+    Returns {"snapshots": [asdict(GpuSnapshot)...], "energy": [{"processes": {"UUID/pid":
+             [watts, joules]}, "idle": {UUID: [watts, observed]}}...], "warnings": [...], "inits": n,
              "symbols": {...}, "pynvml_on_import": bool}.
     """
     folder = str(folder)
@@ -191,6 +193,7 @@ def _main(plan_path: str) -> None:
     on_import = "pynvml" in sys.modules
     from cgstat.gpu import nvml
     from cgstat.gpu.nvml import Gateway
+    from cgstat.gpu.energy import EnergyModel
     from cgstat.gpu.sample import GpuReader
 
     with open(plan_path) as f:
@@ -202,13 +205,20 @@ def _main(plan_path: str) -> None:
     gw = Gateway(warn=lambda key, message: warnings.append(message), clock=lambda: now[0],
                  **plan["gateway"])
     reader = GpuReader(gw, clock=lambda: now[0])
+    model = EnergyModel()
     snapshots = []
+    energy = []
     for step in plan["steps"]:
         if step["scenario"] is not None:
             write_scenario(plan["scenario_path"], step["scenario"])
         now[0] += step["advance"]
-        snapshots.append(dataclasses.asdict(reader.read()))
-    json.dump({"snapshots": snapshots, "warnings": warnings, "inits": gw.inits,
+        snapshot = reader.read()
+        snapshots.append(dataclasses.asdict(snapshot))
+        shares = model.update(snapshot, now[0]) if snapshot.available else {}
+        energy.append({"processes": {"%s/%d" % key: list(share) for key, share in shares.items()},
+                       "idle": {d.uuid: list(model.idle(d.uuid)) for d in snapshot.devices
+                                if d.parent_uuid is None}})
+    json.dump({"snapshots": snapshots, "energy": energy, "warnings": warnings, "inits": gw.inits,
                "symbols": {"processes": gw.process_symbols, "utilization": gw.utilization_symbol,
                            "memory_v2": gw.memory_v2, "driver": gw.driver_version},
                "newer": {"reasons": gw.reasons_symbol, "mps": gw.mps_symbol, "gpm": gw.gpm,
