@@ -492,8 +492,9 @@ GPU_LABELS = ("gpu", "uuid")
 _BLKIO_LABELS = ("device", "major", "minor", "operation")
 _PROCESS_LABELS = ("gpu", "uuid", "pid", "process", "type")
 # dcgm-exporter's labels (MIG devices: GPU_I_ID, GPU_I_PROFILE), so that its dashboards and
-# alerts run unchanged; modelName is camelCase there, and kept so
-DCGM_LABELS = ("gpu", "UUID", "pci_bus_id", "device", "modelName", "Hostname", "DCGM_FI_DRIVER_VERSION",
+# alerts run unchanged; modelName is camelCase there, and kept so. `uuid` repeats UUID: older
+# dcgm-exporter releases spelt it so, and NVIDIA's dashboard still groups by it.
+DCGM_LABELS = ("gpu", "UUID", "uuid", "pci_bus_id", "device", "modelName", "Hostname", "DCGM_FI_DRIVER_VERSION",
                "GPU_I_ID", "GPU_I_PROFILE")
 
 _NET_FAMILIES = (
@@ -589,6 +590,7 @@ DCGM_SERIES: Tuple[Tuple[str, str, str], ...] = (
     ("DCGM_FI_PROF_NVLINK_RX_BYTES", "The rate of data received over NVLink (in bytes/s, GPM).",
      "gpu.gpm.nvlink_rx_bytes_per_second"),
 )
+DCGM_NAMES = tuple(name for name, _, _ in DCGM_SERIES)
 
 FAMILIES: Tuple[Family, ...] = (
     # the exporter's own health (no timestamps: they describe now)

@@ -559,8 +559,8 @@ def _dcgm_labels(record: Dict[str, Any], gpu: Dict[str, Any]) -> List[Tuple[str,
     if mig and isinstance(name, str) and " MIG " in name:
         name, profile = name.split(" MIG ", 1)
     minor = gpu.get("minor_number")
-    return [("gpu", "" if index is None else str(index)),
-            ("UUID", gpu.get("parent_uuid") if mig else gpu.get("uuid")),
+    uuid = gpu.get("parent_uuid") if mig else gpu.get("uuid")
+    return [("gpu", "" if index is None else str(index)), ("UUID", uuid), ("uuid", uuid),
             ("pci_bus_id", gpu.get("pci_bus_id")),
             ("device", None if not isinstance(minor, int) or isinstance(minor, bool) else "nvidia%d" % minor),
             ("modelName", name), ("Hostname", record.get("host")),
