@@ -213,7 +213,9 @@ def _main(plan_path: str) -> None:
             write_scenario(plan["scenario_path"], step["scenario"])
         now[0] += step["advance"]
         snapshot = reader.read()
-        snapshots.append(dataclasses.asdict(snapshot))
+        as_dict = dataclasses.asdict(snapshot)
+        as_dict["processes"] = [p._asdict() for p in snapshot.processes]  # NamedTuples
+        snapshots.append(as_dict)
         shares = model.update(snapshot, now[0]) if snapshot.available else {}
         energy.append({"processes": {"%s/%d" % key: list(share) for key, share in shares.items()},
                        "idle": {d.uuid: list(model.idle(d.uuid)) for d in snapshot.devices

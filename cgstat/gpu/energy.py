@@ -20,7 +20,7 @@ processes exits; a record sums its whole subtree, as the other GPU figures do.
 
 from __future__ import annotations
 
-from typing import Dict, Iterable, List, NamedTuple, Optional, Tuple
+from typing import Dict, Iterable, List, NamedTuple, Optional, Sequence, Tuple
 
 from cgstat.gpu.sample import GpuProcess, GpuSnapshot
 
@@ -61,33 +61,37 @@ class EnergyModel:
 
     def update(self, snapshot: GpuSnapshot, now: float) -> Dict[Tuple[Optional[str], int], Share]:
         """Each process's power and energy after this reading (key: device UUID, pid)."""
-        dt = None if self._last is None or now <= self._last else now - self._last
+        dt = 0.0 if self._last is None or now <= self._last else now - self._last
         self._last = now
         by_gpu: Dict[int, List[GpuProcess]] = {}
         for p in snapshot.processes:
-            by_gpu.setdefault(p.gpu_index, []).append(p)
+            mine = by_gpu.get(p.gpu_index)
+            if mine is None:
+                mine = by_gpu[p.gpu_index] = []
+            mine.append(p)
         out: Dict[Tuple[Optional[str], int], Share] = {}
         energy: Dict[Tuple[Optional[str], int], float] = {}
         added: Dict[Tuple[Optional[str], int], float] = {}
+        before = self._energy
+        new = tuple.__new__
         for device in snapshot.devices:
             if device.parent_uuid is not None:
                 continue  # MIG devices have no power reading: their GPU's is split below
-            procs = by_gpu.get(device.index, [])
+            procs = by_gpu.get(device.index, ())
             watts = self._split(device.uuid, device.power_watts, procs)
             for p in procs:
                 key = (p.gpu_uuid, p.pid)
                 w = watts.get(p.pid)
-                before = self._energy.get(key)
-                if w is None:
-                    total = before
-                elif before is None:
-                    total = 0.0  # first seen: its energy starts now
-                else:
-                    added[key] = w * (dt or 0.0)
-                    total = before + added[key]
+                total = before.get(key)
+                if w is not None:
+                    if total is None:
+                        total = 0.0  # first seen: its energy starts now
+                    else:
+                        joules = added[key] = w * dt
+                        total += joules
                 if total is not None:
                     energy[key] = total
-                out[key] = Share(w, total)
+                out[key] = new(Share, (w, total))
         self._energy = energy  # processes gone are forgotten (their cgroup keeps their share)
         self._added = added
         return out
@@ -113,7 +117,8 @@ class EnergyModel:
                 out[ancestor] = out.get(ancestor, 0.0) + joules
         return out
 
-    def _split(self, uuid: Optional[str], power: Optional[float], procs: List[GpuProcess]) -> Dict[int, Optional[float]]:
+    def _split(self, uuid: Optional[str], power: Optional[float],
+               procs: Sequence[GpuProcess]) -> Dict[int, Optional[float]]:
         if power is None or uuid is None:
             return {p.pid: None for p in procs}
         floor = self._floor.get(uuid)

@@ -157,6 +157,7 @@ class HealthReader:
     def read(self, gpu: Gpu, handle: Any, errors: List[Problem]) -> DeviceHealth:
         gw = self.gateway
         read = gw.read
+        dev = gpu.address  # names the device in the gateway's memory of what is unsupported
         kept = self._state(gpu)
         now = self.clock()
         mine: List[Problem] = []
@@ -169,24 +170,24 @@ class HealthReader:
             kept.slow_due = now + self.slow_s
         mine.extend(kept.slow_errors)
 
-        sm = read("nvmlDeviceGetClockInfo", mine, handle, 1)
-        mem = read("nvmlDeviceGetClockInfo", mine, handle, 2)
+        sm = read("nvmlDeviceGetClockInfo", mine, handle, 1, device=dev)
+        mem = read("nvmlDeviceGetClockInfo", mine, handle, 2, device=dev)
         reasons = None
         if gw.reasons_symbol is None:
             mine.append(Problem("nvmlDeviceGetCurrentClocksEventReasons", "unsupported",
                                 "NVML has neither clock-event nor clock-throttle reasons"))
         else:
-            mask = read(gw.reasons_symbol, mine, handle)
+            mask = read(gw.reasons_symbol, mine, handle, device=dev)
             reasons = None if mask is None else tuple(name for bit, name in REASONS if mask & bit)
-        power_v = read("nvmlDeviceGetViolationStatus", mine, handle, 0)
-        thermal_v = read("nvmlDeviceGetViolationStatus", mine, handle, 1)
-        energy = read("nvmlDeviceGetTotalEnergyConsumption", mine, handle)
-        enc = read("nvmlDeviceGetEncoderUtilization", mine, handle)
-        dec = read("nvmlDeviceGetDecoderUtilization", mine, handle)
-        ecc_cor = read("nvmlDeviceGetTotalEccErrors", mine, handle, 0, 0)  # corrected, volatile
-        ecc_unc = read("nvmlDeviceGetTotalEccErrors", mine, handle, 1, 0)  # uncorrected, volatile
-        replays = read("nvmlDeviceGetPcieReplayCounter", mine, handle)
-        fields = self._fields(handle, mine)
+        power_v = read("nvmlDeviceGetViolationStatus", mine, handle, 0, device=dev)
+        thermal_v = read("nvmlDeviceGetViolationStatus", mine, handle, 1, device=dev)
+        energy = read("nvmlDeviceGetTotalEnergyConsumption", mine, handle, device=dev)
+        enc = read("nvmlDeviceGetEncoderUtilization", mine, handle, device=dev)
+        dec = read("nvmlDeviceGetDecoderUtilization", mine, handle, device=dev)
+        ecc_cor = read("nvmlDeviceGetTotalEccErrors", mine, handle, 0, 0, device=dev)  # corrected, volatile
+        ecc_unc = read("nvmlDeviceGetTotalEccErrors", mine, handle, 1, 0, device=dev)  # uncorrected, volatile
+        replays = read("nvmlDeviceGetPcieReplayCounter", mine, handle, device=dev)
+        fields = self._fields(handle, mine, dev)
         tx_rate, rx_rate = self._pcie_rate(kept, fields, now)
         if kept.pcie_counters is False:
             tx_rate, rx_rate = kept.slow.get("pcie_tx"), kept.slow.get("pcie_rx")
@@ -200,8 +201,8 @@ class HealthReader:
             sm_clock_mhz=sm, memory_clock_mhz=mem,
             sm_clock_max_mhz=fixed.get("sm_max"), memory_clock_max_mhz=fixed.get("mem_max"),
             clocks_event_reasons=reasons,
-            violation_power_seconds_total=None if power_v is None else power_v.violationTime / 1e9,
-            violation_thermal_seconds_total=None if thermal_v is None else thermal_v.violationTime / 1e9,
+            violation_power_seconds_total=None if power_v is None else power_v[1] / 1e9,
+            violation_thermal_seconds_total=None if thermal_v is None else thermal_v[1] / 1e9,
             energy_joules_total=None if energy is None else energy / 1000.0,
             power_limit_watts=slow.get("power_limit"),
             memory_temperature_celsius=fields.get(_MEMORY_TEMP),
@@ -259,8 +260,8 @@ class HealthReader:
 
     # ---- per tick --------------------------------------------------------------------
 
-    def _fields(self, handle: Any, errors: List[Problem]) -> Dict[int, Optional[int]]:
-        values = self.gateway.field_values(handle, _FIELDS, errors)
+    def _fields(self, handle: Any, errors: List[Problem], device: Any) -> Dict[int, Optional[int]]:
+        values = self.gateway.field_values(handle, _FIELDS, errors, device)
         if values is None:
             return {}
         out: Dict[int, Optional[int]] = {}

@@ -16,16 +16,17 @@ partial sum would understate.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
-from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Tuple
+from dataclasses import dataclass
+from typing import Any, Callable, Dict, Iterable, List, Mapping, NamedTuple, Optional, Tuple
 
 from cgstat.gpu.energy import ancestors
 from cgstat.gpu.sample import GpuProcess
 from cgstat.kernel.procs import Owner
 
 
-@dataclass(frozen=True)
-class Attributed:
+class Attributed(NamedTuple):
+    """A GPU process and who it is (a NamedTuple: one per GPU process per tick)."""
+
     process: GpuProcess
     owner: Owner
     power_watts: Optional[float] = None  # its share of the GPU's active power (gpu/energy.py)
@@ -41,12 +42,13 @@ def attribute(processes: Iterable[GpuProcess], owner_of: Callable[[int], Owner],
     """Who each GPU process is, with its power and energy; the MPS server (a compute process
     named nvidia-cuda-mps-server) is typed "mps_server"."""
     out = []
+    new = tuple.__new__
+    none = (None, None)
     for p in processes:
         owner = owner_of(p.pid)
         if p.type == "compute" and owner.name == MPS_SERVER_COMM:
-            p = replace(p, type="mps_server")
-        share = shares.get((p.gpu_uuid, p.pid))
-        out.append(Attributed(p, owner, *(share or (None, None))))
+            p = p._replace(type="mps_server")
+        out.append(new(Attributed, (p, owner) + (shares.get((p.gpu_uuid, p.pid)) or none)))
     return tuple(out)
 
 

@@ -42,6 +42,7 @@ timestamps; both can be replaced in tests.
 from __future__ import annotations
 
 import ctypes
+import struct
 import time
 from typing import Any, Callable, Dict, List, Optional, Tuple, Type
 
@@ -92,9 +93,62 @@ _MPS = ("nvmlDeviceGetMPSComputeRunningProcesses_v3", "nvmlDeviceGetMPSComputeRu
 _GPM = "nvmlGpmQueryDeviceSupport"
 
 
-class _ProcessInfoV1(ctypes.Structure):
-    """nvmlProcessInfo_v1_t, the 16-byte struct of the unversioned process-list calls."""
-    _fields_ = [("pid", ctypes.c_uint), ("usedGpuMemory", ctypes.c_ulonglong)]
+# The driver's structs, read as bytes (native order: the driver's own)
+_PROCESS_V1 = struct.Struct("=I4xQ")  # nvmlProcessInfo_v1_t: pid, usedGpuMemory (16 bytes)
+_PROCESS_V2 = struct.Struct("=I4xQII")  # _v2/_v3: and gpuInstanceId, computeInstanceId (24 bytes)
+_SAMPLE_V1 = struct.Struct("=I4xQIIII")  # nvmlProcessUtilizationSample_t: pid, timeStamp, sm, mem, enc, dec (32)
+_SAMPLE_INFO = struct.Struct("=QIIIIIII4x")  # nvmlProcessUtilizationInfo_v1_t: timeStamp, pid, sm, mem, enc,
+#                                               dec, jpg, ofa (40)
+_UTIL_INFO_VERSION = 0x01000018  # nvmlProcessesUtilizationInfo_v1
+
+
+# The calls made every tick that read() makes directly: their outputs after the arguments
+# ("I" unsigned int, "Q" unsigned long long, "violation" an nvmlViolationTime_t).
+_NATIVE: Dict[str, Any] = {
+    "nvmlDeviceGetClockInfo": "I", "nvmlDeviceGetCurrentClocksEventReasons": "Q",
+    "nvmlDeviceGetCurrentClocksThrottleReasons": "Q", "nvmlDeviceGetViolationStatus": "violation",
+    "nvmlDeviceGetTotalEnergyConsumption": "Q", "nvmlDeviceGetEncoderUtilization": "II",
+    "nvmlDeviceGetDecoderUtilization": "II", "nvmlDeviceGetTotalEccErrors": "Q",
+    "nvmlDeviceGetPcieReplayCounter": "I", "nvmlDeviceGetFieldValues": "fields",
+}
+_FIELD_VALUE = struct.Struct("=IIqqIiQ")  # nvmlFieldValue_t: fieldId, scopeId, timestamp, latencyUsec,
+#                                           valueType, nvmlReturn, value (40 bytes)
+_GPM_METRICS_GET_VERSION = 1
+
+
+def _field_values_call(fn: Any, error: Any) -> Callable[..., List[Tuple[int, Optional[int]]]]:
+    """nvmlDeviceGetFieldValues with the nvmlFieldValue_t array read as bytes (unsigned values)."""
+    size = _FIELD_VALUE.size
+    made: Dict[Tuple[Tuple[int, int], ...], Any] = {}
+
+    def call(handle: Any, fields: Tuple[Tuple[int, int], ...]) -> List[Tuple[int, Optional[int]]]:
+        template = made.get(fields)
+        if template is None:
+            template = made[fields] = b"".join(_FIELD_VALUE.pack(f, scope, 0, 0, 0, 0, 0) for f, scope in fields)
+        buf = ctypes.create_string_buffer(template, len(template))
+        ret = fn(handle, ctypes.c_int32(len(fields)), buf)
+        if ret:
+            raise error(ret)
+        return [(row[5], row[6] if row[5] == SUCCESS else None) for row in _FIELD_VALUE.iter_unpack(buf.raw)]
+    return call
+
+
+class _GpmMetric(ctypes.Structure):
+    """nvmlGpmMetric_t (40 bytes): metricId, nvmlReturn, value, metricInfo (three strings)."""
+    _fields_ = [("metricId", ctypes.c_uint), ("nvmlReturn", ctypes.c_int), ("value", ctypes.c_double),
+                ("shortName", ctypes.c_char_p), ("longName", ctypes.c_char_p), ("unit", ctypes.c_char_p)]
+
+
+class _GpmMetricsGet(ctypes.Structure):
+    """nvmlGpmMetricsGet_t: version, numMetrics, sample1, sample2, metrics[NVML_GPM_METRIC_MAX]."""
+    _fields_ = [("version", ctypes.c_uint), ("numMetrics", ctypes.c_uint), ("sample1", ctypes.c_void_p),
+                ("sample2", ctypes.c_void_p), ("metrics", _GpmMetric * 477)]
+
+
+class _UtilizationInfo(ctypes.Structure):
+    """nvmlProcessesUtilizationInfo_v1_t (24 bytes)."""
+    _fields_ = [("version", ctypes.c_uint), ("processSamplesCount", ctypes.c_uint),
+                ("lastSeenTimeStamp", ctypes.c_ulonglong), ("procUtilArray", ctypes.c_void_p)]
 
 
 def release_problem(version: Optional[str], process_struct_bytes: Optional[int] = None) -> Optional[str]:
@@ -169,9 +223,12 @@ class Gateway:
         self._missing_said: set = set()
         self._last_seen: Dict[str, int] = {}  # device uuid -> newest sample timestamp (µs)
         self._process_fns: Dict[str, Optional[Callable[[Any], List[Tuple[int, Optional[int]]]]]] = {}
+        self._sampler: Callable[[Any, int], List[Tuple[int, ...]]] = _no_sampler
         self._unsupported: Dict[Tuple[Any, ...], Problem] = {}  # (handle address, source, args) -> its problem
         self._events: Any = None  # the NVML event set XIDs arrive on
         self._gpm_samples: Dict[Any, List[Any]] = {}  # key -> [previous sample, spare sample]
+        self._gpm_get: Any = None  # one nvmlGpmMetricsGet_t, reused
+        self._natives: Dict[str, Callable[..., Any]] = {}  # source -> the call read() makes
 
     # ---- life cycle -----------------------------------------------------------------
 
@@ -268,6 +325,7 @@ class Gateway:
         self._ready = False
         self._gpus = []
         self._unsupported = {}
+        self._natives = {}
         nv = self._nv
         for samples in self._gpm_samples.values():
             for sample in samples:
@@ -300,6 +358,7 @@ class Gateway:
             self.utilization_symbol = _UTIL_OLD if self._has(_UTIL_OLD) else None
             if self.utilization_symbol is None:
                 self._say_missing(_UTIL_OLD, "no per-process utilization")
+        self._sampler = self._utilization_reader(self.utilization_symbol)
         self.memory_v2 = self._has(_MEMORY_V2)
         if not self.memory_v2:
             self._say_missing(_MEMORY_V2, "memory used includes reserved memory and reserved is unknown")
@@ -353,30 +412,77 @@ class Gateway:
             errors.append(Problem(source, _error_name(code), f"NVML error {code}: {text}"))
         return None, code
 
-    def read(self, source: str, errors: List[Problem], handle: Any, *args: Any) -> Any:
+    def read(self, source: str, errors: List[Problem], handle: Any, *args: Any, device: Any = None) -> Any:
         """pynvml's `source`(handle, *args): its value, or None. NOT_SUPPORTED adds an
         "unsupported" problem, remembered per device until the next initialisation (the call
-        is not made again); other errors are problems as in every call."""
-        key = (ctypes.cast(handle, ctypes.c_void_p).value, source, args)
+        is not made again); other errors are problems as in every call. `device`: what
+        names the device in that memory (default: the handle's address).
+
+        The calls made every tick (_NATIVE) skip pynvml's wrappers: their C symbol is called
+        with output variables made once, which is several times cheaper per call."""
+        if device is None:
+            device = ctypes.cast(handle, ctypes.c_void_p).value
+        key = (device, source, args)
         known = self._unsupported.get(key)
         if known is not None:
             errors.append(known)
             return None
-        value, code = self._call(source, errors, getattr(self._nv, source), handle, *args)
+        fn = self._natives.get(source)
+        if fn is None:
+            fn = self._natives[source] = self._native(source)
+        value, code = self._call(source, errors, fn, handle, *args)
         if value is None and code in (NOT_SUPPORTED, FUNCTION_NOT_FOUND):
             problem = Problem(source, "unsupported", "NVML: not supported on this GPU or driver")
             self._unsupported[key] = problem
             errors.append(problem)
         return value
 
-    def field_values(self, handle: Any, fields: Tuple[Tuple[int, int], ...],
-                     errors: List[Problem]) -> Optional[List[Tuple[int, Optional[int]]]]:
+    def field_values(self, handle: Any, fields: Tuple[Tuple[int, int], ...], errors: List[Problem],
+                     device: Any = None) -> Optional[List[Tuple[int, Optional[int]]]]:
         """One nvmlDeviceGetFieldValues call for (field id, scope id) pairs: (its NVML return
         code, the unsigned value or None) per field, in order; None when the call failed."""
-        values = self.read("nvmlDeviceGetFieldValues", errors, handle, fields)
-        if values is None:
-            return None
-        return [(v.nvmlReturn, v.value.ullVal if v.nvmlReturn == SUCCESS else None) for v in values]
+        return self.read("nvmlDeviceGetFieldValues", errors, handle, fields, device=device)
+
+    def _native(self, source: str) -> Callable[..., Any]:
+        """A direct call of `source` where _NATIVE describes its outputs, else pynvml's wrapper."""
+        nv = self._nv
+        outputs = _NATIVE.get(source)
+        if outputs is None:
+            return getattr(nv, source)
+        try:
+            fn = nv._nvmlGetFunctionPointer(source)
+        except self._errors:
+            return getattr(nv, source)  # missing: its wrapper raises FunctionNotFound, said as unsupported
+        error = nv.NVMLError
+        if source == "nvmlDeviceGetFieldValues":
+            return _field_values_call(fn, error)
+        if outputs == "violation":
+            pair = (ctypes.c_ulonglong * 2)()  # nvmlViolationTime_t {referenceTime, violationTime}
+
+            def violation(handle: Any, *args: Any) -> Tuple[int, int]:
+                ret = fn(handle, *args, pair)
+                if ret:
+                    raise error(ret)
+                return pair[0], pair[1]
+            return violation
+        outs = [ctypes.c_ulonglong() if kind == "Q" else ctypes.c_uint() for kind in outputs]
+        refs = [ctypes.byref(o) for o in outs]
+        if len(outs) == 1:
+            out, ref = outs[0], refs[0]
+
+            def one(handle: Any, *args: Any) -> int:
+                ret = fn(handle, *args, ref)
+                if ret:
+                    raise error(ret)
+                return out.value
+            return one
+
+        def several(handle: Any, *args: Any) -> Tuple[int, ...]:
+            ret = fn(handle, *args, *refs)
+            if ret:
+                raise error(ret)
+            return tuple(o.value for o in outs)
+        return several
 
     def mps_processes(self, handle: Any, errors: List[Problem]) -> List[Tuple[int, Optional[int]]]:
         """(pid, used memory) of the MPS clients on the device ([] without MPS or the call)."""
@@ -469,18 +575,31 @@ class Gateway:
         samples[0], samples[1] = spare, previous  # the new sample is the next call's previous one
         if first:
             return None
-        get = nv.c_nvmlGpmMetricsGet_t()
-        get.version = nv.NVML_GPM_METRICS_GET_VERSION
+        get = self._gpm_get
+        if get is None:
+            get = self._gpm_get = _GpmMetricsGet()
+        get.version = _GPM_METRICS_GET_VERSION
         get.numMetrics = len(metric_ids)
-        get.sample1 = previous
-        get.sample2 = spare
+        get.sample1 = ctypes.cast(previous, ctypes.c_void_p)
+        get.sample2 = ctypes.cast(spare, ctypes.c_void_p)
+        metrics = get.metrics
         for i, metric in enumerate(metric_ids):
-            get.metrics[i].metricId = metric
-        done, _ = self._call("nvmlGpmMetricsGet", errors, nv.nvmlGpmMetricsGet, get)
+            metrics[i].metricId = metric
+        done, _ = self._call("nvmlGpmMetricsGet", errors, self._gpm_metrics_get, get)
         if done is None:
             return None
-        return {get.metrics[i].metricId: (get.metrics[i].value if get.metrics[i].nvmlReturn == SUCCESS else None)
-                for i in range(len(metric_ids))}
+        out: Dict[int, Optional[float]] = {}
+        for i in range(len(metric_ids)):
+            m = metrics[i]
+            out[m.metricId] = m.value if m.nvmlReturn == SUCCESS else None
+        return out
+
+    def _gpm_metrics_get(self, get: Any) -> Any:
+        fn = self._nv._nvmlGetFunctionPointer("nvmlGpmMetricsGet")
+        ret = fn(ctypes.byref(get))
+        if ret:
+            raise self._nv.NVMLError(ret)
+        return get
 
     # ---- per-device reads (errors: the device's problem list, appended to) ----------
 
@@ -571,38 +690,78 @@ class Gateway:
         last = self._last_seen.get(key)
         if last is None:
             last = int((self.wallclock() - 1.0) * 1e6)
-        fn = (self._nv.nvmlDeviceGetProcessesUtilizationInfo if symbol == _UTIL_NEW
-              else self._nv.nvmlDeviceGetProcessUtilization)
-        samples, code = self._call(symbol, errors, fn, handle, last)
+        samples, code = self._call(symbol, errors, self._sampler, handle, last)
         if samples is None:
             if code == NOT_FOUND:
                 self._last_seen[key] = last
                 return {}
             return None
-        newest: Dict[int, Any] = {}
+        newest: Dict[int, Tuple[int, int, int, int, int]] = {}  # pid -> (ts, sm, mem, enc, dec)
         top = last
-        for s in samples:
-            ts = s.timeStamp
+        for pid, ts, sm, mem, enc, dec in samples:
             if ts > top:
                 top = ts
-            old = newest.get(s.pid)
-            if old is None or ts > old.timeStamp:
-                newest[s.pid] = s
+            old = newest.get(pid)
+            if old is None or ts > old[0]:
+                newest[pid] = (ts, sm, mem, enc, dec)
         self._last_seen[key] = top
-        return {pid: (s.smUtil, s.memUtil, s.encUtil, s.decUtil) for pid, s in newest.items()}
+        return {pid: s[1:] for pid, s in newest.items()}
+
+    def _utilization_reader(self, symbol: Optional[str]) -> Callable[[Any, int], List[Tuple[int, ...]]]:
+        """The per-process utilization call for `symbol`, NVML's two-call protocol with the
+        samples read as bytes: [(pid, timeStamp, sm, mem, enc, dec)]; raises NVMLError
+        (NOT_FOUND: no sample newer than lastSeen)."""
+        if symbol is None:
+            return _no_sampler
+        nv = self._nv
+        fn = nv._nvmlGetFunctionPointer(symbol)
+        byref = ctypes.byref
+        if symbol == _UTIL_NEW:
+            size = _SAMPLE_INFO.size
+
+            def new(handle: Any, last: int) -> List[Tuple[int, ...]]:
+                info = _UtilizationInfo(_UTIL_INFO_VERSION, 0, last, None)
+                ret = fn(handle, byref(info))
+                if ret != INSUFFICIENT_SIZE:
+                    raise nv.NVMLError(ret)  # NOT_FOUND: idle; SUCCESS without a buffer: a broken driver
+                buf = ctypes.create_string_buffer(size * info.processSamplesCount)
+                info.procUtilArray = ctypes.addressof(buf)
+                ret = fn(handle, byref(info))
+                if ret != SUCCESS:
+                    raise nv.NVMLError(ret)
+                return [(pid, ts, sm, mem, enc, dec) for ts, pid, sm, mem, enc, dec, _, _
+                        in _SAMPLE_INFO.iter_unpack(buf.raw[:size * info.processSamplesCount])]
+            return new
+        size = _SAMPLE_V1.size
+
+        def old(handle: Any, last: int) -> List[Tuple[int, ...]]:
+            count = ctypes.c_uint(0)
+            stamp = ctypes.c_ulonglong(last)
+            ret = fn(handle, None, byref(count), stamp)
+            if ret != INSUFFICIENT_SIZE:
+                raise nv.NVMLError(ret)
+            buf = ctypes.create_string_buffer(size * count.value)
+            ret = fn(handle, buf, byref(count), stamp)
+            if ret != SUCCESS:
+                raise nv.NVMLError(ret)
+            return list(_SAMPLE_V1.iter_unpack(buf.raw[:size * count.value]))
+        return old
 
     # ---- process lists: the symbol chosen at initialisation ---------------------------
 
     def _process_lister(self, symbol: Optional[str]) -> Optional[Callable[[Any], List[Tuple[int, Optional[int]]]]]:
-        """The process-list call for `symbol`: pynvml's two-call protocol through its own
-        function-pointer getter and struct classes (24 bytes for _v2/_v3; pynvml has no
-        wrapper for the unversioned 16-byte struct), reading only pid and memory: 2-3x
-        cheaper than pynvml's wrappers, which build a Python object per process."""
+        """The process-list call for `symbol`: NVML's two-call protocol through pynvml's
+        function-pointer getter, the structs (24 bytes for _v2/_v3, 16 for the unversioned
+        call, which pynvml has no wrapper for) read as bytes, only pid and memory: several
+        times cheaper than pynvml's wrappers, which build a Python object per process."""
         if symbol is None:
             return None
         nv = self._nv
-        struct = (getattr(nv, "c_nvmlProcessInfo_v3_t", None) or nv.c_nvmlProcessInfo_t
-                  if symbol.endswith(("_v2", "_v3")) else _ProcessInfoV1)
+        # the driver's layouts (notes/nvml.md): pid @0, usedGpuMemory @8, and for _v2/_v3
+        # the MIG instance IDs @16 and @20; read as bytes (pynvml's struct classes convert
+        # every field they hand out, which cost ~1 ms a tick at 400 processes)
+        layout = _PROCESS_V2 if symbol.endswith(("_v2", "_v3")) else _PROCESS_V1
+        size = layout.size
         fn = nv._nvmlGetFunctionPointer(symbol)
         byref = ctypes.byref
 
@@ -614,13 +773,17 @@ class Gateway:
             if ret != INSUFFICIENT_SIZE:
                 raise nv.NVMLError(ret)
             count.value = count.value * 2 + 5  # room for processes started in between
-            buf = (struct * count.value)()
+            buf = ctypes.create_string_buffer(size * count.value)
             ret = fn(handle, byref(count), buf)
             if ret != SUCCESS:
                 raise nv.NVMLError(ret)
-            return [(p.pid, None if p.usedGpuMemory == _VALUE_NOT_AVAILABLE else p.usedGpuMemory)
-                    for p in buf[:count.value]]
+            return [(row[0], None if row[1] == _VALUE_NOT_AVAILABLE else row[1])
+                    for row in layout.iter_unpack(buf.raw[:size * count.value])]
         return lister
+
+
+def _no_sampler(handle: Any, last: int) -> Any:  # pragma: no cover - never called (no symbol)
+    raise NotImplementedError
 
 
 def _error_name(code: int) -> str:
