@@ -5,23 +5,25 @@ One declaration that the rest is made from or checked against:
 - RECORD (type cgroup/pod), GPU_RECORD (type gpu), EVENT (type event): each field's path
   (`memory.working_set_bytes`; `[]` an array's items, `{}` a map's values), type and
   nullability, unit, what it means, and the kernel file (or NVML call) it comes from on
-  cgroup v2 and v1. The JSON Schemas cgstat/*.schema.json are generated from them
-  (cgstat/schema.py), the TypedDicts of cgstat/records.py are tested equal to them, and
-  docs/schema.md is tested to name every field.
+  cgroup v2 and v1. The JSON Schemas cgstat/*.schema.json and the TypedDicts of
+  cgstat/records.py are generated from them (cgstat/schema.py), and docs/schema.md is
+  tested to name every field.
 - FAMILIES: the Prometheus families in exposition order (name, type, help, labels beyond a
   cgroup's or GPU's own, and the record field read, where one is read as is); the exporter
   renders from them and docs/prometheus.md is tested to list every one.
 - CSV_COLUMNS: the columns of `--format csv`, in order; dotted names are record paths.
 
 Adding a field: (1) a `_f(...)` entry below at its place in the record (the record keeps
-this order); (2) its reader (kernel/, gpu/) and its value in pipeline/record.py, and its
-key in cgstat/records.py; (3) where it has a series, a `_family(...)` in FAMILIES with
-`field=` its path (a cpu/memory/pids scalar, a per-device, per-interface, pressure or GPU
-device field is then rendered with no exporter change); (4) where it has a CSV column, its
-path in CSV_COLUMNS; (5) its row in docs/schema.md (and docs/prometheus.md for a series);
-(6) `CGSTAT_REGEN_SCHEMA=1 pytest tests/test_fields.py` rewrites the schema files, and
-`CGSTAT_REGEN_GOLDEN=1` the goldens the field appears in. tests/test_fields.py fails
-until every step is done.
+this order); (2) `python -m cgstat.schema --write` (or `CGSTAT_REGEN_SCHEMA=1 pytest
+tests/test_fields.py`) rewrites the schema files and cgstat/records.py; (3) its reader
+(kernel/, gpu/) and its value in pipeline/record.py (mypy fails until the record has the
+key); (4) where it has a series, a `_family(...)` in FAMILIES with `field=` its path (a
+cpu/memory/pids scalar, a per-device, per-interface, pressure or GPU device field is then
+rendered with no exporter change); (5) where it has a CSV column, its path in
+CSV_COLUMNS; (6) its row in docs/schema.md (and docs/prometheus.md for a series);
+(7) `CGSTAT_REGEN_GOLDEN=1` for the goldens the field appears in. tests/test_fields.py
+fails until every step is done. A new object gets a TypedDict named from its path
+(memory.swap_events: MemorySwapEvents; schema.py's _NAMES gives other names).
 
 No imports of cgstat: the lowest layer, imported by pipeline, outputs and the tests.
 """
@@ -154,6 +156,17 @@ RECORD: Tuple[Field, ...] = (
     _f("cpu.throttled_seconds_total", "float?", "cumulative seconds throttled", v2="cpu.stat throttled_usec",
        v1="cpu.stat throttled_time", minimum=0),
     _f("cpu.throttled_percent", "float?", "throttled periods / periods over the interval, %", minimum=0),
+    _f("cpu.weight", "int?", "the CPU share under contention, 1-10000 (100 = default); v1 cpu.shares "
+                             "converted as the kernel does, shares x 100 / 1024 rounded", v2="cpu.weight",
+       v1="cpu.shares", minimum=1, maximum=10000),
+    _f("cpu.shares", "int?", "v1 cpu.shares as written (1024 = default); null on v2 (see weight)", v2="-",
+       v1="cpu.shares", minimum=0),
+    _f("cpu.max_burst_us", "int?", "CPU time a quota'd cgroup may bank and burst beyond its quota per period",
+       v2="cpu.max.burst", v1="cpu.cfs_burst_us", minimum=0),
+    _f("cpu.cpuset_cpus", "str?", "CPUs the cgroup may run on (effective list, as the kernel writes it)",
+       v2="cpuset.cpus.effective", v1="-"),
+    _f("cpu.cpuset_mems", "str?", "memory nodes the cgroup may allocate from (effective)",
+       v2="cpuset.mems.effective", v1="-"),
 
     _f("memory", "object"),
     _f("memory.usage_bytes", "int?", "memory.current / memory.usage_in_bytes, page cache included",
@@ -178,6 +191,60 @@ RECORD: Tuple[Field, ...] = (
        v2="memory.events oom_kill", v1="memory.oom_control oom_kill", minimum=0),
     _f("memory.oom_events_total", "int?", "v2 memory.events oom: times the limit was hit and reclaim failed",
        v2="memory.events oom", v1="-", minimum=0),
+    _f("memory.peak_bytes", "int?", "the most memory the cgroup ever used (what a job needs)",
+       v2="memory.peak", v1="memory.max_usage_in_bytes", minimum=0),
+    _f("memory.swap_peak_bytes", "int?", "the most swap it ever used (kernel 6.5+)", v2="memory.swap.peak",
+       v1="-", minimum=0),
+    _f("memory.high_bytes", "int?", "memory.high, the throttle line; null when max", v2="memory.high", v1="-",
+       minimum=0),
+    _f("memory.low_bytes", "int?", "best-effort protection from reclaim (v1: the soft limit, docker "
+                                   "--memory-reservation); null when max", v2="memory.low",
+       v1="memory.soft_limit_in_bytes", minimum=0),
+    _f("memory.min_bytes", "int?", "hard protection from reclaim; null when max", v2="memory.min", v1="-",
+       minimum=0),
+    _f("memory.swap_limit_bytes", "int?", "swap limit; null when max (v1 limits memory+swap together: none)",
+       v2="memory.swap.max", v1="-", minimum=0),
+    _f("memory.zswap_bytes", "int?", "compressed swap held in RAM by zswap", v2="memory.zswap.current", v1="-",
+       minimum=0),
+    _f("memory.events", "object?", "memory.events counts of this cgroup and its descendants"),
+    _f("memory.events.low", "int?", "reclaimed below memory.low: its protection was breached", v2="memory.events low", v1="-", minimum=0),
+    _f("memory.events.high", "int?", "held at memory.high: throttled and made to reclaim (a slowdown, no OOM)", v2="memory.events high", v1="-", minimum=0),
+    _f("memory.events.max", "int?", "usage hit memory.max", v2="memory.events max", v1="-", minimum=0),
+    _f("memory.events.oom", "int?", "memory.max hit and reclaim failed", v2="memory.events oom", v1="-", minimum=0),
+    _f("memory.events.oom_kill", "int?", "processes OOM-killed", v2="memory.events oom_kill", v1="-", minimum=0),
+    _f("memory.events.oom_group_kill", "int?", "whole-group OOM kills (memory.oom.group)", v2="memory.events oom_group_kill", v1="-", minimum=0),
+    _f("memory.events_local", "object?", "the same counts for this cgroup alone"),
+    _f("memory.events_local.low", "int?", "reclaimed below memory.low: its protection was breached", v2="memory.events.local low", v1="-", minimum=0),
+    _f("memory.events_local.high", "int?", "held at memory.high: throttled and made to reclaim (a slowdown, no OOM)", v2="memory.events.local high", v1="-", minimum=0),
+    _f("memory.events_local.max", "int?", "usage hit memory.max", v2="memory.events.local max", v1="-", minimum=0),
+    _f("memory.events_local.oom", "int?", "memory.max hit and reclaim failed", v2="memory.events.local oom", v1="-", minimum=0),
+    _f("memory.events_local.oom_kill", "int?", "processes OOM-killed", v2="memory.events.local oom_kill", v1="-", minimum=0),
+    _f("memory.events_local.oom_group_kill", "int?", "whole-group OOM kills (memory.oom.group)", v2="memory.events.local oom_group_kill", v1="-", minimum=0),
+    _f("memory.swap_events", "object?", "memory.swap.events counts"),
+    _f("memory.swap_events.high", "int?", "swap use went over memory.swap.high", v2="memory.swap.events high",
+       v1="-", minimum=0),
+    _f("memory.swap_events.max", "int?", "swap use would have gone over memory.swap.max",
+       v2="memory.swap.events max", v1="-", minimum=0),
+    _f("memory.swap_events.fail", "int?", "swap allocations that failed (the limit, or swap full)",
+       v2="memory.swap.events fail", v1="-", minimum=0),
+    _f("memory.failcnt", "int?", "charges refused at the memory limit (v1)", v2="-", v1="memory.failcnt",
+       minimum=0),
+    _f("memory.pgscan_total", "int?", "pages scanned by reclaim", v2="memory.stat pgscan", v1="-", minimum=0),
+    _f("memory.pgsteal_total", "int?", "pages reclaimed", v2="memory.stat pgsteal", v1="-", minimum=0),
+    _f("memory.pgmajfault_total", "int?", "major page faults (read from disk or swap)",
+       v2="memory.stat pgmajfault", v1="memory.stat total_pgmajfault", minimum=0),
+    _f("memory.workingset_refault_anon_total", "int?", "reclaimed anonymous pages faulted back in (thrashing)",
+       v2="memory.stat workingset_refault_anon", v1="memory.stat total_workingset_refault_anon", minimum=0),
+    _f("memory.workingset_refault_file_total", "int?", "reclaimed page-cache pages read back in",
+       v2="memory.stat workingset_refault_file", v1="memory.stat total_workingset_refault_file", minimum=0),
+    _f("memory.dirty_bytes", "int?", "page cache waiting to be written back", v2="memory.stat file_dirty",
+       v1="memory.stat total_dirty", minimum=0),
+    _f("memory.writeback_bytes", "int?", "page cache being written back now", v2="memory.stat file_writeback",
+       v1="memory.stat total_writeback", minimum=0),
+    _f("memory.hugetlb_bytes", "int?", "huge pages in use (all sizes; where the hugetlb controller is enabled)",
+       v2="hugetlb.<size>.current", v1="-", minimum=0),
+    _f("memory.oom_group", "bool?", "an OOM kill takes the whole cgroup (memory.oom.group 1)",
+       v2="memory.oom.group", v1="-"),
 
     _f("io", "object"),
     _f("io.read_bytes_total", "int?", "summed over devices", v2="io.stat rbytes", v1=_IO_V1 + " Read", minimum=0),
@@ -207,6 +274,19 @@ RECORD: Tuple[Field, ...] = (
     _f("io.devices[].discard_ops_total", "int?", "cumulative discard operations", v2="io.stat dios",
        v1=_IO_V1_OPS + " Discard", minimum=0),
 ) + tuple(_f("io.devices[]." + key, "float?", doc, minimum=0) for key, doc in _IO_RATES) + (
+    _f("io.limits", "array?", "throttle limits per device (only devices with a rule); null without the file"),
+    _f("io.limits[]", "object"),
+    _f("io.limits[].device", "str", "MAJ:MIN", v2="io.max MAJ:MIN", v1="blkio.throttle.*_device MAJ:MIN",
+       pattern="^[0-9]+:[0-9]+$"),
+    _f("io.limits[].name", "str?", "kernel device name", v2="/sys/dev/block/MAJ:MIN, /proc/partitions"),
+    _f("io.limits[].read_bytes_per_second", "int?", "read bandwidth limit; null when max", v2="io.max rbps",
+       v1="blkio.throttle.read_bps_device", minimum=0),
+    _f("io.limits[].write_bytes_per_second", "int?", "write bandwidth limit; null when max", v2="io.max wbps",
+       v1="blkio.throttle.write_bps_device", minimum=0),
+    _f("io.limits[].read_ops_per_second", "int?", "read IOPS limit; null when max", v2="io.max riops",
+       v1="blkio.throttle.read_iops_device", minimum=0),
+    _f("io.limits[].write_ops_per_second", "int?", "write IOPS limit; null when max", v2="io.max wiops",
+       v1="blkio.throttle.write_iops_device", minimum=0),
     _f("network", "object?", "its network namespace's interface counters (all but lo); null in the host's "
                              "namespace, without a member process, or for a recorded tree (errors says why)"),
 ) + tuple(_f("network." + key, "int", v2=_NETDEV, minimum=0) for key in _NET_COUNTERS) + (
@@ -224,6 +304,9 @@ RECORD: Tuple[Field, ...] = (
     _f("pids.limit", "int?", "pids.max; null when max", v2="pids.max", minimum=0),
     _f("pids.processes", "int?", "processes in the cgroup itself (the PIDs in its cgroup.procs)",
        v2="cgroup.procs", minimum=0),
+    _f("pids.peak", "int?", "the most tasks it ever had (kernels with pids.peak)", v2="pids.peak", minimum=0),
+    _f("pids.events_max_total", "int?", "forks refused because a pids.max was reached", v2="pids.events max",
+       minimum=0),
     _f("pressure", "object"),
 ) + _pressure("cpu") + _pressure("memory") + _pressure("io") + (
     _f("gpu", "object?", "GPU use of the cgroup's whole subtree (NVML processes joined through their PIDs); "
@@ -390,8 +473,8 @@ GPU_RECORD: Tuple[Field, ...] = (
 # -- the event record (cgstat/event.schema.json) -----------------------------------------------
 
 EVENT_KINDS = ("oom_kill", "memory_near_limit", "memory_growth", "cpu_throttled", "gpu_idle_cpu_bound",
-               "gpu_process_outside_container", "gpu_xid", "gpu_throttled", "gpu_ecc_uncorrected",
-               "gpu_row_remap_pending", "gpu_row_remap_failure")
+               "memory_high_throttled", "pids_limit_hit", "gpu_process_outside_container", "gpu_xid",
+               "gpu_throttled", "gpu_ecc_uncorrected", "gpu_row_remap_pending", "gpu_row_remap_failure")
 
 EVENT: Tuple[Field, ...] = (
     _f("schema", "const", const=1),
@@ -417,6 +500,36 @@ EVENT: Tuple[Field, ...] = (
     _f("evidence.sm_percent", "float?", required=False),
     _f("evidence.cpu_percent", "float?", required=False),
     _f("evidence.duration_s", "float", required=False, minimum=0),
+    _f("evidence.memory_high_events", "int", required=False, minimum=1),
+    _f("evidence.memory_high_events_total", "int", required=False, minimum=0),
+    _f("evidence.high_bytes", "float?", required=False),
+    _f("evidence.failures", "int", required=False, minimum=1),
+    _f("evidence.pids_events_max_total", "float?", required=False),
+    # oom_kill from the kernel log (cgstat/kernel/kmsg.py, docs/diagnostics.md)
+    _f("evidence.pid", "int", "the process killed (oom_kill), or the GPU process", required=False, minimum=0),
+    _f("evidence.process", "str", "the killed process's name (its comm, at most 15 bytes)", required=False),
+    _f("evidence.uid", "int?", "the killed process's user ID", required=False, minimum=0),
+    _f("evidence.memory_cgroup", "str?", "memory-hierarchy path of the killed task's cgroup (task_memcg)",
+       required=False),
+    _f("evidence.oom_cgroup", "str?", "the cgroup whose limit was hit (oom_memcg); null: the global OOM killer",
+       required=False),
+    _f("evidence.global_oom", "bool", "the machine ran out of memory (no cgroup limit hit)", required=False),
+    _f("evidence.constraint", "str?", "the kernel's CONSTRAINT_* of the kill (null before 4.19)", required=False),
+    _f("evidence.usage_bytes", "int?", "the OOM cgroup's usage at the kill (memory: usage)", required=False,
+       minimum=0),
+    _f("evidence.anon_rss_bytes", "int?", "the killed process's anonymous memory", required=False, minimum=0),
+    _f("evidence.file_rss_bytes", "int?", "the killed process's file pages mapped", required=False, minimum=0),
+    _f("evidence.shmem_rss_bytes", "int?", "the killed process's shared memory", required=False, minimum=0),
+    _f("evidence.cgroup_exists", "bool?", "the cgroup still existed when the kill was reported", required=False),
+    _f("evidence.pod", "object?", "the Kubernetes pod of the killed process's cgroup", required=False,
+       closed=False),
+    _f("evidence.named_by", "enum", "how the cgroup was named: as this tick's record (live), as a record before "
+       "it went (seen), its runtime's state, its path, the counter that rose with it, none", required=False,
+       enum=["live", "seen", "state", "path", "counter", "none"]),
+    _f("evidence.source", "enum", "what saw the kill: the kernel log, a cgroup's OOM-kill counter, or both",
+       required=False, enum=["kernel_log", "counter", "kernel_log+counter"]),
+    _f("evidence.kernel_seq", "int", "the kernel log record of the kill (/dev/kmsg sequence number)",
+       required=False, minimum=0),
     _f("resolves", "str?", "on a resolved notice, the kind whose episode it ends; null otherwise",
        enum=[None] + list(EVENT_KINDS)),
     _f("since", "str?", "when the episode was raised (equal to ts on a raising event)"),
@@ -642,6 +755,62 @@ FAMILIES: Tuple[Family, ...] = (
     _family("cgstat_memory_oom_total", "counter",
             "Times the cgroup hit its limit and the OOM killer was invoked (v2 memory.events oom).",
             field="memory.oom_events_total"),
+    # issue 23: peaks, limits, weights, memory events, reclaim (cAdvisor's names where it has them)
+    _family("container_memory_max_usage_bytes", "gauge", "Maximum memory usage recorded in bytes.",
+            field="memory.peak_bytes"),
+    _family("container_memory_failcnt", "gauge", "Number of memory usage hits limits.",
+            "memory.failcnt (v1; typed gauge: promtool wants a counter named _total)", field="memory.failcnt"),
+    _family("container_memory_failures_total", "counter", "Cumulative count of memory allocation failures.",
+            "memory.pgmajfault_total as failure_type=\"pgmajfault\", scope=\"hierarchy\"",
+            labels=("failure_type", "scope")),
+    _family("container_spec_cpu_shares", "gauge", "CPU share of the container.",
+            "cpu.shares (v1; null on v2, see cgstat_cpu_weight)", field="cpu.shares"),
+    _family("container_spec_memory_reservation_limit_bytes", "gauge", "Memory reservation limit for the container.",
+            "memory.low_bytes (v2 memory.low, v1 memory.soft_limit_in_bytes)", field="memory.low_bytes"),
+    _family("container_spec_memory_swap_limit_bytes", "gauge", "Memory swap limit for the container.",
+            "memory.swap_limit_bytes (v2 memory.swap.max)", field="memory.swap_limit_bytes"),
+    _family("cgstat_cpu_weight", "gauge", "CPU weight (1-10000, 100 = default; v1 cpu.shares converted).",
+            field="cpu.weight"),
+    _family("cgstat_spec_cpu_max_burst", "gauge", "CPU burst of the container in microseconds per period.",
+            field="cpu.max_burst_us"),
+    _family("cgstat_cpuset_info", "info", "The CPUs and memory nodes the cgroup may use (effective cpuset).",
+            "cpu.cpuset_cpus, cpu.cpuset_mems", labels=("cpus", "mems")),
+    _family("cgstat_memory_high_bytes", "gauge", "memory.high: above it the kernel throttles the cgroup.",
+            field="memory.high_bytes"),
+    _family("cgstat_memory_min_bytes", "gauge", "memory.min: memory protected from reclaim.", field="memory.min_bytes"),
+    _family("cgstat_memory_swap_max_usage_bytes", "gauge", "Maximum swap usage recorded in bytes.",
+            field="memory.swap_peak_bytes"),
+    _family("cgstat_memory_zswap_bytes", "gauge", "Compressed swap held in RAM (zswap).", field="memory.zswap_bytes"),
+    _family("container_memory_events_high_total", "counter",
+            "Times the container was throttled at memory.high (v2 memory.events high).", "memory.events.high"),
+    _family("container_memory_events_max_total", "counter",
+            "Times the container's usage hit memory.max (v2 memory.events max).", "memory.events.max"),
+    _family("cgstat_memory_events_total", "counter",
+            "Other memory events of the cgroup and its descendants (v2 memory.events), by event.",
+            "memory.events.{low,oom,oom_group_kill} (high, max: the two above; oom_kill: container_oom_events_total)",
+            labels=("event",)),
+    _family("cgstat_memory_events_local_total", "counter", "Memory events of the cgroup alone (memory.events.local).",
+            "memory.events_local.{low,high,max,oom,oom_kill,oom_group_kill}", labels=("event",)),
+    _family("cgstat_memory_swap_events_total", "counter", "Swap events (memory.swap.events), by event.",
+            "memory.swap_events.{high,max,fail}", labels=("event",)),
+    _family("cgstat_memory_pgscan_total", "counter", "Pages scanned by reclaim.", field="memory.pgscan_total"),
+    _family("cgstat_memory_pgsteal_total", "counter", "Pages reclaimed.", field="memory.pgsteal_total"),
+    _family("cgstat_memory_workingset_refault_anon_total", "counter",
+            "Reclaimed anonymous pages faulted back in.", field="memory.workingset_refault_anon_total"),
+    _family("cgstat_memory_workingset_refault_file_total", "counter",
+            "Reclaimed page-cache pages read back in.", field="memory.workingset_refault_file_total"),
+    _family("cgstat_memory_dirty_bytes", "gauge", "Page cache waiting to be written back.", field="memory.dirty_bytes"),
+    _family("cgstat_memory_writeback_bytes", "gauge", "Page cache being written back.", field="memory.writeback_bytes"),
+    _family("cgstat_memory_hugetlb_bytes", "gauge", "Huge pages in use, all sizes.", field="memory.hugetlb_bytes"),
+    _family("cgstat_memory_oom_group", "gauge", "1 when an OOM kill takes the whole cgroup (memory.oom.group).",
+            "memory.oom_group"),
+    _family("cgstat_pids_max_usage", "gauge", "Maximum number of tasks recorded (pids.peak).", field="pids.peak"),
+    _family("cgstat_pids_limit_hits_total", "counter", "Forks refused because a pids.max was reached.",
+            field="pids.events_max_total"),
+    _family("cgstat_io_limit_bytes_per_second", "gauge", "Block IO bandwidth limit, by device and operation.",
+            "io.limits[].read/write_bytes_per_second", labels=("device", "operation")),
+    _family("cgstat_io_limit_ops_per_second", "gauge", "Block IO operations limit, by device and operation.",
+            "io.limits[].read/write_ops_per_second", labels=("device", "operation")),
     _family("container_threads", "gauge", "Number of threads running inside the container.", field="pids.current"),
     _family("container_threads_max", "gauge", "Maximum number of threads allowed inside the container.",
             "pids.limit (no sample without a limit)", field="pids.limit"),

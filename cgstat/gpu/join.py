@@ -22,6 +22,7 @@ from typing import Any, Callable, Dict, Iterable, List, Mapping, NamedTuple, Opt
 from cgstat.gpu.energy import ancestors
 from cgstat.gpu.sample import GpuProcess
 from cgstat.kernel.procs import Owner
+from cgstat.records import GpuUse
 
 
 class Attributed(NamedTuple):
@@ -72,7 +73,7 @@ def _fsum(values: List[Optional[float]]) -> Optional[float]:
     return None if any(v is None for v in values) else float(sum(v for v in values if v is not None))
 
 
-def cgroup_gpu(processes: Tuple[Attributed, ...], energy_joules: float = 0.0) -> Dict[str, Any]:
+def cgroup_gpu(processes: Tuple[Attributed, ...], energy_joules: float = 0.0) -> GpuUse:
     """The `gpu` object of a cgroup record (no process: zeros and empty lists).
     `energy_joules`: what the subtree's GPU processes drew since cgstat started watching
     (gpu/energy.py keeps it per cgroup, so a process that exits leaves its share)."""

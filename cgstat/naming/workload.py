@@ -27,6 +27,7 @@ from cgstat.naming.devices import DeviceNames
 from cgstat.naming.paths import PathInfo, classify, container_root
 from cgstat.naming.pids import PidCgroups, PidMapper, start_ticks
 from cgstat.naming.runtimes.identities import Identities
+from cgstat.records import Container, Pod
 
 
 class Workload(NamedTuple):
@@ -35,8 +36,8 @@ class Workload(NamedTuple):
 
     kind: str  # the record's type: "cgroup", or "pod" for a Kubernetes pod's cgroup
     unit: Optional[str]  # decoded systemd unit of the last path component
-    container: Optional[Dict[str, Any]]  # the record's container object (null: none)
-    pod: Optional[Dict[str, Any]]  # the record's pod object (null: not in a pod)
+    container: Optional[Container]  # the record's container object (null: none)
+    pod: Optional[Pod]  # the record's pod object (null: not in a pod)
     sandbox: bool  # a pod's sandbox ("pause") container
     device_names: Dict[str, Optional[str]]  # MAJ:MIN -> block device name, for its IO rows
 
@@ -87,6 +88,9 @@ class Namer:
         names: Dict[str, Optional[str]] = {}
         for dev in sample.io.devices or ():
             names[dev.device] = self.devices.name(dev.device)
+        for limit in sample.io.limits or ():  # a limited device may have no IO row yet
+            if limit.device not in names:
+                names[limit.device] = self.devices.name(limit.device)
         return Workload("pod" if info.kind == "pod" else "cgroup", info.unit, container, pod, sandbox, names)
 
     def lookup_pid(self, pid: int) -> PidCgroups:

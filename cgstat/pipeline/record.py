@@ -11,12 +11,15 @@ import math
 import time
 from typing import TYPE_CHECKING, Any, Dict, Iterable, List, Optional, Tuple
 
+from cgstat import records
 from cgstat.kernel.host import HostInfo
 from cgstat.kernel.netns import NetworkResult
-from cgstat.kernel.sample import PressureSample, Problem, Sample
+from cgstat.kernel.sample import MemoryEvents, PressureSample, Problem, Sample, SwapEvents
 from cgstat.naming.workload import Workload
 from cgstat.pipeline.network import network_record
 from cgstat.pipeline.rates import NO_IO_RATES, Rates
+from cgstat.records import (CgroupRecord, GpuGpm, GpuRecord, GpuRemappedRows, GpuRetiredPages, GpuUse, IoDevice,
+                            Pressure, Psi, RecordError)
 
 if TYPE_CHECKING:  # GPU records are built only with GPUs: a run without any never loads them
     from cgstat.gpu.join import Attributed
@@ -24,8 +27,6 @@ if TYPE_CHECKING:  # GPU records are built only with GPUs: a run without any nev
     from cgstat.gpu.sample import GpuDevice, GpuSnapshot
 
 SCHEMA_VERSION = 1
-_REMAPPED = ("correctable", "uncorrectable", "pending", "failure")
-_RETIRED = ("single_bit", "double_bit", "pending")
 
 
 def value_at(record: Any, *keys: str) -> Any:
@@ -61,7 +62,7 @@ def rfc3339(wall_s: float) -> str:
 
 
 def build(sample: Sample, rates: Rates, workload: Workload, host: HostInfo,
-          gpu: Optional[Dict[str, Any]] = None, network: Optional[NetworkResult] = None) -> Dict[str, Any]:
+          gpu: Optional[GpuUse] = None, network: Optional[NetworkResult] = None) -> CgroupRecord:
     """A cgroup (or pod) record; `gpu` is its GPU object (cgstat/gpu/join.py), None when
     GPU metrics are off; `network` what its network namespace's counters were (None: not
     read, as for a recorded tree)."""
@@ -76,7 +77,7 @@ def build(sample: Sample, rates: Rates, workload: Workload, host: HostInfo,
     if mem.working_set_bytes is not None and denominator:
         mem_percent = mem.working_set_bytes / denominator * 100.0
 
-    devices: Optional[List[Dict[str, Any]]] = None
+    devices: Optional[List[IoDevice]] = None
     rows = io.devices
     read_bytes: Optional[int]
     write_bytes: Optional[int]
@@ -110,7 +111,7 @@ def build(sample: Sample, rates: Rates, workload: Workload, host: HostInfo,
             })
 
     psi = sample.pressure.get  # the record has every resource of kernel/sample.PRESSURE_RESOURCES
-    pressure = {"cpu": _pressure(psi("cpu")), "memory": _pressure(psi("memory")), "io": _pressure(psi("io"))}
+    pressure: Pressure = {"cpu": _pressure(psi("cpu")), "memory": _pressure(psi("memory")), "io": _pressure(psi("io"))}
 
     return {
         "schema": SCHEMA_VERSION,
@@ -135,6 +136,11 @@ def build(sample: Sample, rates: Rates, workload: Workload, host: HostInfo,
             "throttled_periods_total": cpu.throttled_periods_total,
             "throttled_seconds_total": cpu.throttled_seconds_total,
             "throttled_percent": rates.cpu_throttled_percent,
+            "weight": cpu.weight,
+            "shares": cpu.shares,
+            "max_burst_us": cpu.max_burst_us,
+            "cpuset_cpus": cpu.cpuset_cpus,
+            "cpuset_mems": cpu.cpuset_mems,
         },
         "memory": {
             "usage_bytes": mem.usage_bytes,
@@ -148,6 +154,26 @@ def build(sample: Sample, rates: Rates, workload: Workload, host: HostInfo,
             "swap_bytes": mem.swap_bytes,
             "oom_kills_total": mem.oom_kills_total,
             "oom_events_total": mem.oom_events_total,
+            "peak_bytes": mem.peak_bytes,
+            "swap_peak_bytes": mem.swap_peak_bytes,
+            "high_bytes": mem.high_bytes,
+            "low_bytes": mem.low_bytes,
+            "min_bytes": mem.min_bytes,
+            "swap_limit_bytes": mem.swap_limit_bytes,
+            "zswap_bytes": mem.zswap_bytes,
+            "events": _events(mem.events),
+            "events_local": _events(mem.events_local),
+            "swap_events": _swap_events(mem.swap_events),
+            "failcnt": mem.failcnt,
+            "pgscan_total": mem.pgscan_total,
+            "pgsteal_total": mem.pgsteal_total,
+            "pgmajfault_total": mem.pgmajfault_total,
+            "workingset_refault_anon_total": mem.workingset_refault_anon_total,
+            "workingset_refault_file_total": mem.workingset_refault_file_total,
+            "dirty_bytes": mem.dirty_bytes,
+            "writeback_bytes": mem.writeback_bytes,
+            "hugetlb_bytes": mem.hugetlb_bytes,
+            "oom_group": mem.oom_group,
         },
         "io": {
             "read_bytes_total": read_bytes,
@@ -159,9 +185,18 @@ def build(sample: Sample, rates: Rates, workload: Workload, host: HostInfo,
             "read_ops_per_second": rates.read_ops_per_second,
             "write_ops_per_second": rates.write_ops_per_second,
             "devices": devices,
+            "limits": None if io.limits is None else [{
+                "device": d.device,
+                "name": workload.device_names.get(d.device),
+                "read_bytes_per_second": d.read_bytes_per_second,
+                "write_bytes_per_second": d.write_bytes_per_second,
+                "read_ops_per_second": d.read_ops_per_second,
+                "write_ops_per_second": d.write_ops_per_second,
+            } for d in io.limits],
         },
         "network": network_record(network, rates.network),
-        "pids": {"current": pids.current, "limit": pids.limit, "processes": pids.processes},
+        "pids": {"current": pids.current, "limit": pids.limit, "processes": pids.processes,
+                 "peak": pids.peak, "events_max_total": pids.events_max_total},
         "pressure": pressure,
         "gpu": gpu,
         "errors": _problems(sample.errors if network is None or network.problem is None
@@ -169,7 +204,7 @@ def build(sample: Sample, rates: Rates, workload: Workload, host: HostInfo,
     }
 
 
-def _pressure(p: Optional[PressureSample]) -> Optional[Dict[str, Optional[float]]]:
+def _pressure(p: Optional[PressureSample]) -> Optional[Psi]:
     if p is None:
         return None
     return {
@@ -180,13 +215,49 @@ def _pressure(p: Optional[PressureSample]) -> Optional[Dict[str, Optional[float]
     }
 
 
-def _problems(problems: Iterable[Problem]) -> List[Dict[str, str]]:
+def _events(e: Optional[MemoryEvents]) -> Optional[records.MemoryEvents]:
+    if e is None:
+        return None
+    return {"low": e.low, "high": e.high, "max": e.max, "oom": e.oom, "oom_kill": e.oom_kill,
+            "oom_group_kill": e.oom_group_kill}
+
+
+def _swap_events(e: Optional[SwapEvents]) -> Optional[records.MemorySwapEvents]:
+    return None if e is None else {"high": e.high, "max": e.max, "fail": e.fail}
+
+
+def _problems(problems: Iterable[Problem]) -> List[RecordError]:
     return [{"source": p.source, "error": p.error, "detail": p.detail} for p in problems]
+
+
+def _remapped(rows: Optional[Tuple[int, int, int, int]]) -> Optional[GpuRemappedRows]:
+    if rows is None:
+        return None
+    return {"correctable": rows[0], "uncorrectable": rows[1], "pending": rows[2], "failure": rows[3]}
+
+
+def _retired(pages: Optional[Tuple[Optional[int], Optional[int], Optional[bool]]]) -> Optional[GpuRetiredPages]:
+    if pages is None:
+        return None
+    return {"single_bit": pages[0], "double_bit": pages[1], "pending": pages[2]}
+
+
+def _gpm(values: Optional[Dict[str, Optional[float]]]) -> Optional[GpuGpm]:
+    if values is None:
+        return None
+    g = values.get
+    return {"graphics_activity_percent": g("graphics_activity_percent"), "sm_activity_percent": g("sm_activity_percent"),
+            "sm_occupancy_percent": g("sm_occupancy_percent"), "tensor_activity_percent": g("tensor_activity_percent"),
+            "dram_bandwidth_percent": g("dram_bandwidth_percent"),
+            "pcie_tx_bytes_per_second": g("pcie_tx_bytes_per_second"),
+            "pcie_rx_bytes_per_second": g("pcie_rx_bytes_per_second"),
+            "nvlink_tx_bytes_per_second": g("nvlink_tx_bytes_per_second"),
+            "nvlink_rx_bytes_per_second": g("nvlink_rx_bytes_per_second")}
 
 
 def build_gpu(device: GpuDevice, processes: Iterable[Attributed], host: HostInfo, wall_s: float,
               interval_s: Optional[float], snapshot: Optional[GpuSnapshot] = None,
-              idle: Optional[Idle] = None) -> Dict[str, Any]:
+              idle: Optional[Idle] = None) -> GpuRecord:
     """A `type: "gpu"` record: one GPU (or MIG device), its health, and every process NVML
     lists on it. `snapshot`: the reading it is from (driver and CUDA versions); `idle`: the
     GPU's idle power as the energy model knows it (None on MIG devices)."""
@@ -228,8 +299,7 @@ def build_gpu(device: GpuDevice, processes: Iterable[Attributed], host: HostInfo
             "encoder_utilization_percent": h.encoder_utilization_percent,
             "decoder_utilization_percent": h.decoder_utilization_percent,
             "ecc_errors_total": {"corrected": h.ecc_corrected_total, "uncorrected": h.ecc_uncorrected_total},
-            "remapped_rows": None if h.remapped_rows is None else dict(zip(_REMAPPED, h.remapped_rows)),
-            "retired_pages": None if h.retired_pages is None else dict(zip(_RETIRED, h.retired_pages)),
+            "remapped_rows": _remapped(h.remapped_rows), "retired_pages": _retired(h.retired_pages),
             "xid_errors_total": h.xid_errors_total, "last_xid": h.last_xid,
             "recent_xids": [] if snapshot is None or device.parent_uuid is not None else
             [x.code for x in snapshot.xids if x.gpu_index == device.index],
@@ -237,7 +307,7 @@ def build_gpu(device: GpuDevice, processes: Iterable[Attributed], host: HostInfo
             "pci_bus_id": h.pci_bus_id, "serial": h.serial, "minor_number": h.minor_number,
             "driver_version": None if snapshot is None else snapshot.driver_version,
             "cuda_version": None if snapshot is None else snapshot.cuda_version,
-            "gpm": h.gpm,
+            "gpm": _gpm(h.gpm),
         },
         "processes": [{
             "pid": a.process.pid, "name": a.owner.name, "type": a.process.type,

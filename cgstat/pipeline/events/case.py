@@ -7,7 +7,9 @@ import math
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 from cgstat.pipeline.events.event import Episode, duration, make_event, who
+from cgstat.pipeline.events.kills import Rise
 from cgstat.pipeline.events.window import Sample, Window
+from cgstat.records import EventRecord
 
 
 class History:
@@ -28,11 +30,11 @@ class Case:
     """One cgroup record being judged. `window` is the history the sustained rules judge
     (read it, never change it), or None while it does not cover enough of the window."""
 
-    __slots__ = ("record", "t", "sample", "before", "window", "history", "events", "hierarchical")
+    __slots__ = ("record", "t", "sample", "before", "window", "history", "events", "oom_rises", "hierarchical")
 
     def __init__(self, record: Mapping[str, Any], t: float, sample: Sample, before: Optional[Sample],
-                 window: Optional[Window], history: History, events: List[Dict[str, Any]],
-                 hierarchical: List[Tuple[str, Dict[str, Any]]]):
+                 window: Optional[Window], history: History, events: List[EventRecord],
+                 oom_rises: List[Rise], hierarchical: List[Tuple[str, EventRecord]]):
         self.record = record
         self.t = t
         self.sample = sample
@@ -40,7 +42,8 @@ class Case:
         self.window = window
         self.history = history
         self.events = events
-        self.hierarchical = hierarchical
+        self.oom_rises = oom_rises  # the tick's OOM-kill counter rises (events/kills.py makes their events)
+        self.hierarchical = hierarchical  # events of counters every ancestor counts too (raise_)
 
     def episode(self, kind: str) -> Optional[Episode]:
         """The open episode of `kind`, or None."""
@@ -49,8 +52,8 @@ class Case:
     def raise_(self, kind: str, severity: str, message: str, evidence: Dict[str, Any],
                hierarchical: bool = False) -> Episode:
         """Open an episode with its event. hierarchical: the condition comes from a counter
-        every ancestor counts too (v2 memory.events), so of a tick's events of this kind only
-        the deepest cgroup's is kept."""
+        the cgroup's ancestors count too (pids.events from kernel 6.13), so of a tick's
+        events of this kind only the deepest cgroup's is kept (at the end of the tick)."""
         r = self.record
         ev = make_event(r, kind, severity, message, evidence)
         ep = self.history.open[kind] = Episode(r.get("ts"), self.t, evidence)

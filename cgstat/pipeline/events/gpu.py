@@ -15,6 +15,7 @@ from typing import Any, Dict, List, Mapping, Optional, Set, Tuple, Type
 from cgstat.gpu.xid import meaning
 from cgstat.pipeline.events.event import cap, duration, make_event
 from cgstat.pipeline.events.thresholds import Thresholds
+from cgstat.records import EventRecord
 from cgstat.timestamps import parse_ts
 
 # the clock-event reasons that are the hardware (or its thermal protection) slowing the GPU,
@@ -55,7 +56,7 @@ class GpuRule:
     def __init__(self, th: Thresholds):
         self.th = th
 
-    def judge(self, gpu_records: List[Mapping[str, Any]], events: List[Dict[str, Any]]) -> None:
+    def judge(self, gpu_records: List[Mapping[str, Any]], events: List[EventRecord]) -> None:
         raise NotImplementedError
 
 
@@ -67,13 +68,13 @@ class _DeviceRule(GpuRule):
         self.open: Dict[str, Dict[str, Any]] = {}  # GPU -> the raising event's ts and evidence
 
     def _raise(self, r: Mapping[str, Any], severity: str, message: str, evidence: Dict[str, Any],
-               events: List[Dict[str, Any]], cgroup: Any = None, container: Any = None) -> None:
+               events: List[EventRecord], cgroup: Any = None, container: Any = None) -> None:
         ev = make_event(r, self.kind, severity, cap(message), evidence, cgroup=cgroup, container=container)
         self.open[_key(r)] = {"ts": r.get("ts"), "evidence": evidence}
         events.append(ev)
 
     def _resolve(self, r: Mapping[str, Any], message: str, evidence: Dict[str, Any],
-                 events: List[Dict[str, Any]]) -> None:
+                 events: List[EventRecord]) -> None:
         ep = self.open.pop(_key(r))
         evidence["duration_s"] = _since(ep["ts"], r)
         events.append(make_event(r, "resolved", "info", cap(message), evidence, cgroup=None, container=None,
@@ -92,7 +93,7 @@ class GpuXid(_DeviceRule):
 
     kind = "gpu_xid"
 
-    def judge(self, gpu_records: List[Mapping[str, Any]], events: List[Dict[str, Any]]) -> None:
+    def judge(self, gpu_records: List[Mapping[str, Any]], events: List[EventRecord]) -> None:
         on_gpu: Dict[str, List[Mapping[str, Any]]] = {}
         for r in gpu_records:
             g = _gpu(r)
@@ -140,7 +141,7 @@ class GpuXid(_DeviceRule):
 
     def _raise_xid(self, r: Mapping[str, Any], g: Mapping[str, Any], code: int, count: int,
                    processes: List[Mapping[str, Any]], t: Optional[float], key: str,
-                   events: List[Dict[str, Any]]) -> None:
+                   events: List[EventRecord]) -> None:
         m = meaning(code)
         cgroups: List[str] = []
         containers: List[Dict[str, Any]] = []
@@ -188,7 +189,7 @@ class GpuThrottled(_DeviceRule):
         super().__init__(th)
         self.since: Dict[str, Tuple[float, Set[str]]] = {}  # GPU -> since when, and the reasons seen
 
-    def judge(self, gpu_records: List[Mapping[str, Any]], events: List[Dict[str, Any]]) -> None:
+    def judge(self, gpu_records: List[Mapping[str, Any]], events: List[EventRecord]) -> None:
         for r in gpu_records:
             g = _gpu(r)
             if g.get("parent_uuid") is not None:
@@ -239,7 +240,7 @@ class _CounterRule(_DeviceRule):
     def message(self, g: Mapping[str, Any], value: int) -> str:
         raise NotImplementedError
 
-    def judge(self, gpu_records: List[Mapping[str, Any]], events: List[Dict[str, Any]]) -> None:
+    def judge(self, gpu_records: List[Mapping[str, Any]], events: List[EventRecord]) -> None:
         for r in gpu_records:
             g = _gpu(r)
             value = self.value(g)
