@@ -56,17 +56,18 @@ RECORD = record(**{
     "errors": [{"source": "memory.swap.current", "error": "missing", "detail": "x"}],
 })
 
-GPU_OBJ = {"memory_bytes": 3000, "sm_percent": 70.0, "devices": ["GPU-a", "GPU-b"],
+GPU_OBJ = {"memory_bytes": 3000, "sm_percent": 70.0, "power_watts": None, "energy_joules_total": 512.5,
+           "devices": ["GPU-a", "GPU-b"],
            "processes": [
                {"pid": 11, "name": "python", "gpu_index": 0, "gpu_uuid": "GPU-a", "type": "compute",
                 "memory_bytes": 1000, "sm_percent": 50.0, "memory_percent": 1.0, "encoder_percent": 0,
-                "decoder_percent": 0},
+                "decoder_percent": 0, "power_watts": 120.0, "energy_joules_total": 400.0},
                {"pid": 12, "name": "python", "gpu_index": 0, "gpu_uuid": "GPU-a", "type": "compute",
                 "memory_bytes": 1500, "sm_percent": 20.0, "memory_percent": 1.0, "encoder_percent": 0,
-                "decoder_percent": 0},
+                "decoder_percent": 0, "power_watts": 48.0, "energy_joules_total": 112.5},
                {"pid": 12, "name": "python", "gpu_index": 1, "gpu_uuid": "GPU-b", "type": "compute",
                 "memory_bytes": 500, "sm_percent": None, "memory_percent": None, "encoder_percent": None,
-                "decoder_percent": None}]}
+                "decoder_percent": None, "power_watts": None, "energy_joules_total": None}]}
 
 GPU_RECORD = record("gpu", **{
               "ts": "2026-11-29T20:10:12.900Z", "host": "gpu-node-3", "interval_s": 1.0,
@@ -198,6 +199,11 @@ def test_gpu_rendered_when_present():
     assert one(text, "cgstat_gpu_unattributed_memory_bytes").value == 4096
     assert one(text, "cgstat_gpus").value == 1
     assert samples(text, "cgstat_gpu_memory_reserved_bytes") == []
+    # per-container GPU power (per GPU: 120 + 48 W on GPU-a, none known on GPU-b) and energy
+    assert one(text, "cgstat_container_gpu_power_watts", gpu="0", uuid="GPU-a").value == 168.0
+    assert not [s for s in samples(text, "cgstat_container_gpu_power_watts") if s.labels["gpu"] == "1"]
+    assert one(text, "cgstat_container_gpu_process_power_watts", pid="11", gpu="0").value == 120.0
+    assert one(text, "cgstat_container_gpu_energy_joules_total").value == 512.5
 
 
 def test_gpu_absent_or_null_is_skipped_quietly():
