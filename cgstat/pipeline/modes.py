@@ -75,7 +75,7 @@ def _stream_tick(sampler: Sampler, sink: Optional[JsonLinesSink], events: Option
         stream: Iterable[JsonObject] = sampler.records()
         if events is not None:
             # records, then the tick's events (the kernel log's kills are read after the records)
-            stream = events.watch(stream, kills=lambda: sampler.kills)
+            stream = events.watch(stream, kills=lambda: sampler.kills, late=lambda: sampler.late_counts)
         try:
             sink.write(stream)
         except SinkError as exc:
@@ -84,10 +84,10 @@ def _stream_tick(sampler: Sampler, sink: Optional[JsonLinesSink], events: Option
     began = time.monotonic()
     records = sampler.tick()
     if exporter is not None:
-        exporter.publish(records, time.monotonic() - began, sampler.kills)
+        exporter.publish(records, time.monotonic() - began, sampler.kills, sampler.late_counts)
     batch: Sequence[JsonObject] = records
     if events is not None:
-        batch = [*records, *events.observe(records, kills=sampler.kills)]  # a new list: the exporter keeps the first
+        batch = [*records, *events.observe(records, kills=sampler.kills, late=sampler.late_counts)]  # a new list: the exporter keeps the first
     if sink is not None:
         try:
             sink.write(batch)

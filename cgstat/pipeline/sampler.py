@@ -32,7 +32,7 @@ from cgstat.kernel.hostfs import HostFS
 from cgstat.kernel.kmsg import KmsgFollower, KmsgUnavailable
 from cgstat.kernel.sample import Sample
 from cgstat.kernel.tree import Cgroup
-from cgstat.naming.kills import KillNamer, NamedKill
+from cgstat.naming.kills import KillNamer, LateCount, NamedKill
 from cgstat.naming.paths import PathInfo, classify
 from cgstat.naming.pids import pid_namespace_note
 from cgstat.naming.workload import Namer, Workload
@@ -44,6 +44,7 @@ from cgstat.records import Sampled
 from cgstat.text import quote
 
 if TYPE_CHECKING:  # imported where used: a run without GPUs or network namespaces never loads them
+    from cgstat.kernel.memevents import MemoryEventsWatcher
     from cgstat.gpu.join import Attributed
     from cgstat.gpu.nvml import Gateway
     from cgstat.gpu.sample import GpuDevice, GpuSnapshot
@@ -110,6 +111,17 @@ class Sampler:
         # Last tick's cgroups, what their paths say, and the selection made of them.
         self._tree: Tuple[List[Cgroup], List[Tuple[Cgroup, PathInfo]], Optional[Tuple[Selected, str]]] = ([], [], None)
         self.kills: List[NamedKill] = []  # the last tick's OOM kills from the kernel log
+        self.late_counts: List[LateCount] = []  # gone cgroups' OOM-kill counters read as they changed
+        self._memevents: Optional[MemoryEventsWatcher] = None
+        self._followed: Any = None  # the selection whose memory.events are watched
+        if follow and self.layout.kind == "v2":
+            # memory.events read the moment it changes: a kill's count before its cgroup goes
+            from cgstat.kernel.memevents import MemoryEventsWatcher
+
+            try:
+                self._memevents = MemoryEventsWatcher()
+            except OSError:
+                self._memevents = None
         self._kmsg: Optional[KmsgFollower] = None
         self._kill_namer = KillNamer(self.layout, self.namer)
         if isinstance(kernel_log, KmsgFollower):
@@ -168,7 +180,7 @@ class Sampler:
             self._classified = {cg.path: known.get(cg.path) or classify(cg.path) for cg in cgroups}
             classified = [(cg, self._classified[cg.path]) for cg in cgroups]
             selection = None
-            if self._kmsg is not None and last[1]:
+            if (self._kmsg is not None or self._memevents is not None) and last[1]:
                 # named while the naming stage still knows them: a kill the log reports
                 # after its cgroup went keeps the name it had
                 now = set(map(id, cgroups))
@@ -180,6 +192,11 @@ class Sampler:
             selection = select(classified, self.all_cgroups, self.match, namer.is_sandbox)
         self._tree = (cgroups, classified, selection)
         selected, what = selection
+        if self._memevents is not None and selection is not self._followed:
+            self._followed = selection
+            unified = self.layout.unified
+            self._memevents.follow({cg.path: f.local for cg, _ in selected
+                                    for f in [cg.folder(unified)] if f is not None} if unified else {})
         self.warner.once("selection", f"{self.layout.kind} cgroup layout; showing {what}")
         # Network namespaces and GPUs first (they need only which cgroups): the cgroups'
         # own files are then read one by one as the records are made.
@@ -274,6 +291,12 @@ class Sampler:
         """The kernel log since the last tick: this tick's OOM kills, named (after the
         cgroups were read: see the module docstring)."""
         self.kills = []
+        self.late_counts = []
+        if self._memevents is not None:
+            counts = self._memevents.take()
+            if counts:
+                selection = self._tree[2]
+                self.late_counts = self._kill_namer.late(counts, [cg.path for cg, _ in selection[0]] if selection else ())
         follower = self._kmsg
         if follower is None:
             return
@@ -324,6 +347,8 @@ class Sampler:
         self.discoverer.close()
         if self._kmsg is not None:
             self._kmsg.close()
+        if self._memevents is not None:
+            self._memevents.close()
         if self._gateway is not None:
             self._gateway.close()
 
