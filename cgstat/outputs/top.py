@@ -189,8 +189,10 @@ class Model:
         self.tick_events: List[str] = []  # this tick's event lines
         self.status = ""  # the latest warning
 
-    def update(self, records: Sequence[Sampled], now: Optional[float] = None) -> None:
-        events = self.detector.observe(records) if self.detector is not None else []
+    def update(self, records: Sequence[Sampled], now: Optional[float] = None, kills: Any = None,
+               late: Any = None) -> None:
+        """One tick; `kills`, `late`: the sampler's OOM kills of the tick (Sampler.kills, .late_counts)."""
+        events = self.detector.observe(records, kills=kills, late=late) if self.detector is not None else []
         workloads = [cast(CgroupRecord, r) for r in records if r["type"] in ("cgroup", "pod")]
         present = {r["cgroup"] for r in workloads}
         self.open = {cg: kinds for cg, kinds in self.open.items() if cg in present}
@@ -616,7 +618,7 @@ def _run_screen(sampler: Sampler, model: Model, screen: _Screen, interval_s: flo
     schedule = _KeyedSchedule(interval_s, warner, wait_key).install_signals()
 
     def show(records: List[Sampled]) -> None:
-        model.update(records)
+        model.update(records, kills=sampler.kills, late=sampler.late_counts)
         screen.draw()
 
     try:
@@ -644,7 +646,7 @@ def _run_plain(sampler: Sampler, model: Model, interval_s: float, count: Optiona
     shown = [0]
 
     def show(records: List[Sampled]) -> None:
-        model.update(records)
+        model.update(records, kills=sampler.kills, late=sampler.late_counts)
         text = plain_frame(model, interval_s)
         if shown[0]:
             text = "\n" + text
