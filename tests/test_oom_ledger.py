@@ -240,3 +240,20 @@ def test_v2_memory_events_read_as_it_changes_before_the_cgroup_goes(tmp_path):
     assert e["evidence"]["source"] == "counter" and e["evidence"]["limit_bytes"] == 32 * MiB
     # /metrics keeps it at the count read before it went
     assert _oom_series(prometheus.render(second, retained=kept))[c["cgroup"].encode()] == 2
+
+
+def test_a_recorded_host_root_has_no_kernel_log_and_says_nothing():
+    import io
+
+    from cgstat.pipeline.diagnostics import Warner
+    from cgstat.pipeline.sampler import Sampler
+
+    err = io.StringIO()
+    s = Sampler(os.path.join(V2, "t1"), gpu=False, follow=True, warner=Warner(stream=err))
+    try:
+        s.tick()
+        assert s.kernel_log_seq is None and s.kills == []
+        assert not s.follow_kernel_log()  # not this kernel's boot: its log is not the recording's
+    finally:
+        s.close()
+    assert "kmsg" not in err.getvalue()
