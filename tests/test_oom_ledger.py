@@ -211,7 +211,8 @@ def test_v2_memory_events_read_as_it_changes_before_the_cgroup_goes(tmp_path):
     root = tmp_path / "host"
     shutil.copytree(os.path.join(V2, "t0"), root, symlinks=True)
     folder = root / "sys/fs/cgroup/system.slice" / ("docker-%s.scope" % C_ID)
-    s = Sampler(str(root), gpu=False, follow=True, kernel_log=False)
+    s = Sampler(str(root), gpu=False, follow=True)
+    assert s.watch_memory_events()
     d = EventDetector()
     ret = prometheus.OomRetention()
     try:
@@ -251,9 +252,9 @@ def test_a_recorded_host_root_has_no_kernel_log_and_says_nothing():
     err = io.StringIO()
     s = Sampler(os.path.join(V2, "t1"), gpu=False, follow=True, warner=Warner(stream=err))
     try:
+        assert not s.follow_kernel_log()
         s.tick()
-        assert s.kernel_log_seq is None and s.kills == []
-        assert not s.follow_kernel_log()  # not this kernel's boot: its log is not the recording's
+        assert s.kernel_log_seq is None and s.kills == []  # not this kernel's boot: its log is not the recording's
     finally:
         s.close()
     assert "kmsg" not in err.getvalue()

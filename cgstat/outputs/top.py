@@ -582,6 +582,8 @@ def run_top(sampler: Sampler, interval_s: float, sort: str = "cpu", events: bool
 def _ticks(sampler: Sampler, schedule: Schedule, interval_s: float, count: Optional[int],
            show: Callable[[List[Sampled]], None]) -> None:
     """The warm-up, the first screen after min(interval, FIRST_SCREEN_S), then the Schedule."""
+    sampler.follow_kernel_log()  # OOM kills for the events shown under the table
+    sampler.watch_memory_events()
     sampler.warm_up()
     done = 0
     first = min(interval_s, FIRST_SCREEN_S)

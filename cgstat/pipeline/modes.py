@@ -36,6 +36,11 @@ def run_stream(sampler: Sampler, sink: Optional[JsonLinesSink], interval_s: floa
 
         exporter = Exporter(listen, sampler.warner, stale_after_s=max(60.0, 5 * interval_s))
     schedule = Schedule(interval_s, sampler.warner, watchdog_heartbeat_s()).install_signals()
+    # OOM kills: the kernel log from now on, v2 counters read as they change (events and
+    # the exporter's kept counters)
+    if events is not None or exporter is not None:
+        sampler.follow_kernel_log()
+        sampler.watch_memory_events()
     try:
         sampler.warm_up()  # the first batch, one interval later, has rates
         schedule.restart()

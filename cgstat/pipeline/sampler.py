@@ -61,16 +61,17 @@ class Sampler:
     (string or compiled) on cgroup paths. `max_user_cgroups`: cgroups walked per user's
     delegated subtree. `follow`: walk the folders once and follow them with inotify (a
     long run); False walks them on every tick (a one-shot, where watching every folder
-    would be work for nothing). `kernel_log`: follow the kernel log's OOM reports from now
-    on (default: on the live kernel when following; `follow_kernel_log()` starts it later, or
-    a KmsgFollower given here is read instead). Raises CgstatError (one line) when the host
-    can't be read.
+    would be work for nothing). The kernel log's OOM reports and v2 memory.events as they
+    change are followed once asked (`follow_kernel_log()`, `watch_memory_events()`: the run
+    modes do; each holds a descriptor, the second a thread, until close()); `kernel_log`: a
+    KmsgFollower to read instead (a recorded log). Raises CgstatError (one line) when the
+    host can't be read.
     """
 
     def __init__(self, host_root: str = "/", all: bool = False,
                  match: Union[None, str, Pattern[str]] = None, warner: Optional[Warner] = None,
                  read_state: bool = True, max_user_cgroups: Optional[int] = 1000, gpu: bool = True,
-                 follow: bool = True, kernel_log: Union[None, bool, KmsgFollower] = None):
+                 follow: bool = True, kernel_log: Optional[KmsgFollower] = None):
         if isinstance(match, str):
             try:
                 match = compile_match(match)
@@ -114,20 +115,10 @@ class Sampler:
         self.late_counts: List[LateCount] = []  # gone cgroups' OOM-kill counters read as they changed
         self._memevents: Optional[MemoryEventsWatcher] = None
         self._followed: Any = None  # the selection whose memory.events are watched
-        if follow and self.layout.kind == "v2":
-            # memory.events read the moment it changes: a kill's count before its cgroup goes
-            from cgstat.kernel.memevents import MemoryEventsWatcher
-
-            try:
-                self._memevents = MemoryEventsWatcher()
-            except OSError:
-                self._memevents = None
         self._kmsg: Optional[KmsgFollower] = None
         self._kill_namer = KillNamer(self.layout, self.namer)
-        if isinstance(kernel_log, KmsgFollower):
+        if kernel_log is not None:
             self._kmsg = kernel_log
-        elif kernel_log or (kernel_log is None and follow and self.host.live):
-            self.follow_kernel_log()
         note = pid_namespace_note(self.fs)
         if note:
             self.warner.once("pidns", note)
@@ -150,6 +141,20 @@ class Sampler:
         except KmsgUnavailable as exc:
             self.warner.once("kmsg", f"{exc.reason}: OOM kills of cgroups removed before the next tick "
                              "can't be seen, nor who was killed; the OOM-kill counters are still reported")
+            return False
+        return True
+
+    def watch_memory_events(self) -> bool:
+        """v2: read each reported cgroup's memory.events the moment the kernel says it
+        changed (kernel/memevents.py), so a kill's count is known before its cgroup goes.
+        False where there is no v2 memory controller or no inotify instance to spare."""
+        if self.layout.kind != "v2" or self._memevents is not None:
+            return self._memevents is not None
+        from cgstat.kernel.memevents import MemoryEventsWatcher
+
+        try:
+            self._memevents = MemoryEventsWatcher()
+        except OSError:
             return False
         return True
 
