@@ -26,7 +26,7 @@ from __future__ import annotations
 from typing import Callable, Dict, List, Optional, Tuple, TypeVar
 
 from cgstat.kernel import handles, parse
-from cgstat.kernel.handles import KEPT, SLOW_FILES
+from cgstat.kernel.handles import KEPT, PIDS_EVENTS_IDLE, SLOW_FILES
 from cgstat.kernel.hierarchy import Hierarchy, Layout
 from cgstat.kernel.hostfs import Gone, ReadError, read_text
 from cgstat.kernel.sample import (
@@ -467,8 +467,30 @@ def _pids(folder: Folder, r: _Reader) -> PidsSample:
             KEPT.release(folder, "cgroup.procs")
     else:
         processes = r.get(folder, "cgroup.procs", _count_pids)
-    events = r.opt(folder, "pids.events", _pids_events)
-    return PidsSample(current, limit, processes, r.opt(folder, "pids.peak", parse.parse_uint), events)
+    return PidsSample(current, limit, processes, r.opt(folder, "pids.peak", parse.parse_uint),
+                      _pids_events_max(folder, r, current))
+
+
+def _pids_events_max(folder: Folder, r: _Reader, current: Optional[int]) -> Optional[int]:
+    """pids.events max. Only a fork in the cgroup's subtree can change it, and with no task
+    there (pids.current 0) none can: the value read at a tick that already found it empty
+    is kept until a task comes back (v1 raises no IN_MODIFY on the file, so it can't be a
+    slow file). An empty cgroup, as most are, then costs no read of it."""
+    if "pids.events" not in folder.files:
+        return None
+    if not _kept_mounts.get(folder.hierarchy.mount_dir):
+        return r.get(folder, "pids.events", _pids_events)
+    if current != 0:
+        KEPT.modified(folder, PIDS_EVENTS_IDLE)  # tasks: what was kept may change
+        return r.get(folder, "pids.events", _pids_events)
+    known = KEPT.cached(folder, PIDS_EVENTS_IDLE)
+    if known is not handles.MISSING:
+        return known  # type: ignore[no-any-return,unused-ignore]
+    KEPT.release(folder, "pids.events")  # read no more each tick: its slot goes to others
+    value = r._uncached(folder, "pids.events", _pids_events, False)
+    if value is not None:
+        KEPT.keep(folder, PIDS_EVENTS_IDLE, value)
+    return value
 
 
 def _pids_events(text: str) -> Optional[int]:

@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import math
 import time
-from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, Iterator, List, Mapping, Optional, Set, Union
+from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, Iterator, List, Mapping, Optional, Set, Tuple, Union
 
 from cgstat.pipeline.events.case import Case, History
+from cgstat.pipeline.events.event import deepest_only
 from cgstat.pipeline.events.kills import OomLedger, Rise
 from cgstat.pipeline.events.rules import CGROUP_RULES, GPU_RULES, GpuRule
 from cgstat.pipeline.events.thresholds import Thresholds
@@ -36,7 +37,7 @@ def _number(value: Any) -> Optional[float]:
 class _Tick:
     """What observe() gathers over one tick's records."""
 
-    __slots__ = ("events", "seen", "gpu_records", "oom_rises", "stamp")
+    __slots__ = ("events", "seen", "gpu_records", "oom_rises", "stamp", "hierarchical")
 
     def __init__(self) -> None:
         self.events: List[EventRecord] = []
@@ -44,6 +45,7 @@ class _Tick:
         self.gpu_records: List[Mapping[str, Any]] = []
         self.oom_rises: List[Rise] = []
         self.stamp: Optional[Mapping[str, Any]] = None  # a record of the tick (its ts and host)
+        self.hierarchical: List[Tuple[str, EventRecord]] = []  # Case.raise_(hierarchical=True)
 
 
 class EventDetector:
@@ -130,6 +132,7 @@ class EventDetector:
                                            last.working_set_bytes if last else None, None, False))
         if tick.oom_rises or found:
             events.extend(self._oom.judge(tick.oom_rises, found, ts, self._host))
+        events.extend(deepest_only(tick.hierarchical))
         for path in [p for p in self._cgroups if p not in seen]:
             del self._cgroups[path]  # vanished: its episodes end with it, silently
         if tick.gpu_records:
@@ -157,19 +160,24 @@ class EventDetector:
             procs = gpu.get("processes")
             gprocs = len(procs) if isinstance(procs, list) else None
         # number_at's rules (a finite number, else None), one lookup of each object
-        mem, cpu = r.get("memory"), r.get("cpu")
+        mem, cpu, pids = r.get("memory"), r.get("cpu"), r.get("pids")
+        high = high_bytes = None
         if isinstance(mem, dict):
             ws, limit, kills = (_number(mem.get("working_set_bytes")), _number(mem.get("limit_bytes")),
                                 _number(mem.get("oom_kills_total")))
+            events = mem.get("events_local") or mem.get("events")
+            if events.__class__ is dict:
+                high, high_bytes = _number(events.get("high")), _number(mem.get("high_bytes"))
         else:
             ws = limit = kills = None
+        forks = _number(pids.get("events_max_total")) if isinstance(pids, dict) else None
         if isinstance(cpu, dict):
             usage, periods, throttled, cores = (
                 _number(cpu.get("usage_seconds_total")), _number(cpu.get("periods_total")),
                 _number(cpu.get("throttled_periods_total")), _number(cpu.get("limit_cores")))
         else:
             usage = periods = throttled = cores = None
-        values = (ws, limit, kills, usage, periods, throttled, cores, sm, gprocs)
+        values = (ws, limit, kills, usage, periods, throttled, cores, sm, gprocs, high, high_bytes, forks)
         sample: Sample = _new_sample(Sample, values)
         before, h.last = h.last, sample
         samples = h.samples
@@ -184,6 +192,6 @@ class EventDetector:
             ts = samples.ts
         # The window the sustained rules judge, the same for every rule: none changes it.
         window = samples if len(ts) >= 2 and ts[-1] - ts[0] >= th.coverage * th.window_s else None
-        case = Case(r, t, sample, before, window, h, tick.events, tick.oom_rises)
+        case = Case(r, t, sample, before, window, h, tick.events, tick.oom_rises, tick.hierarchical)
         for rule in self._rules:
             rule.judge(case)

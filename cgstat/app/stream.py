@@ -1,23 +1,40 @@
-"""The ways cgstat runs: stream (a batch every interval), serve (the Prometheus endpoint),
-once (one batch, for cron and scripts) and pid (PID -> cgroup and container). Each drives
-a Sampler, the one Schedule, the events detector and its outputs; none holds logic of its
-own beyond that order of events.
-"""
+"""`cgstat stream` (a batch every interval, into a sink, with events) and `cgstat serve`
+(the same ticks into the Prometheus endpoint only)."""
 
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, Iterable, List, Optional, Sequence
+from typing import TYPE_CHECKING, Iterable, Optional, Sequence
 
 from cgstat import sdnotify
-from cgstat.outputs.jsonl import JsonLinesSink, ReaderGone, SinkError, StdoutSink
+from cgstat.outputs.jsonl import JsonLinesSink, ReaderGone, SinkError
 from cgstat.pipeline.schedule import Schedule, watchdog_heartbeat_s
 from cgstat.records import JsonObject
 
-if TYPE_CHECKING:  # the state file and events are imported by the runs that use them
+if TYPE_CHECKING:  # the exporter and events are imported by the runs that use them
     from cgstat.outputs.serve import Exporter
     from cgstat.pipeline.events import EventDetector
     from cgstat.pipeline.sampler import Sampler
+
+
+def stream(sampler: Sampler, interval_s: float, count: Optional[int], fmt: str, output: Optional[str],
+           output_mode: int, events_window_s: Optional[float], listen: Optional[str]) -> int:
+    """`cgstat stream`: the sink for `fmt` on `output` (stdout when None), events judged
+    over `events_window_s` (None: no events), /metrics beside it when `listen`."""
+    from cgstat.outputs.formats import make_sink
+
+    events = None
+    if events_window_s is not None:
+        from cgstat.pipeline.events import EventDetector
+
+        events = EventDetector(window_s=events_window_s)
+    sink = make_sink(fmt, output, output_mode, sampler.warner.warn)
+    return run_stream(sampler, sink, interval_s, count, events, listen)
+
+
+def serve(sampler: Sampler, listen: str, interval_s: float, count: Optional[int]) -> int:
+    """`cgstat serve`: a stream with no sink, only the endpoint."""
+    return run_stream(sampler, None, interval_s, count, None, listen)
 
 
 def run_stream(sampler: Sampler, sink: Optional[JsonLinesSink], interval_s: float, count: Optional[int],
@@ -32,7 +49,7 @@ def run_stream(sampler: Sampler, sink: Optional[JsonLinesSink], interval_s: floa
         sink.open()  # an output that can't be opened fails the run now, not silently later
     exporter = None
     if listen:
-        from cgstat.outputs.serve import Exporter  # only when asked: HTTP costs a cron run start-up
+        from cgstat.outputs.serve import Exporter  # only when asked: HTTP costs a start-up
 
         exporter = Exporter(listen, sampler.warner, stale_after_s=max(60.0, 5 * interval_s))
     schedule = Schedule(interval_s, sampler.warner, watchdog_heartbeat_s()).install_signals()
@@ -98,59 +115,3 @@ def _stream_tick(sampler: Sampler, sink: Optional[JsonLinesSink], events: Option
             sink.write(batch)
         except SinkError as exc:
             sampler.warner.warn("sink", str(exc))
-
-
-def run_once(sampler: Sampler, sink: JsonLinesSink, state_path: Optional[str], window_s: float,
-             events: bool = True) -> int:
-    """One batch: rates against the saved state, or over a window of two samples.
-
-    SIGTERM/SIGINT during the window end the run quietly (nothing written); during the
-    write they let the batch finish, so a killed cron run never leaves half a line.
-    """
-    schedule = Schedule(window_s or 1.0, sampler.warner).install_signals()
-    try:
-        sink.open()
-        if state_path:
-            from cgstat.pipeline import state as statefile
-            from cgstat.pipeline.events import judge_runs, state_extras
-
-            # Checked, locked and ready to be replaced before anything is printed.
-            with statefile.StateFile(state_path) as state:
-                previous, why = state.load(sampler.host.boot_id, sampler.clock.monotonic())
-                if why:
-                    sampler.warner.warn("state", why)
-                # The kernel log since the last run of this boot (a first run starts at its
-                # end; another boot's state: from this boot's first record).
-                if events:
-                    seq = state.kernel_log_seq
-                    sampler.follow_kernel_log(seq if seq is not None else (-1 if state.other_boot else None), numbered=True)
-                records, current = sampler.render(sampler.collect(), previous)
-                batch: Sequence[JsonObject] = records
-                if events:
-                    # what two runs can judge (an OOM kill between them), from what the
-                    # previous run kept and the kernel log
-                    batch = [*records, *judge_runs(state.extras if not why else {}, records, kills=sampler.kills)]
-                sink.write(batch)
-                state.save(sampler.host.boot_id, sampler.fs.root, sampler.clock.monotonic(), current,
-                           state_extras(records), sampler.kernel_log_seq)
-        else:
-            if window_s > 0:
-                sampler.warm_up()
-                schedule.sleep_until(time.monotonic() + window_s)
-                if schedule.stop:
-                    return 0
-            sink.write(sampler.records())  # each record to the output as it is made
-    except ReaderGone:
-        return 0
-    finally:
-        sink.close()
-    return 0
-
-
-def run_pid(sampler: Sampler, pids: List[int]) -> int:
-    """One JSON object per PID on stdout."""
-    try:
-        StdoutSink(sampler.warner.warn).write([sampler.namer.describe_pid(pid) for pid in pids])
-    except ReaderGone:
-        return 0
-    return 0
