@@ -1,5 +1,5 @@
 """One oom_kill event per kill (pipeline/events/kills.py), the gone cgroups' OOM counters on
-/metrics (outputs/prometheus.py OomRetention), and the v2 case on the recorded tree: the
+/metrics (outputs/prometheus_retention.py OomRetention), and the v2 case on the recorded tree: the
 kernel log the v2 recorder kept (meta/dmesg.txt) read through a Sampler on t0/t1."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import pytest
 from contract import validate
 from cgstat.kernel.kmsg import KmsgFollower, OomReport
 from cgstat.naming.kills import NamedKill
-from cgstat.outputs import prometheus
+from cgstat.outputs import prometheus, prometheus_retention
 from cgstat.pipeline.events import EventDetector, judge_runs, state_extras
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -135,7 +135,7 @@ def _oom_series(text: bytes):
 
 
 def test_retention_keeps_a_gone_cgroups_counter():
-    ret = prometheus.OomRetention(keep_s=900)
+    ret = prometheus_retention.OomRetention(keep_s=900)
     a, b = rec("/docker/a", oom=0), rec("/docker/b", oom=2)
     assert ret.update([a, b], [], 0.0) == []
     # b's kill and removal in one tick: the log tells it, the counter is gone with it

@@ -11,15 +11,27 @@ import shutil
 import subprocess
 
 import pytest
+from contract import validate
+from fieldtable import blank, example, record
 
+from cgstat import fields
 from cgstat.outputs import prometheus as prom
+from cgstat.outputs import prometheus_labels as prom_labels
 
 parser = pytest.importorskip("prometheus_client.parser")
 om_parser = pytest.importorskip("prometheus_client.openmetrics.parser")
 PROMTOOL = shutil.which("promtool")
 
-RECORD = {
-    "schema": 1, "type": "cgroup", "ts": "2026-11-29T20:10:12.807Z", "host": "gpu-node-3",
+def _device(**values):
+    return dict(blank(fields.RECORD, "io.devices[]"), **values)
+
+
+def _psi(**values):
+    return dict(blank(fields.RECORD, "pressure.cpu", True), **values)
+
+
+RECORD = record(**{
+    "ts": "2026-11-29T20:10:12.807Z", "host": "gpu-node-3",
     "cgroup": "/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-podu.slice/cri-containerd-"
               + "5" * 64 + ".scope",
     "paths": {"unified": "/x"}, "interval_s": 1.0, "unit": "cri-containerd-" + "5" * 64 + ".scope",
@@ -35,14 +47,13 @@ RECORD = {
                "anon_bytes": 1000, "file_bytes": 2000, "inactive_file_bytes": 6296320, "shmem_bytes": 0,
                "swap_bytes": None, "oom_kills_total": 2, "oom_events_total": 3},
     "io": {"read_bytes_total": 10, "write_bytes_total": 20, "read_ops_total": 1, "write_ops_total": 2,
-           "devices": [{"device": "254:0", "name": "vda", "read_bytes_total": 10, "write_bytes_total": 20,
-                        "read_ops_total": 1, "write_ops_total": 2, "discard_bytes_total": 0,
-                        "discard_ops_total": 0}]},
+           "devices": [_device(device="254:0", name="vda", read_bytes_total=10, write_bytes_total=20,
+                               read_ops_total=1, write_ops_total=2, discard_bytes_total=0, discard_ops_total=0)]},
     "pids": {"current": 7, "limit": None},
-    "pressure": {"cpu": {"some_avg10": 1.0, "some_seconds_total": 1.5, "full_seconds_total": 0.5},
-                 "memory": None, "io": {"some_seconds_total": 0.25, "full_seconds_total": None}},
+    "pressure": {"cpu": _psi(some_avg10=1.0, some_seconds_total=1.5, full_seconds_total=0.5),
+                 "memory": None, "io": _psi(some_seconds_total=0.25, full_seconds_total=None)},
     "errors": [{"source": "memory.swap.current", "error": "missing", "detail": "x"}],
-}
+})
 
 GPU_OBJ = {"memory_bytes": 3000, "sm_percent": 70.0, "devices": ["GPU-a", "GPU-b"],
            "processes": [
@@ -56,14 +67,30 @@ GPU_OBJ = {"memory_bytes": 3000, "sm_percent": 70.0, "devices": ["GPU-a", "GPU-b
                 "memory_bytes": 500, "sm_percent": None, "memory_percent": None, "encoder_percent": None,
                 "decoder_percent": None}]}
 
-GPU_RECORD = {"schema": 1, "type": "gpu", "ts": "2026-11-29T20:10:12.900Z", "host": "gpu-node-3", "interval_s": 1.0,
+GPU_RECORD = record("gpu", **{
+              "ts": "2026-11-29T20:10:12.900Z", "host": "gpu-node-3", "interval_s": 1.0,
               "gpu": {"index": 0, "uuid": "GPU-a", "name": "NVIDIA H200", "utilization_percent": 70.0,
                       "memory_utilization_percent": 10.0, "memory_total_bytes": 150000000000,
                       "memory_used_bytes": 3000, "memory_reserved_bytes": None, "temperature_celsius": 40,
                       "power_watts": 300.5, "mig_mode": None, "parent_uuid": None},
-              "processes": [{"pid": 11, "cgroup": "/x", "memory_bytes": 1000},
-                            {"pid": 99, "cgroup": None, "memory_bytes": 4096}],
-              "errors": []}
+              "processes": [dict(blank(fields.GPU_RECORD, "processes[]"), pid=11, cgroup="/x", memory_bytes=1000),
+                            dict(blank(fields.GPU_RECORD, "processes[]"), pid=99, cgroup=None, memory_bytes=4096)],
+              "errors": []})
+
+
+@pytest.fixture(autouse=True)
+def _validated(monkeypatch):
+    """Every record a test renders is valid against the schema, but for the label cache
+    test's container names 1 and True (odd on purpose: equal values written differently)."""
+    render = prom.render
+
+    def checked(records, *args, **kwargs):
+        for r in records:
+            if (r.get("container") or {}).get("name") not in (1, True):
+                validate(r)
+        return render(records, *args, **kwargs)
+
+    monkeypatch.setattr(prom, "render", checked)
 
 
 def samples(text: str, name: str):
@@ -147,11 +174,11 @@ def test_hostile_names_are_escaped_and_labels_bounded():
     assert s.labels["id"] == '/user.slice/a"b\\c\nd\\x1b[2J\\u202eE\\x9b'
     assert "\x1b" not in text and "\u202e" not in text and "\x9b" not in text
     label_keys = [k for k in s.labels if k.startswith("container_label_")]
-    assert len(label_keys) == prom.MAX_CONTAINER_LABELS
+    assert len(label_keys) == prom_labels.MAX_CONTAINER_LABELS
     assert all(set(k) <= set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_") for k in label_keys)
     rec["container"]["labels"] = {"long": "x" * 100000}
     s = one(render_text([rec]), "container_memory_usage_bytes")
-    assert len(s.labels["container_label_long"]) == prom.MAX_LABEL_VALUE
+    assert len(s.labels["container_label_long"]) == prom_labels.MAX_LABEL_VALUE
 
 
 def test_gpu_rendered_when_present():
@@ -231,11 +258,9 @@ def test_network_series_per_interface_as_cadvisor_names_them():
     iface = {"name": "eth0", "rx_bytes_total": 8388608, "tx_bytes_total": 4096, "rx_packets_total": 6000,
              "tx_packets_total": 300, "rx_errors_total": 1, "tx_errors_total": 2, "rx_dropped_total": 3,
              "tx_dropped_total": 4}
-    record = {"schema": 1, "type": "cgroup", "ts": "2026-11-30T13:00:00.000Z", "host": "h", "cgroup": "/x",
-              "container": None, "pod": None, "cpu": {}, "memory": {}, "pids": {}, "io": {},
-              "network": {"interfaces": [iface]}}
+    rec = record(ts="2026-11-30T13:00:00.000Z", network=dict(example(fields.RECORD, "network"), interfaces=[iface]))
     got = {}
-    for fam in text_string_to_metric_families(prometheus.render([record]).decode()):
+    for fam in text_string_to_metric_families(prometheus.render([rec]).decode()):
         for s in fam.samples:
             if s.name.startswith("container_network_"):
                 got[s.name] = (s.labels, s.value)
@@ -250,7 +275,9 @@ def test_label_cache_gives_the_same_bytes_tick_after_tick():
     rec = copy.deepcopy(RECORD)
     rec["gpu"] = copy.deepcopy(GPU_OBJ)
     other = copy.deepcopy(RECORD)
-    other.update(cgroup="/other", container=None, network={"interfaces": [{"name": "eth0", "rx_bytes_total": 1}]})
+    other.update(cgroup="/other", container=None,
+                 network=dict(example(fields.RECORD, "network"),
+                              interfaces=[dict(example(fields.RECORD, "network.interfaces[]"), name="eth0")]))
     changes = [
         lambda: None,
         lambda: rec["container"]["labels"].update(team="speech"),

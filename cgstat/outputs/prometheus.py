@@ -1,5 +1,8 @@
 """The Prometheus exposition of one tick: records (the Sampler's dicts) in, bytes out.
 
+The families (names, help, labels, the field each reads) are declared in cgstat/fields.py;
+this module renders them.
+
 Two formats from the same samples:
 
 - Prometheus text format 0.0.4 (`text/plain; version=0.0.4`): what every scraper reads.
@@ -20,23 +23,30 @@ Rules:
 - A null in the record (unknown, unsupported, no limit) gives no sample; never a fake 0.
 - Samples of cgroups carry the time the cgroup was read (the record's `ts`), so
   `rate()` is exact however the scrape and the tick are phased (cAdvisor does the same).
-- Names are hostile (docs/security.md): label values are escaped as the format requires
-  (backslash, double quote, newline), other control and bidi characters are written as
-  the text `\\xNN`/`\\uXXXX`; a container's labels are bounded in number and length, so
-  a user's label set cannot blow up the series.
+- Names are hostile: the labels are escaped and bounded by prometheus_labels.py, which
+  also keeps a workload's rendered labels from tick to tick.
 - Python 3.7 syntax, standard library only.
 """
 
 from __future__ import annotations
 
 import calendar
-import copy
 import math
-import re
-from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Set, Tuple, cast
+from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple, cast
 
 from cgstat import fields
-from cgstat.records import CgroupRecord, Container, GpuRecord, GpuUse, IoDevice, Pod, Sampled
+from cgstat.outputs.prometheus_labels import (
+    BLKIO_OPS,
+    LabelCache,
+    WorkloadLabels,
+    device_braces,
+    escape_value,
+    join_labels,
+    label_brace,
+    render_pairs,
+    workload_labels,
+)
+from cgstat.records import CgroupRecord, GpuRecord, GpuUse, Sampled
 
 TEXT = "text"
 OPENMETRICS = "openmetrics"
@@ -44,51 +54,6 @@ CONTENT_TYPES = {
     TEXT: "text/plain; version=0.0.4; charset=utf-8",
     OPENMETRICS: "application/openmetrics-text; version=1.0.0; charset=utf-8",
 }
-
-MAX_CONTAINER_LABELS = 32  # container_label_* per container; the rest are left out
-MAX_LABEL_NAME = 128  # characters of a sanitised label key
-MAX_LABEL_VALUE = 1024  # characters of a label value (a path, an image, a label)
-
-# --------------------------------------------------------------------------- escaping
-
-_UNSAFE = re.compile(
-    '[\\\\"\n\x00-\x09\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e'
-    '\u2066-\u2069\ud800-\udfff]')
-
-
-def _escape_one(m) -> str:
-    c = m.group(0)
-    if c == "\\":
-        return "\\\\"
-    if c == '"':
-        return '\\"'
-    if c == "\n":
-        return "\\n"
-    code = ord(c)
-    if 0xDC80 <= code <= 0xDCFF:  # an undecoded byte, as cgstat.text writes it
-        return "\\\\x%02x" % (code - 0xDC00)
-    if code <= 0xFF:
-        return "\\\\x%02x" % code
-    return "\\\\u%04x" % code
-
-
-def escape_value(value: Any) -> str:
-    """A label value as the exposition writes it between double quotes."""
-    text = value if isinstance(value, str) else str(value)
-    if len(text) > MAX_LABEL_VALUE:
-        text = text[:MAX_LABEL_VALUE]
-    if _UNSAFE.search(text) is None:
-        return text
-    return _UNSAFE.sub(_escape_one, text)
-
-
-_LABEL_NAME_BAD = re.compile(r"[^a-zA-Z0-9_]")
-
-
-def sanitize_label_name(key: str) -> str:
-    """cAdvisor's rule: every character outside [a-zA-Z0-9_] becomes '_'."""
-    return _LABEL_NAME_BAD.sub("_", key[:MAX_LABEL_NAME])
-
 
 def _num(v: Any) -> Optional[str]:
     """A sample value, or None for what is not a number (left out)."""
@@ -164,7 +129,8 @@ _MEMORY_EVENTS = ((_INDEX["cgstat_memory_events_total"], "events", ("low", "oom"
                    ("low", "high", "max", "oom", "oom_kill", "oom_group_kill")),
                   (_INDEX["cgstat_memory_swap_events_total"], "swap_events", ("high", "max", "fail")))
 _PGMAJFAULT = 'failure_type="pgmajfault",scope="hierarchy"'  # memory.stat counts the subtree
-_IO_LIMITS = ((F_IO_LIMIT_BYTES, "read", "read_bytes_per_second"), (F_IO_LIMIT_BYTES, "write", "write_bytes_per_second"),
+_IO_LIMITS = ((F_IO_LIMIT_BYTES, "read", "read_bytes_per_second"),
+              (F_IO_LIMIT_BYTES, "write", "write_bytes_per_second"),
               (F_IO_LIMIT_OPS, "read", "read_ops_per_second"), (F_IO_LIMIT_OPS, "write", "write_ops_per_second"))
 
 
@@ -180,7 +146,6 @@ _SCALARS: Tuple[Tuple[int, str, str], ...] = tuple(
     (family, section, key) for section in ("cpu", "memory", "pids")
     for family, key in _from_field("cgroup", section + "."))
 _IO_DEVICE = _from_field("cgroup", "io.devices[].", ("device",))
-_BLKIO_OPS = (("Read", "read_bytes_total"), ("Write", "write_bytes_total"), ("Discard", "discard_bytes_total"))
 _NETWORK = _from_field("cgroup", "network.interfaces[].", ("interface",))
 _GPU_DEVICE = _from_field("gpu", "gpu.")
 _BY_FIELD = {family.field: i for i, family in enumerate(FAMILIES) if family.field}
@@ -188,66 +153,6 @@ _PSI = tuple((res, _BY_FIELD["pressure.%s.some_seconds_total" % res], _BY_FIELD[
              for res in fields.PRESSURE_RESOURCES)
 
 DEFAULT_CPU_PERIOD_US = 100000  # the kernel's default CFS period
-
-# What a record without a container or pod object reads (never changed)
-_NO_CONTAINER = cast(Container, {})
-_NO_POD = cast(Pod, {})
-
-
-# --------------------------------------------------------------------------- labels
-
-def _labels(pairs: Iterable[Tuple[str, Any]]) -> str:
-    """'a="x",b="y"' for the pairs whose value is neither None nor empty."""
-    out = []
-    for key, value in pairs:
-        if value is None or value == "":
-            continue
-        out.append('%s="%s"' % (key, escape_value(value)))
-    return ",".join(out)
-
-
-def base_labels(record: CgroupRecord) -> str:
-    """id, name, image, namespace, pod, container, container_label_* of a cgroup record.
-
-    As the kubelet's cAdvisor: `container` is the Kubernetes container name (empty for a
-    pod-level cgroup and outside Kubernetes), `name` the runtime's name (else its ID).
-    Empty values are left out, which PromQL reads the same as `label=""`.
-    """
-    container = record.get("container") or _NO_CONTAINER
-    pod = record.get("pod") or container.get("pod") or _NO_POD
-    name = container.get("name") or container.get("id")
-    pairs: List[Tuple[str, Any]] = [
-        ("id", record.get("cgroup")),
-        ("name", name),
-        ("image", container.get("image")),
-        ("namespace", pod.get("namespace")),
-        ("pod", pod.get("name")),
-        ("container", container.get("name") if pod and container else None),
-    ]
-    labels = container.get("labels")
-    if isinstance(labels, dict) and labels:
-        seen: Set[str] = set()
-        for key in sorted(labels)[:MAX_CONTAINER_LABELS * 2]:
-            if len(seen) >= MAX_CONTAINER_LABELS:
-                break
-            value = labels[key]
-            if not isinstance(key, str) or not isinstance(value, str):
-                continue
-            label = "container_label_" + sanitize_label_name(key)
-            if label in seen:
-                continue  # two keys sanitised alike: the first (sorted) wins
-            seen.add(label)
-            pairs.append((label, value))
-    return _labels(pairs)
-
-
-def _join(base: str, extra: str) -> str:
-    if not extra:
-        return base
-    if not base:
-        return extra
-    return base + "," + extra
-
 
 # --------------------------------------------------------------------------- time
 
@@ -307,115 +212,8 @@ def _value(v: Any) -> Optional[bytes]:
     return None if text is None else text.encode()
 
 
-def _brace(base: str, extra: str = "") -> bytes:
-    """b'{labels} ', what stands between a sample's name and its value (b' ' for none)."""
-    labels = _join(base, extra)
-    return ("{" + labels + "} " if labels else " ").encode("utf-8", "backslashreplace")
-
-
-def _text_or_none(*values: Any) -> bool:
-    """Whether equal values of these are sure to render the same (1 == 1.0 == True)."""
-    return all(v is None or isinstance(v, str) for v in values)
-
-
-class _Workload:
-    """The labels of one workload's series, rendered (escaped, joined, encoded) once.
-
-    `identity` is a copy of what they were rendered from (the record's type, unit,
-    container and pod; its cgroup path is the key it is kept under): a record whose own
-    compares equal gets these labels again. Only workloads whose named values are text (or
-    null) are kept: 1, 1.0 and True compare equal but are written differently.
-    """
-
-    __slots__ = ("identity", "base", "brace", "cpu_total", "info", "devices", "interfaces", "extra")
-
-    def __init__(self, record: CgroupRecord, identity: Tuple[Any, ...]):
-        container = record.get("container") or _NO_CONTAINER
-        pod = record.get("pod") or container.get("pod") or _NO_POD
-        keep = _text_or_none(record.get("type"), record.get("unit"), container.get("runtime"),
-                             container.get("id"), container.get("name"), container.get("image"),
-                             pod.get("namespace"), pod.get("name"), pod.get("qos"))
-        self.identity = copy.deepcopy(identity) if keep else None
-        self.base = base_labels(record)
-        self.brace = _brace(self.base)
-        self.cpu_total = _brace(self.base, 'cpu="total"')
-        self.info = _brace(self.base, _labels((
-            ("type", record.get("type")), ("runtime", container.get("runtime")),
-            ("container_id", container.get("id")), ("unit", record.get("unit")), ("qos", pod.get("qos")),
-            ("sandbox", "true" if container.get("sandbox") else None))))
-        # the braces of its block devices and network interfaces, by what they are rendered
-        # from; each render keeps only those its record has
-        self.devices: Dict[Any, Tuple[bytes, ...]] = {}
-        self.interfaces: Dict[str, bytes] = {}
-        self.extra: Dict[str, bytes] = {}  # braces with one more constant label (event="high")
-
-    def with_label(self, extra: str) -> bytes:
-        brace = self.extra.get(extra)
-        if brace is None:
-            brace = self.extra[extra] = _brace(self.base, extra)
-        return brace
-
-
-class LabelCache:
-    """The rendered labels of the workloads of the last tick, for the next one.
-
-    A series is `name{labels} value timestamp`, and a workload's labels (cgroup path,
-    container name, image, labels ...) are the same tick after tick: escaping and joining
-    them again was a quarter of a render. One per exporter, passed to each `render`: a
-    render keeps only the workloads of its own records, so the cache holds one tick's
-    worth whatever the churn (~3.7 KiB a workload, 3.6 MiB at 1,000 containers; a
-    render's peak is ~10 MiB lower than it was without). Kept workloads are never changed
-    but for their device and interface braces, which are the same whoever makes them: a
-    render in the HTTP server's thread (OpenMetrics) may use the cache while the next
-    tick renders.
-    """
-
-    __slots__ = ("workloads",)
-
-    def __init__(self) -> None:
-        self.workloads: Dict[str, _Workload] = {}
-
-
-def _workload(record: CgroupRecord, last: Dict[str, _Workload], kept: Dict[str, _Workload]) -> _Workload:
-    """The record's workload from the last tick if it is the same, else a new one."""
-    key = record.get("cgroup")
-    identity = (record.get("type"), record.get("unit"), record.get("container"), record.get("pod"))
-    if not isinstance(key, str):
-        return _Workload(record, identity)
-    workload = last.get(key)
-    if workload is None or workload.identity is None or workload.identity != identity:
-        workload = _Workload(record, identity)
-    if workload.identity is not None:
-        kept[key] = workload
-    return workload
-
-
-def _device_braces(base: str, dev: IoDevice, known: Dict[Any, Tuple[bytes, ...]],
-                   seen: Dict[Any, Tuple[bytes, ...]]) -> Tuple[bytes, ...]:
-    """A block device's braces: for its IO counters, then blkio Read, Write, Discard.
-
-    `known`: those of the workload's devices last tick, by MAJ:MIN and name; `seen` gets
-    this one's."""
-    key = (dev.get("device"), dev.get("name"))
-    if not _text_or_none(*key):
-        return _new_device_braces(base, dev)
-    braces = known.get(key) or _new_device_braces(base, dev)
-    seen[key] = braces
-    return braces
-
-
-def _new_device_braces(base: str, dev: IoDevice) -> Tuple[bytes, ...]:
-    majmin = str(dev.get("device") or "")
-    major, _, minor = majmin.partition(":")
-    dname = dev.get("name")
-    device = "/dev/" + dname if dname else majmin
-    dlabel = 'device="%s"' % escape_value(device)
-    blk = '%s,major="%s",minor="%s",operation=' % (dlabel, escape_value(major), escape_value(minor))
-    return (_brace(base, dlabel),) + tuple(_brace(base, blk + '"' + op + '"') for op, _ in _BLKIO_OPS)
-
-
 def _cgroup_samples(record: CgroupRecord, out: List[List[bytes]], fmt: str, timestamps: bool,
-                    workload: _Workload) -> None:
+                    workload: WorkloadLabels) -> None:
     millis = ts_millis(record.get("ts")) if timestamps else None
     end = _ts_suffix(millis, fmt).encode()
     base = workload.base
@@ -455,10 +253,10 @@ def _cgroup_samples(record: CgroupRecord, out: List[List[bytes]], fmt: str, time
         for dev in devices:
             if not isinstance(dev, dict):
                 continue
-            braces = _device_braces(base, dev, workload.devices, seen)
+            braces = device_braces(base, dev, workload.devices, seen)
             for family, key in _IO_DEVICE:
                 add(family, dev.get(key), braces[0])
-            for (_, key), brace in zip(_BLKIO_OPS, braces[1:]):
+            for (_, key), brace in zip(BLKIO_OPS, braces[1:]):
                 add(F_BLKIO, dev.get(key), brace)
         workload.devices = seen
 
@@ -468,7 +266,7 @@ def _cgroup_samples(record: CgroupRecord, out: List[List[bytes]], fmt: str, time
         for iface in network["interfaces"]:
             if isinstance(iface, dict):
                 name = str(iface.get("name"))
-                brace = workload.interfaces.get(name) or _brace(base, 'interface="%s"' % escape_value(name))
+                brace = workload.interfaces.get(name) or label_brace(base, 'interface="%s"' % escape_value(name))
                 interfaces[name] = brace
                 for family, key in _NETWORK:
                     add(family, iface.get(key), brace)
@@ -487,12 +285,12 @@ def _cgroup_samples(record: CgroupRecord, out: List[List[bytes]], fmt: str, time
     gpu = record.get("gpu")
     if isinstance(gpu, dict):
         def add_gpu(family: int, value: Any, extra: str = "") -> None:
-            add(family, value, _brace(base, extra))  # a process's labels change: not kept
+            add(family, value, label_brace(base, extra))  # a process's labels change: not kept
 
         _container_gpu(gpu, add_gpu)
 
 
-def _issue23_samples(record: CgroupRecord, add: Callable[..., None], workload: _Workload) -> None:
+def _issue23_samples(record: CgroupRecord, add: Callable[..., None], workload: WorkloadLabels) -> None:
     """The series of the memory events, major faults, OOM group, cpuset and IO limits."""
     memory: Dict[str, Any] = cast(Dict[str, Any], record.get("memory") or {})
     cpu: Dict[str, Any] = cast(Dict[str, Any], record.get("cpu") or {})
@@ -511,7 +309,7 @@ def _issue23_samples(record: CgroupRecord, add: Callable[..., None], workload: _
         add(F_OOM_GROUP, int(group))
     cpus, mems = cpu.get("cpuset_cpus"), cpu.get("cpuset_mems")
     if isinstance(cpus, str) or isinstance(mems, str):
-        add(F_CPUSET, 1, workload.with_label(_labels((("cpus", cpus), ("mems", mems)))))
+        add(F_CPUSET, 1, workload.with_label(render_pairs((("cpus", cpus), ("mems", mems)))))
     limits = cast(Dict[str, Any], record.get("io") or {}).get("limits")
     if isinstance(limits, list):
         for lim in limits:
@@ -520,7 +318,7 @@ def _issue23_samples(record: CgroupRecord, add: Callable[..., None], workload: _
             dname = lim.get("name")
             device = "/dev/%s" % dname if dname else str(lim.get("device") or "")
             for family, op, key in _IO_LIMITS:
-                add(family, lim.get(key), _brace(workload.base, 'device="%s",operation="%s"' % (
+                add(family, lim.get(key), label_brace(workload.base, 'device="%s",operation="%s"' % (
                     escape_value(device), op)))
 
 
@@ -542,12 +340,12 @@ def _container_gpu(gpu: GpuUse, add: Callable[[int, Any, str], None]) -> None:
         if _num(sm) is not None:
             sums[1] = (sums[1] or 0) + sm
         pid = p.get("pid")
-        extra = _labels((("gpu", key[0]), ("uuid", key[1]), ("pid", pid), ("process", p.get("name")),
+        extra = render_pairs((("gpu", key[0]), ("uuid", key[1]), ("pid", pid), ("process", p.get("name")),
                          ("type", p.get("type"))))
         add(F_CGPU_PMEM, mem, extra)
         add(F_CGPU_PSM, sm, extra)
     for (index, uuid), (mem, sm) in per_gpu.items():
-        extra = _labels((("gpu", index), ("uuid", uuid)))
+        extra = render_pairs((("gpu", index), ("uuid", uuid)))
         add(F_CGPU_MEM, mem, extra)
         add(F_CGPU_SM, sm, extra)
 
@@ -557,17 +355,17 @@ def _gpu_samples(record: GpuRecord, out: List[List[bytes]], fmt: str, timestamps
     if not isinstance(gpu, dict):
         return
     index = gpu.get("index")
-    base = _labels((("gpu", "" if index is None else str(index)), ("uuid", gpu.get("uuid"))))
+    base = render_pairs((("gpu", "" if index is None else str(index)), ("uuid", gpu.get("uuid"))))
     millis = ts_millis(record.get("ts")) if timestamps else None
     end = _ts_suffix(millis, fmt)
 
     def add(family: int, value: Any, extra: str = "") -> None:
         text = _num(value)
         if text is not None:
-            line = FAMILIES[family].name + "{" + _join(base, extra) + "} " + text + end
+            line = FAMILIES[family].name + "{" + join_labels(base, extra) + "} " + text + end
             out[family].append(line.encode("utf-8", "backslashreplace"))
 
-    add(F_GPU_INFO, 1, _labels((("model", gpu.get("name")), ("mig_mode", gpu.get("mig_mode")),
+    add(F_GPU_INFO, 1, render_pairs((("model", gpu.get("name")), ("mig_mode", gpu.get("mig_mode")),
                                 ("parent_uuid", gpu.get("parent_uuid")))))
     for family, key in _GPU_DEVICE:
         add(family, gpu.get(key))
@@ -589,7 +387,7 @@ def _self_samples(self_metrics: Dict[str, Any], records: Sequence[Sampled], out:
             line = FAMILIES[family].name + ("{" + labels + "} " if labels else " ") + text + "\n"
             out[family].append(line.encode("utf-8", "backslashreplace"))
 
-    add(F_BUILD, 1, _labels((("version", self_metrics.get("version")),)))
+    add(F_BUILD, 1, render_pairs((("version", self_metrics.get("version")),)))
     add(F_TICKS, self_metrics.get("ticks_total"))
     add(F_TICK_SECONDS, self_metrics.get("tick_duration_seconds"))
     add(F_RENDER_SECONDS, self_metrics.get("render_duration_seconds"))
@@ -615,66 +413,6 @@ def _self_samples(self_metrics: Dict[str, Any], records: Sequence[Sampled], out:
 
 
 F_OOM = _INDEX["container_oom_events_total"]
-RETAIN_OOM_S = 900.0  # how long a gone cgroup's OOM-kill counter is still exposed
-
-
-class OomRetention:
-    """The OOM-kill counters (container_oom_events_total) of cgroups that are gone, kept
-    `keep_s` after the last tick that had them, so that a kill that ended its container
-    (runc removes the cgroup as its init dies) is still there for an alert rule.
-
-    `update(records, kills, now_ts)` once per tick: `kills` are the tick's kernel-log kills
-    (naming/kills.py NamedKill). A cgroup that had a record last tick and has none now
-    keeps its last value; a kill the log reports for a cgroup with no record this tick (gone,
-    or never read: killed in its first second) adds 1, from 0 when there was no series (the
-    series then first appears at 1: the alert rule handles that, deploy/prometheus/rules.yml).
-    The value never changes otherwise, so increase() over any range counts only the real
-    kills; when the series ends it just goes stale, which increase() doesn't read as a reset,
-    and a cgroup that comes back under the same labels starts from its own counter (read as
-    a reset, counted from 0). Memory: one entry per cgroup gone within keep_s, the last
-    tick's records (held by the exporter anyway).
-    """
-
-    def __init__(self, keep_s: float = RETAIN_OOM_S):
-        self.keep_s = keep_s
-        self._last: Dict[str, Any] = {}  # path -> last tick's record
-        self._kept: Dict[str, List[Any]] = {}  # path -> [labels, value, until (monotonic)]
-
-    def update(self, records: Sequence[Sampled], kills: Iterable[Any], now: float) -> List[Tuple[str, int]]:
-        """(labels, value) of every kept series this tick."""
-        current: Dict[str, Any] = {}
-        for rec in records:
-            r: Any = rec  # a cgroup, pod or GPU record
-            if isinstance(r, dict) and r.get("type") in ("cgroup", "pod") and isinstance(r.get("cgroup"), str):
-                current[r["cgroup"]] = r
-        kept = self._kept
-        for path, r in self._last.items():
-            if path not in current:
-                value = _oom_total(r)
-                if value is not None and path not in kept:
-                    kept[path] = [base_labels(r), value, now + self.keep_s]
-        for k in kills:
-            where = getattr(k, "cgroup", None)
-            if not isinstance(where, str) or where in current:
-                continue  # a live cgroup's own counter has it
-            entry = kept.get(where)
-            if entry is None:
-                like: Any = {"cgroup": where, "container": k.container, "pod": k.pod}  # what labels need of a record
-                entry = kept[where] = [base_labels(like), 0, 0.0]
-            entry[1] += 1
-            entry[2] = now + self.keep_s
-        for path in [p for p, e in kept.items() if p in current or e[2] <= now]:
-            del kept[path]
-        self._last = current
-        return [(e[0], e[1]) for e in kept.values()]
-
-
-def _oom_total(record: Any) -> Optional[int]:
-    mem = record.get("memory")
-    value = mem.get("oom_kills_total") if isinstance(mem, dict) else None
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
-
-
 def render(records: Sequence[Sampled], fmt: str = TEXT, self_metrics: Optional[Dict[str, Any]] = None,
            timestamps: bool = True, cache: Optional[LabelCache] = None,
            retained: Iterable[Tuple[str, int]] = ()) -> bytes:
@@ -694,14 +432,14 @@ def render(records: Sequence[Sampled], fmt: str = TEXT, self_metrics: Optional[D
     out: List[List[bytes]] = [[] for _ in FAMILIES]
     _self_samples(self_metrics or {}, records, out)
     last = cache.workloads if cache is not None else {}
-    kept: Dict[str, _Workload] = {}
+    kept: Dict[str, WorkloadLabels] = {}
     for record in records:
         if not isinstance(record, dict):
             continue
         kind = record.get("type")
         if kind == "cgroup" or kind == "pod":
             workload = cast(CgroupRecord, record)
-            _cgroup_samples(workload, out, fmt, timestamps, _workload(workload, last, kept))
+            _cgroup_samples(workload, out, fmt, timestamps, workload_labels(workload, last, kept))
         elif kind == "gpu":
             _gpu_samples(cast(GpuRecord, record), out, fmt, timestamps)
     if cache is not None:

@@ -21,6 +21,8 @@ from cgstat import __version__
 from cgstat.errors import CgstatError
 from cgstat.outputs import prometheus
 from cgstat.outputs.http import DEFAULT_LISTEN, MetricsServer, address_note
+from cgstat.outputs.prometheus_labels import LabelCache
+from cgstat.outputs.prometheus_retention import OomRetention
 from cgstat.pipeline.diagnostics import Warner
 from cgstat.records import Sampled
 
@@ -38,8 +40,8 @@ class Exporter:
         self.timestamps = timestamps
         self.ticks = 0
         self.render_s: Optional[float] = None
-        self.labels = prometheus.LabelCache()  # the last tick's workloads' labels, rendered
-        self.retention = prometheus.OomRetention()  # gone cgroups' OOM-kill counters
+        self.labels = LabelCache()  # the last tick's workloads' labels, rendered
+        self.retention = OomRetention()  # gone cgroups' OOM-kill counters
         try:
             self.server = MetricsServer(listen, stale_after_s=stale_after_s,
                                         on_error=lambda m: self.warner.warn("http", m))
