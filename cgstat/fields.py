@@ -484,6 +484,14 @@ def field(fields: Tuple[Field, ...], path: str) -> Field:
     raise KeyError(path)
 
 
+def keys(path: str, table: Tuple[Field, ...] = RECORD) -> Tuple[str, ...]:
+    """The keys to a field, for a reader of records by path (pipeline/record.value_at):
+    `keys("memory.limit_bytes")` is ("memory", "limit_bytes"); KeyError, when the module
+    that asks is imported, for a path that is not in the table."""
+    field(table, path)
+    return tuple(path.split("."))
+
+
 # -- Prometheus families (docs/prometheus.md) --------------------------------------------------
 
 class Family(NamedTuple):

@@ -245,9 +245,9 @@ def test_agent_raises_a_systemd_soft_fd_limit_and_sizes_its_kept_descriptors():
     limit (never past the hard one), and the kept-descriptor cap follows."""
     probe = ("import resource\n"
              "from cgstat.kernel import handles\n"
-             "before = handles.KEPT.cap\n"
+             "before = handles.KeptFiles().cap\n"
              "soft = handles.raise_nofile_limit()\n"
-             "print(before, soft, resource.getrlimit(resource.RLIMIT_NOFILE)[0], handles.KEPT.cap)")
+             "print(before, soft, resource.getrlimit(resource.RLIMIT_NOFILE)[0], handles.KeptFiles().cap)")
     env = dict(os.environ)
     env.pop("CGSTAT_MAX_KEPT_FDS", None)
     out = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, env=env, stdout=subprocess.PIPE,

@@ -214,3 +214,10 @@ def test_typeddicts_follow_the_field_table():
     declared = {name for name, v in vars(records).items()
                 if isinstance(v, type) and v.__module__ == records.__name__ and name != "TypedDict"}
     assert declared == seen, declared ^ seen
+
+
+def test_path_readers_take_their_paths_from_the_table():
+    assert fields.keys("memory.limit_bytes") == ("memory", "limit_bytes")
+    assert fields.keys("gpu.memory_used_bytes", fields.GPU_RECORD) == ("gpu", "memory_used_bytes")
+    with pytest.raises(KeyError):
+        fields.keys("memory.limit")  # a field the record does not have: its reader fails at import

@@ -26,6 +26,7 @@ from typing import Any, Dict, Iterable, Iterator, List, NamedTuple, Optional, Pa
 from cgstat.errors import CgstatError
 from cgstat.kernel.cgroups import read_cgroup
 from cgstat.kernel.discover import Discoverer
+from cgstat.kernel.handles import KeptFiles
 from cgstat.kernel.hierarchy import detect
 from cgstat.kernel.host import HostClock, host_root_note, read_host
 from cgstat.kernel.hostfs import HostFS
@@ -87,8 +88,11 @@ class Sampler:
         self.host = read_host(self.fs)
         self.clock = HostClock(self.fs, self.host.live)
         self.warner = warner or Warner()
+        # The descriptors kept for cgroup files, read by read_cgroup, closed as the
+        # discoverer sees folders go, and all at close().
+        self.kept = KeptFiles()
         self.discoverer = Discoverer(self.fs, self.layout, max_user_cgroups=max_user_cgroups,
-                                     warn=self.warner.once, follow=None if follow else False)
+                                     warn=self.warner.once, follow=None if follow else False, kept=self.kept)
         self.all_cgroups = all_cgroups
         self.match = match
         self.namer = Namer(self.fs, self.layout, self.warner.once, read_state)
@@ -217,9 +221,10 @@ class Sampler:
     def _read(self, selected: Selected) -> Iterator[Tuple[Sample, Workload]]:
         namer = self.namer
         clock = self.clock
+        kept = self.kept
         for cg, info in selected:
             now = clock.monotonic()
-            sample = read_cgroup(cg, self.layout, now, clock.wall(now))
+            sample = read_cgroup(cg, self.layout, now, clock.wall(now), kept)
             if sample.gone and not all(os.path.isdir(f.local) for f in cg.folders):
                 continue  # removed while we read it: its record stops here
             for p in sample.errors:
@@ -350,6 +355,7 @@ class Sampler:
         """Forget the previous tick; release the inotify watches, kept descriptors and NVML."""
         self.previous = {}
         self.discoverer.close()
+        self.kept.close_all()
         if self._kmsg is not None:
             self._kmsg.close()
         if self._memevents is not None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any, Dict, List, Mapping, Tuple, Type
 
+from cgstat import fields
 from cgstat.pipeline.events.case import Case
 from cgstat.pipeline.events.event import Episode, cap, duration, make_event, mib, who
 from cgstat.pipeline.events.kills import Rise
@@ -18,6 +19,9 @@ from cgstat.pipeline.events.window import FIELD, fit_line
 from cgstat.pipeline.record import number_at
 from cgstat.records import EventRecord
 
+# the record fields read by path (fields.keys: a path not in the table fails at import)
+_PIDS_CURRENT = fields.keys("pids.current")
+_PIDS_LIMIT = fields.keys("pids.limit")
 
 _HIGH = FIELD["memory_high_events"]
 
@@ -116,7 +120,7 @@ class PidsLimitHit(CgroupRule):
         if now is not None and then is not None and now > then:
             failures = int(now - then)
             if ep is None:
-                limit = number_at(c.record, "pids", "limit")
+                limit = number_at(c.record, *_PIDS_LIMIT)
                 msg = ("%s: %d fork%s refused because the cgroup reached its pids.max%s: new processes and "
                        "threads fail with EAGAIN (\"Resource temporarily unavailable\", \"can't start new "
                        "thread\"); raise the pids limit (docker --pids-limit, Kubernetes podPidsLimit) or find "
@@ -125,7 +129,7 @@ class PidsLimitHit(CgroupRule):
                            "" if limit is None else " (%d)" % limit))
                 ep = c.raise_(self.kind, "warning", cap(msg),
                               {"failures": failures, "pids_events_max_total": int(now), "limit": limit,
-                               "current": number_at(c.record, "pids", "current")}, hierarchical=True)
+                               "current": number_at(c.record, *_PIDS_CURRENT)}, hierarchical=True)
                 ep.extra["failures"] = failures
             else:
                 ep.extra["failures"] += failures
