@@ -187,7 +187,8 @@ RECORD: Tuple[Field, ...] = (
        v1="memory.stat total_shmem", minimum=0),
     _f("memory.swap_bytes", "int?", "swap in use; null without swap accounting", v2="memory.swap.current",
        v1="memory.stat total_swap", minimum=0),
-    _f("memory.oom_kills_total", "int?", "processes killed by the OOM killer in this cgroup",
+    _f("memory.oom_kills_total", "int?", "processes killed by the OOM killer in this cgroup (v2: and in its "
+       "descendants, memory.events being hierarchical; events_local.oom_kill is its own; v1: its own)",
        v2="memory.events oom_kill", v1="memory.oom_control oom_kill", minimum=0),
     _f("memory.oom_events_total", "int?", "v2 memory.events oom: times the limit was hit and reclaim failed",
        v2="memory.events oom", v1="-", minimum=0),
