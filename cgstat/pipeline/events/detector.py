@@ -19,9 +19,10 @@ from cgstat.records import EventRecord, JsonObject
 from cgstat.timestamps import parse_ts
 
 if TYPE_CHECKING:
-    from cgstat.naming.kills import NamedKill
+    from cgstat.naming.kills import LateCount, NamedKill
 
     Kills = Union[None, List[NamedKill], Callable[[], List[NamedKill]]]
+    Late = Union[None, List[LateCount], Callable[[], List[LateCount]]]
 
 _new_sample = tuple.__new__  # Sample(...) without the Python-level __new__: once per cgroup per tick
 
@@ -61,17 +62,18 @@ class EventDetector:
         return [rule(self.th) for rule in GPU_RULES]
 
     def observe(self, records: Iterable[Mapping[str, Any]], now: Optional[float] = None,
-                kills: Kills = None) -> List[EventRecord]:
+                kills: Kills = None, late: Late = None) -> List[EventRecord]:
         """The events of one tick (possibly none), given that tick's records. `kills`: the
-        tick's OOM kills from the kernel log (Sampler.kills), or a function giving them."""
+        tick's OOM kills from the kernel log (Sampler.kills), or a function giving them;
+        `late`: gone cgroups' OOM-kill counters read as they changed (Sampler.late_counts)."""
         now = None if now is None else float(now)  # a sample's time is a float (Window)
         tick = _Tick()
         for r in records:
             self._feed(tick, r, now)
-        return self._end(tick, kills)
+        return self._end(tick, kills, late)
 
     def watch(self, records: Iterable[Mapping[str, Any]], now: Optional[float] = None,
-              kills: Kills = None) -> Iterator[JsonObject]:
+              kills: Kills = None, late: Late = None) -> Iterator[JsonObject]:
         """observe() for a tick whose records come one at a time: each record, observed as
         it passes, then the events of the tick. Holds no record once it has passed (GPU
         device records, few, until the end of the tick). `kills` as for observe(); a
@@ -81,7 +83,7 @@ class EventDetector:
         for r in records:
             self._feed(tick, r, now)
             yield r
-        yield from self._end(tick, kills)
+        yield from self._end(tick, kills, late)
 
     def forget(self) -> None:
         """Drop every history and open episode (e.g. after the sampler was reset)."""
@@ -103,14 +105,25 @@ class EventDetector:
             tick.stamp = r
         self._observe_cgroup(path, r, now, tick)
 
-    def _end(self, tick: _Tick, kills: Kills = None) -> List[EventRecord]:
+    def _end(self, tick: _Tick, kills: Kills = None, late: Late = None) -> List[EventRecord]:
         events, seen = tick.events, tick.seen
         found = (kills() if callable(kills) else kills) or []
         stamp = tick.stamp
         if stamp is not None:
             self._host = stamp.get("host")
+        ts = stamp.get("ts") if stamp is not None else rfc3339(time.time())
+        for lc in (late() if callable(late) else late) or ():
+            # a cgroup gone by this tick whose counter moved after its last record
+            h = self._cgroups.get(lc.cgroup)
+            before = h.last.oom_kills_total if h is not None and h.last is not None else None
+            if lc.cgroup not in seen and before is not None and lc.oom_kills_total > before:
+                rec = {"type": "cgroup", "cgroup": lc.cgroup, "container": lc.container, "pod": lc.pod,
+                       "unit": lc.unit, "ts": ts, "host": self._host}
+                last = h.last if h is not None else None
+                tick.oom_rises.append(Rise(lc.cgroup, int(lc.oom_kills_total - before), lc.oom_kills_total, rec,
+                                           last.limit_bytes if last else None,
+                                           last.working_set_bytes if last else None, None, False))
         if tick.oom_rises or found:
-            ts = stamp.get("ts") if stamp is not None else rfc3339(time.time())
             events.extend(self._oom.judge(tick.oom_rises, found, ts, self._host))
         events.extend(deepest_only(tick.hierarchical))
         for path in [p for p in self._cgroups if p not in seen]:
