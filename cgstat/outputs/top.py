@@ -16,7 +16,7 @@ import time
 from typing import Any, Callable, Deque, Dict, List, NamedTuple, Optional, Sequence, Tuple, cast
 
 from cgstat.outputs.table import human_size, render_table, table_row, text_width
-from cgstat.pipeline.record import number_at, value_at
+from cgstat.pipeline.record import number_at
 from cgstat.records import CgroupRecord, EventRecord, Sampled
 from cgstat.text import escape_controls
 
@@ -178,7 +178,8 @@ class Model:
 
 def event_line(e: EventRecord) -> str:
     """'! severity kind name: message', as `--format table` lists events; controls escaped."""
-    who = value_at(e, "container", "name") or e.get("cgroup") or "--"
+    container = e["container"]
+    who = (container["name"] if container is not None else None) or e["cgroup"] or "--"
     kind = e.get("kind")
     if kind == "resolved" and e.get("resolves"):
         kind = "resolved %s" % e.get("resolves")
