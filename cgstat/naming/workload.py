@@ -58,9 +58,17 @@ class Namer:
         self._runtime: List[Tuple[Cgroup, PathInfo]] = []  # ...those of them with runtime state
         self._members: Dict[int, int] = {}  # folder inode -> the member PID chosen
         self._empty: Dict[int, float] = {}  # folder inode -> when to look again (no process below it)
+        self._named: List[Tuple[Cgroup, PathInfo]] = []  # the last tick's list, candidates promoted
+        self._named_from: Optional[List[Tuple[Cgroup, PathInfo]]] = None  # ...made from this one
+        self._named_paths: set = set()  # ...with these candidates promoted
 
-    def begin_tick(self, classified: List[Tuple[Cgroup, PathInfo]]) -> None:
-        """Look up what this tick's new containers and pods are; forget the gone ones."""
+    def begin_tick(self, classified: List[Tuple[Cgroup, PathInfo]]) -> List[Tuple[Cgroup, PathInfo]]:
+        """Look up what this tick's new containers and pods are; forget the gone ones.
+
+        Returns `classified` with each candidate (a bare 64-hex folder under no known
+        runtime's parent) that a runtime's state knows turned into a container: the same
+        list object while that set does not change, so callers can keep what they made
+        of it."""
         ids = self.runtimes
         if classified is not self._classified:
             # Only containers and pods have runtime state; the same list again (the
@@ -72,10 +80,31 @@ class Namer:
         runtime = self._runtime
         ids.retain(x for _, info in runtime for x in (info.id, info.pod_uid) if x)
         ids.refresh_if_new(info for _, info in runtime)
+        runtime = self._promote(classified, runtime)
         self._sandbox = {cg.path: ids.is_sandbox(info, cg.folders[0].local)
                          for cg, info in runtime if info.kind == "container"}
         ids.note_pod_members(info for cg, info in runtime
                              if info.pod_uid and not self._sandbox.get(cg.path, False))
+        return self._named
+
+    def _promote(self, classified: List[Tuple[Cgroup, PathInfo]],
+                 runtime: List[Tuple[Cgroup, PathInfo]]) -> List[Tuple[Cgroup, PathInfo]]:
+        """Candidates a runtime knows become containers (in this tick's lists)."""
+        known = {cg.path: promoted for cg, info in runtime if info.kind == "candidate"
+                 for promoted in (self.runtimes.promote(info),) if promoted is not None}
+        if classified is not self._named_from or known.keys() != self._named_paths:
+            self._named_from, self._named_paths = classified, set(known)
+            self._named = [(cg, known.get(cg.path, info)) for cg, info in classified] if known else classified
+        if not known:
+            return runtime
+        return [(cg, known.get(cg.path, info)) for cg, info in runtime]
+
+    def promote(self, info: PathInfo) -> PathInfo:
+        """`info`, or the container it is when it is a candidate that a runtime knows."""
+        if info.kind != "candidate":
+            return info
+        self.runtimes.refresh_if_new([info])
+        return self.runtimes.promote(info) or info
 
     def is_sandbox(self, cg: Cgroup, info: PathInfo) -> bool:
         """A pod's sandbox container (left out of the default selection)."""
@@ -104,7 +133,7 @@ class Namer:
             return _no_pid(pid, "no such process")
         except ReadError as exc:
             return _no_pid(pid, exc.detail)
-        info = self.owner_of(found.cgroup or "/")
+        info = self.promote(self.owner_of(found.cgroup or "/"))
         self.runtimes.refresh_if_new([info])
         return {"pid": pid, "error": None, "cgroup": found.cgroup, "paths": found.paths,
                 "unit": info.unit, "container": self.runtimes.container(info)}
@@ -133,7 +162,7 @@ class Namer:
                 return UNKNOWN
         except (ReadError, ValueError, IndexError):
             return UNKNOWN  # exited, or not in our PID namespace: no cgroup claims it
-        info = self.owner_of(found.cgroup or "/")
+        info = self.promote(self.owner_of(found.cgroup or "/"))
         self.runtimes.refresh_if_new([info])
         return Owner(comm, found.cgroup, self.runtimes.container(info))
 

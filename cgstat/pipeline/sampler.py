@@ -130,7 +130,10 @@ class Sampler:
             self._classified = {cg.path: known.get(cg.path) or classify(cg.path) for cg in cgroups}
             classified = [(cg, self._classified[cg.path]) for cg in cgroups]
             selection = None
-        namer.begin_tick(classified)
+        named = namer.begin_tick(classified)
+        if named is not classified:
+            # candidates a runtime knows are containers: what select() sees, this tick
+            classified, selection = named, (selection if named is last[1] else None)
         if selection is None or (self.match is None and not self.all_cgroups):
             # (the default selection leaves pod sandboxes out: runtime state, per tick)
             selection = select(classified, self.all_cgroups, self.match, namer.is_sandbox)
