@@ -27,7 +27,7 @@ versions=$(printf '%s\n' "${!pys[@]}" | sort -t. -k1,1n -k2,2n)
 oldest=$(echo "$versions" | head -n 1)
 FULL="test_parse.py test_recorded_trees.py test_identity.py test_faults.py test_faults_more.py test_model.py
       test_corpus.py test_cli.py test_cli_safety.py test_sdnotify.py test_events.py test_table_csv.py
-      test_netdev.py test_netns_reader.py test_prometheus_render.py"
+      test_netdev.py test_netns_reader.py test_prometheus_render.py test_fields.py"
 V2=tests/fixtures/v2-systemd/t1
 smoke() { # version python -> "compat: ..." lines; exit status 1 on failure
     local v=$1 py=$2 venv log c

@@ -35,6 +35,8 @@ import math
 import re
 from typing import Any, Dict, Iterable, List, Optional, Set, Tuple
 
+from cgstat import fields
+
 TEXT = "text"
 OPENMETRICS = "openmetrics"
 CONTENT_TYPES = {
@@ -103,213 +105,71 @@ def _num(v: Any) -> Optional[str]:
 
 
 # --------------------------------------------------------------------------- families
+#
+# The families, their order, help and labels are declared in cgstat/fields.py (FAMILIES).
+# A family whose `field` is a cgroup's cpu/memory/pids scalar, a block device's or an
+# interface's counter, a pressure total or a GPU device's figure is rendered from that
+# field below with no code of its own; the others are named here and made by hand.
 
-class Family:
-    """One metric family: name (as the samples are named), kind, help, and where it
-    comes from (docs/prometheus.md is checked against these)."""
+FAMILIES = fields.FAMILIES
+_INDEX = {family.name: i for i, family in enumerate(FAMILIES)}
 
-    __slots__ = ("name", "kind", "help", "source", "cadvisor")
 
-    def __init__(self, name: str, kind: str, help: str, source: str, cadvisor: bool):
-        self.name = name
-        self.kind = kind  # counter, gauge, info
-        self.help = help
-        self.source = source
-        self.cadvisor = cadvisor
-
-    def header(self, fmt: str) -> str:
-        name = self.name
-        kind = self.kind
-        if fmt == OPENMETRICS:
-            if kind == "counter" and name.endswith("_total"):
-                name = name[:-6]
-            elif kind == "info":
-                name = name[:-5]
+def header(family: fields.Family, fmt: str) -> str:
+    """# HELP and # TYPE of a family: OpenMetrics names counters without _total, infos without _info."""
+    name = family.name
+    kind = family.kind
+    if fmt == OPENMETRICS:
+        if kind == "counter" and name.endswith("_total"):
+            name = name[:-6]
         elif kind == "info":
-            kind = "gauge"
-        return "# HELP %s %s\n# TYPE %s %s\n" % (name, self.help, name, kind)
+            name = name[:-5]
+    elif kind == "info":
+        kind = "gauge"
+    return "# HELP %s %s\n# TYPE %s %s\n" % (name, family.help, name, kind)
 
 
-FAMILIES: List[Family] = []
+F_BUILD = _INDEX["cgstat_build_info"]
+F_TICKS = _INDEX["cgstat_ticks_total"]
+F_TICK_SECONDS = _INDEX["cgstat_tick_duration_seconds"]
+F_RENDER_SECONDS = _INDEX["cgstat_render_duration_seconds"]
+F_LAST_TICK = _INDEX["cgstat_last_tick_timestamp_seconds"]
+F_CGROUPS = _INDEX["cgstat_cgroups"]
+F_GPUS = _INDEX["cgstat_gpus"]
+F_RECORD_ERRORS = _INDEX["cgstat_record_errors"]
+F_LAST_SEEN = _INDEX["container_last_seen"]
+F_CPU_USAGE = _INDEX["container_cpu_usage_seconds_total"]
+F_SPEC_QUOTA = _INDEX["container_spec_cpu_quota"]
+F_SPEC_PERIOD = _INDEX["container_spec_cpu_period"]
+F_BLKIO = _INDEX["container_blkio_device_usage_total"]
+F_CGROUP_INFO = _INDEX["cgstat_cgroup_info"]
+F_CGPU_MEM = _INDEX["cgstat_container_gpu_memory_bytes"]
+F_CGPU_SM = _INDEX["cgstat_container_gpu_sm_percent"]
+F_CGPU_PMEM = _INDEX["cgstat_container_gpu_process_memory_bytes"]
+F_CGPU_PSM = _INDEX["cgstat_container_gpu_process_sm_percent"]
+F_GPU_INFO = _INDEX["cgstat_gpu_info"]
+F_GPU_PROCS = _INDEX["cgstat_gpu_processes"]
+F_GPU_UNATTR = _INDEX["cgstat_gpu_unattributed_memory_bytes"]
 
 
-def _family(name: str, kind: str, help: str, source: str) -> int:
-    FAMILIES.append(Family(name, kind, help, source, name.startswith("container_")))
-    return len(FAMILIES) - 1
+def _from_field(scope: str, prefix: str, labels: Tuple[str, ...] = ()) -> Tuple[Tuple[int, str], ...]:
+    """(family, key) of the families read as is from the fields `prefix`<key> (key without dots)."""
+    return tuple((i, f.field[len(prefix):]) for i, f in enumerate(FAMILIES)
+                 if f.scope == scope and f.labels == labels and f.field.startswith(prefix)
+                 and "." not in f.field[len(prefix):])
 
 
-# The exporter's own health (no timestamps: they describe now).
-F_BUILD = _family("cgstat_build_info", "info", "cgstat version (always 1).", "cgstat.__version__")
-F_TICKS = _family("cgstat_ticks_total", "counter", "Ticks sampled since start.", "the sampling loop")
-F_TICK_SECONDS = _family("cgstat_tick_duration_seconds", "gauge",
-                         "Wall time the last tick took to read every cgroup.", "the sampling loop")
-F_RENDER_SECONDS = _family("cgstat_render_duration_seconds", "gauge",
-                           "Wall time the previous exposition took to render.", "the exporter")
-F_LAST_TICK = _family("cgstat_last_tick_timestamp_seconds", "gauge",
-                      "Unix time the last tick finished.", "the sampling loop")
-F_CGROUPS = _family("cgstat_cgroups", "gauge", "Cgroup and pod records in the last tick, by type.",
-                    "count of records")
-F_GPUS = _family("cgstat_gpus", "gauge", "GPU device records in the last tick.", "count of type gpu records")
-F_RECORD_ERRORS = _family("cgstat_record_errors", "gauge",
-                          "Read problems in the last tick's records, by error kind.", "records' errors[].error")
-# cgroups: the cAdvisor meanings
-F_LAST_SEEN = _family("container_last_seen", "gauge", "Last time a container was seen by the exporter.",
-                      "record ts")
-F_CPU_USAGE = _family("container_cpu_usage_seconds_total", "counter", "Cumulative cpu time consumed in seconds.",
-                      "cpu.usage_seconds_total")
-F_CPU_USER = _family("container_cpu_user_seconds_total", "counter",
-                     "Cumulative user cpu time consumed in seconds.", "cpu.user_seconds_total")
-F_CPU_SYSTEM = _family("container_cpu_system_seconds_total", "counter",
-                       "Cumulative system cpu time consumed in seconds.", "cpu.system_seconds_total")
-F_CFS_PERIODS = _family("container_cpu_cfs_periods_total", "counter",
-                        "Number of elapsed enforcement period intervals.", "cpu.periods_total")
-F_CFS_THROTTLED = _family("container_cpu_cfs_throttled_periods_total", "counter",
-                          "Number of throttled period intervals.", "cpu.throttled_periods_total")
-F_CFS_THROTTLED_S = _family("container_cpu_cfs_throttled_seconds_total", "counter",
-                            "Total time duration the container has been throttled.", "cpu.throttled_seconds_total")
-F_SPEC_QUOTA = _family("container_spec_cpu_quota", "gauge", "CPU quota of the container.",
-                       "cpu.quota_us, else cpu.limit_cores x 100000")
-F_SPEC_PERIOD = _family("container_spec_cpu_period", "gauge", "CPU period of the container.",
-                        "cpu.period_us, else 100000")
-F_MEM_USAGE = _family("container_memory_usage_bytes", "gauge",
-                      "Current memory usage in bytes, including all memory regardless of when it was accessed.",
-                      "memory.usage_bytes")
-F_MEM_WS = _family("container_memory_working_set_bytes", "gauge", "Current working set in bytes.",
-                   "memory.working_set_bytes")
-F_MEM_RSS = _family("container_memory_rss", "gauge", "Size of RSS in bytes.", "memory.anon_bytes")
-F_MEM_CACHE = _family("container_memory_cache", "gauge", "Number of bytes of page cache memory.",
-                      "memory.file_bytes")
-F_MEM_SWAP = _family("container_memory_swap", "gauge", "Container swap usage in bytes.", "memory.swap_bytes")
-F_MEM_INACTIVE = _family("container_memory_total_inactive_file_bytes", "gauge",
-                         "Current total inactive file in bytes.", "memory.inactive_file_bytes")
-F_SPEC_MEM = _family("container_spec_memory_limit_bytes", "gauge", "Memory limit for the container.",
-                     "memory.limit_bytes (no sample without a limit)")
-F_OOM = _family("container_oom_events_total", "counter",
-                "Count of out of memory events observed for the container.", "memory.oom_kills_total")
-F_MEM_SHMEM = _family("cgstat_memory_shmem_bytes", "gauge", "Shared memory (tmpfs, shm) in bytes.",
-                      "memory.shmem_bytes")
-F_MEM_OOM = _family("cgstat_memory_oom_total", "counter",
-                    "Times the cgroup hit its limit and the OOM killer was invoked (v2 memory.events oom).",
-                    "memory.oom_events_total")
-F_THREADS = _family("container_threads", "gauge", "Number of threads running inside the container.",
-                    "pids.current")
-F_THREADS_MAX = _family("container_threads_max", "gauge",
-                        "Maximum number of threads allowed inside the container.",
-                        "pids.limit (no sample without a limit)")
-F_PROCESSES = _family("container_processes", "gauge", "Number of processes running inside the container.",
-                      "pids.processes (when the record has it)")
-# cAdvisor's network series: per interface of the workload's network namespace (all but lo)
-_NETWORK = tuple((_family(name, "counter", help, "network.interfaces[]." + key), key) for name, help, key in (
-    ("container_network_receive_bytes_total", "Cumulative count of bytes received", "rx_bytes_total"),
-    ("container_network_transmit_bytes_total", "Cumulative count of bytes transmitted", "tx_bytes_total"),
-    ("container_network_receive_packets_total", "Cumulative count of packets received", "rx_packets_total"),
-    ("container_network_transmit_packets_total", "Cumulative count of packets transmitted", "tx_packets_total"),
-    ("container_network_receive_errors_total", "Cumulative count of errors encountered while receiving",
-     "rx_errors_total"),
-    ("container_network_transmit_errors_total", "Cumulative count of errors encountered while transmitting",
-     "tx_errors_total"),
-    ("container_network_receive_packets_dropped_total", "Cumulative count of packets dropped while receiving",
-     "rx_dropped_total"),
-    ("container_network_transmit_packets_dropped_total", "Cumulative count of packets dropped while transmitting",
-     "tx_dropped_total"),
-))
-F_FS_READ_BYTES = _family("container_fs_reads_bytes_total", "counter", "Cumulative count of bytes read.",
-                          "io.devices[].read_bytes_total")
-F_FS_WRITE_BYTES = _family("container_fs_writes_bytes_total", "counter", "Cumulative count of bytes written.",
-                           "io.devices[].write_bytes_total")
-F_FS_READS = _family("container_fs_reads_total", "counter", "Cumulative count of reads completed.",
-                     "io.devices[].read_ops_total")
-F_FS_WRITES = _family("container_fs_writes_total", "counter", "Cumulative count of writes completed.",
-                      "io.devices[].write_ops_total")
-F_BLKIO = _family("container_blkio_device_usage_total", "counter", "Blkio Device bytes usage.",
-                  "io.devices[].read/write/discard_bytes_total")
-F_DISCARDS = _family("cgstat_fs_discards_total", "counter", "Cumulative count of discards completed.",
-                     "io.devices[].discard_ops_total")
-F_PSI = {}
-for _res in ("cpu", "memory", "io"):
-    F_PSI[(_res, "some")] = _family(
-        "container_pressure_%s_waiting_seconds_total" % _res, "counter",
-        "Total time duration tasks in the container have waited due to %s congestion." % _res.upper(),
-        "pressure.%s.some_seconds_total" % _res)
-    F_PSI[(_res, "full")] = _family(
-        "container_pressure_%s_stalled_seconds_total" % _res, "counter",
-        "Total time duration no tasks in the container could make progress due to %s congestion."
-        % _res.upper(), "pressure.%s.full_seconds_total" % _res)
-F_CGROUP_INFO = _family("cgstat_cgroup_info", "info",
-                        "What cgstat knows of a cgroup: record type, runtime, container ID, unit, pod QoS.",
-                        "record type, container, unit, pod")
-# GPU per container (issue 9's `gpu` object on cgroup and pod records)
-F_CGPU_MEM = _family("cgstat_container_gpu_memory_bytes", "gauge",
-                     "GPU memory used by the container's processes on one GPU.",
-                     "gpu.processes[] memory_bytes summed per GPU")
-F_CGPU_SM = _family("cgstat_container_gpu_sm_percent", "gauge",
-                    "SM utilisation of the container's processes on one GPU (100 = the whole GPU).",
-                    "gpu.processes[] sm_percent summed per GPU")
-F_CGPU_PMEM = _family("cgstat_container_gpu_process_memory_bytes", "gauge",
-                      "GPU memory used by one process of the container.", "gpu.processes[].memory_bytes")
-F_CGPU_PSM = _family("cgstat_container_gpu_process_sm_percent", "gauge",
-                     "SM utilisation of one process of the container (100 = the whole GPU).",
-                     "gpu.processes[].sm_percent")
-# GPU devices (issue 9's type "gpu" records)
-F_GPU_INFO = _family("cgstat_gpu_info", "info", "A GPU (or MIG device): model, MIG mode, parent.",
-                     "gpu.name, mig_mode, parent_uuid")
-F_GPU_UTIL = _family("cgstat_gpu_utilization_percent", "gauge", "GPU utilisation (NVML), percent.",
-                     "gpu.utilization_percent")
-F_GPU_MEM_UTIL = _family("cgstat_gpu_memory_utilization_percent", "gauge",
-                         "GPU memory controller utilisation (NVML), percent.", "gpu.memory_utilization_percent")
-F_GPU_MEM_TOTAL = _family("cgstat_gpu_memory_total_bytes", "gauge", "GPU memory size.", "gpu.memory_total_bytes")
-F_GPU_MEM_USED = _family("cgstat_gpu_memory_used_bytes", "gauge", "GPU memory used.", "gpu.memory_used_bytes")
-F_GPU_MEM_RES = _family("cgstat_gpu_memory_reserved_bytes", "gauge", "GPU memory reserved by the driver.",
-                        "gpu.memory_reserved_bytes")
-F_GPU_TEMP = _family("cgstat_gpu_temperature_celsius", "gauge", "GPU temperature.", "gpu.temperature_celsius")
-F_GPU_POWER = _family("cgstat_gpu_power_watts", "gauge", "GPU power draw.", "gpu.power_watts")
-F_GPU_PROCS = _family("cgstat_gpu_processes", "gauge", "Processes NVML lists on the GPU.",
-                      "len(processes)")
-F_GPU_UNATTR = _family("cgstat_gpu_unattributed_memory_bytes", "gauge",
-                       "GPU memory of processes no cgroup could be found for (exited, other PID namespace).",
-                       "processes[] with cgroup null, memory_bytes summed")
-
-_SCALARS: Tuple[Tuple[int, str, str], ...] = (
-    (F_CPU_USER, "cpu", "user_seconds_total"),
-    (F_CPU_SYSTEM, "cpu", "system_seconds_total"),
-    (F_CFS_PERIODS, "cpu", "periods_total"),
-    (F_CFS_THROTTLED, "cpu", "throttled_periods_total"),
-    (F_CFS_THROTTLED_S, "cpu", "throttled_seconds_total"),
-    (F_MEM_USAGE, "memory", "usage_bytes"),
-    (F_MEM_WS, "memory", "working_set_bytes"),
-    (F_MEM_RSS, "memory", "anon_bytes"),
-    (F_MEM_CACHE, "memory", "file_bytes"),
-    (F_MEM_SWAP, "memory", "swap_bytes"),
-    (F_MEM_INACTIVE, "memory", "inactive_file_bytes"),
-    (F_SPEC_MEM, "memory", "limit_bytes"),
-    (F_OOM, "memory", "oom_kills_total"),
-    (F_MEM_SHMEM, "memory", "shmem_bytes"),
-    (F_MEM_OOM, "memory", "oom_events_total"),
-    (F_THREADS, "pids", "current"),
-    (F_THREADS_MAX, "pids", "limit"),
-    (F_PROCESSES, "pids", "processes"),
-)
-
-_IO_DEVICE: Tuple[Tuple[int, str], ...] = (
-    (F_FS_READ_BYTES, "read_bytes_total"),
-    (F_FS_WRITE_BYTES, "write_bytes_total"),
-    (F_FS_READS, "read_ops_total"),
-    (F_FS_WRITES, "write_ops_total"),
-    (F_DISCARDS, "discard_ops_total"),
-)
+# the scalars of a cgroup record's cpu, memory and pids sections (half the series)
+_SCALARS: Tuple[Tuple[int, str, str], ...] = tuple(
+    (family, section, key) for section in ("cpu", "memory", "pids")
+    for family, key in _from_field("cgroup", section + "."))
+_IO_DEVICE = _from_field("cgroup", "io.devices[].", ("device",))
 _BLKIO_OPS = (("Read", "read_bytes_total"), ("Write", "write_bytes_total"), ("Discard", "discard_bytes_total"))
-
-_GPU_DEVICE: Tuple[Tuple[int, str], ...] = (
-    (F_GPU_UTIL, "utilization_percent"),
-    (F_GPU_MEM_UTIL, "memory_utilization_percent"),
-    (F_GPU_MEM_TOTAL, "memory_total_bytes"),
-    (F_GPU_MEM_USED, "memory_used_bytes"),
-    (F_GPU_MEM_RES, "memory_reserved_bytes"),
-    (F_GPU_TEMP, "temperature_celsius"),
-    (F_GPU_POWER, "power_watts"),
-)
-
-_PSI = tuple((res, F_PSI[(res, "some")], F_PSI[(res, "full")]) for res in ("cpu", "memory", "io"))
+_NETWORK = _from_field("cgroup", "network.interfaces[].", ("interface",))
+_GPU_DEVICE = _from_field("gpu", "gpu.")
+_BY_FIELD = {family.field: i for i, family in enumerate(FAMILIES) if family.field}
+_PSI = tuple((res, _BY_FIELD["pressure.%s.some_seconds_total" % res], _BY_FIELD["pressure.%s.full_seconds_total" % res])
+             for res in fields.PRESSURE_RESOURCES)
 
 DEFAULT_CPU_PERIOD_US = 100000  # the kernel's default CFS period
 
@@ -724,7 +584,7 @@ def render(records: List[Dict[str, Any]], fmt: str = TEXT, self_metrics: Optiona
     parts: List[bytes] = []
     for family, pieces in zip(FAMILIES, out):
         if pieces:
-            parts.append(family.header(fmt).encode())
+            parts.append(header(family, fmt).encode())
             parts += pieces
     if fmt == OPENMETRICS:
         parts.append(b"# EOF\n")

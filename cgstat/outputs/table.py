@@ -27,6 +27,7 @@ import os
 import unicodedata
 from typing import Any, Dict, Iterable, Iterator, List, Optional, Sequence
 
+from cgstat import fields
 from cgstat.outputs.jsonl import FileSink, StdoutSink
 from cgstat.pipeline.record import number_at, value_at
 from cgstat.text import escape_controls
@@ -158,28 +159,7 @@ def format_table(records: Iterable[Dict[str, Any]]) -> str:
 
 # -- CSV --------------------------------------------------------------------------------------
 
-CSV_COLUMNS = (
-    "type", "ts", "host", "cgroup", "name", "unit", "interval_s",
-    "container.runtime", "container.id", "container.name", "container.image",
-    "pod.namespace", "pod.name", "pod.uid", "pod.qos",
-    "cpu.percent", "cpu.limit_cores", "cpu.usage_seconds_total", "cpu.user_seconds_total",
-    "cpu.system_seconds_total", "cpu.periods_total", "cpu.throttled_periods_total",
-    "cpu.throttled_seconds_total", "cpu.throttled_percent",
-    "memory.working_set_bytes", "memory.limit_bytes", "memory.percent", "memory.usage_bytes",
-    "memory.anon_bytes", "memory.file_bytes", "memory.inactive_file_bytes", "memory.shmem_bytes",
-    "memory.swap_bytes", "memory.oom_kills_total", "memory.oom_events_total",
-    "io.read_bytes_total", "io.write_bytes_total", "io.read_ops_total", "io.write_ops_total",
-    "io.read_bytes_per_second", "io.write_bytes_per_second", "io.read_ops_per_second",
-    "io.write_ops_per_second",
-    "network.rx_bytes_total", "network.tx_bytes_total", "network.rx_bytes_per_second",
-    "network.tx_bytes_per_second",
-    "pids.current", "pids.limit",
-    "pressure.cpu.some_avg10", "pressure.memory.some_avg10", "pressure.memory.full_avg10",
-    "pressure.io.some_avg10", "pressure.io.full_avg10",
-    "gpu.memory_bytes", "gpu.sm_percent", "gpu.devices", "gpu.processes",
-    "event.kind", "event.severity", "event.resolves", "event.message",
-    "errors",
-)
+CSV_COLUMNS = fields.CSV_COLUMNS  # declared with the record's fields (cgstat/fields.py)
 
 _FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
 

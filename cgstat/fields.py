@@ -1,0 +1,564 @@
+"""The field table: every field of the three records, every Prometheus family, every CSV column.
+
+One declaration that the rest is made from or checked against:
+
+- RECORD (type cgroup/pod), GPU_RECORD (type gpu), EVENT (type event): each field's path
+  (`memory.working_set_bytes`; `[]` an array's items, `{}` a map's values), type and
+  nullability, unit, what it means, and the kernel file (or NVML call) it comes from on
+  cgroup v2 and v1. The JSON Schemas cgstat/*.schema.json are generated from them
+  (cgstat/schema.py), the TypedDicts of cgstat/records.py are tested equal to them, and
+  docs/schema.md is tested to name every field.
+- FAMILIES: the Prometheus families in exposition order (name, type, help, labels beyond a
+  cgroup's or GPU's own, and the record field read, where one is read as is); the exporter
+  renders from them and docs/prometheus.md is tested to list every one.
+- CSV_COLUMNS: the columns of `--format csv`, in order; dotted names are record paths.
+
+Adding a field: (1) a `_f(...)` entry below at its place in the record (the record keeps
+this order); (2) its reader (kernel/, gpu/) and its value in pipeline/record.py, and its
+key in cgstat/records.py; (3) where it has a series, a `_family(...)` in FAMILIES with
+`field=` its path (a cpu/memory/pids scalar, a per-device, per-interface, pressure or GPU
+device field is then rendered with no exporter change); (4) where it has a CSV column, its
+path in CSV_COLUMNS; (5) its row in docs/schema.md (and docs/prometheus.md for a series);
+(6) `CGSTAT_REGEN_SCHEMA=1 pytest tests/test_fields.py` rewrites the schema files, and
+`CGSTAT_REGEN_GOLDEN=1` the goldens the field appears in. tests/test_fields.py fails
+until every step is done.
+
+No imports of cgstat: the lowest layer, imported by pipeline, outputs and the tests.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Dict, NamedTuple, Tuple
+
+
+class Field(NamedTuple):
+    path: str  # dotted; "[]" an array's items, "{}" a map's values
+    type: str  # int, float, str, bool, object, array, map, enum, const
+    nullable: bool
+    unit: str  # from the name's suffix: bytes, seconds, percent, ... ("" for none)
+    doc: str
+    v2: str  # where it comes from on cgroup v2 (a file, an NVML call; "" when derived)
+    v1: str  # and on v1 ("-": not on v1)
+    required: bool  # the key is always present (only event evidence keys are not)
+    closed: bool  # an object with no other keys (additionalProperties false)
+    same_as: str  # an object with the children of this RECORD path (pod, container)
+    schema: Tuple[Tuple[str, Any], ...]  # further JSON Schema keywords (minimum, pattern, enum)
+
+
+_UNITS = (("_bytes_per_second", "bytes/s"), ("_ops_per_second", "ops/s"), ("_seconds_total", "seconds"),
+          ("_bytes_total", "bytes"), ("_bytes", "bytes"), ("_seconds", "seconds"), ("_s", "seconds"),
+          ("percent", "percent"), ("_cores", "cores"), ("_us", "microseconds"), ("_celsius", "celsius"),
+          ("_watts", "watts"), ("_total", "count"))
+
+
+def unit_of(name: str) -> str:
+    """The unit a name says (`working_set_bytes`: bytes); "" for a name without one."""
+    for suffix, unit in _UNITS:
+        if name.endswith(suffix):
+            return unit
+    return ""
+
+
+def _f(path: str, type: str, doc: str = "", v2: str = "", v1: str = "", required: bool = True,
+       closed: bool = True, same_as: str = "", nvml: str = "", **schema: Any) -> Field:
+    """A field; `type` ends in "?" when it may be null; `nvml`: the NVML call, on v1 and v2 alike."""
+    nullable = type.endswith("?")
+    base = type.rstrip("?")
+    if base == "enum":
+        nullable = None in schema["enum"]
+    leaf = path.rsplit(".", 1)[-1]
+    return Field(path, base, nullable, unit_of(leaf), doc, nvml or v2, nvml or v1 or v2, required, closed, same_as,
+                 tuple(schema.items()))
+
+
+TS_PATTERN = "^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}\\.[0-9]{3}Z$"
+_ERROR = "file (memory.stat) or controller (io) concerned"
+_PROBLEMS = ("gone", "unsupported", "permission_denied", "malformed", "read_failed", "missing", "unavailable")
+_GPU_PROCESS = "nvmlDeviceGet{Compute,Graphics}RunningProcesses_v3"
+_GPU_UTIL = "nvmlDeviceGetProcessesUtilizationInfo (else nvmlDeviceGetProcessUtilization)"
+_NETDEV = "/proc/<pid>/net/dev of a member process's network namespace"
+
+_NET_COUNTERS = ("rx_bytes_total", "tx_bytes_total", "rx_packets_total", "tx_packets_total",
+                 "rx_errors_total", "tx_errors_total", "rx_dropped_total", "tx_dropped_total")
+_PSI_DOCS = (("some_avg10", "% of wall time some tasks stalled, 10 s average"), ("some_avg60", "60 s average"),
+             ("some_avg300", "300 s average"), ("some_seconds_total", "cumulative seconds some tasks stalled"),
+             ("full_avg10", "% of wall time all tasks stalled, 10 s average"), ("full_avg60", "60 s average"),
+             ("full_avg300", "300 s average"), ("full_seconds_total", "cumulative seconds all tasks stalled"))
+PRESSURE_RESOURCES = ("cpu", "memory", "io")
+_IO_RATES = (("read_bytes_per_second", "bytes read per second since the previous sample"),
+             ("write_bytes_per_second", "bytes written per second since the previous sample"),
+             ("read_ops_per_second", "read operations per second"),
+             ("write_ops_per_second", "write operations per second"))
+_IO_V1 = "blkio.throttle.io_service_bytes_recursive"
+_IO_V1_OPS = "blkio.throttle.io_serviced_recursive"
+
+
+def _pressure(resource: str) -> Tuple[Field, ...]:
+    file = resource + ".pressure"
+    return (_f("pressure." + resource, "object?"),) + tuple(
+        _f("pressure.%s.%s" % (resource, key), "float?", doc, v2=file, v1="unified " + file + " (hybrid)",
+           minimum=0) for key, doc in _PSI_DOCS)
+
+
+# -- the cgroup and pod record (cgstat/record.schema.json) -------------------------------------
+
+RECORD: Tuple[Field, ...] = (
+    _f("schema", "const", const=1),
+    _f("type", "enum", enum=["cgroup", "pod"]),
+    _f("ts", "str", "RFC 3339 UTC wall time of the sample", pattern=TS_PATTERN),
+    _f("host", "str", v2="/etc/hostname"),
+    _f("cgroup", "str", "path from the hierarchy root (the CPU hierarchy's on v1)", pattern="^/"),
+    _f("paths", "map", "hierarchy -> path actually read there", minProperties=1),
+    _f("paths{}", "str", pattern="^/"),
+    _f("interval_s", "float?", "seconds since this cgroup's previous sample; null on the first"),
+    _f("unit", "str?", "decoded systemd unit name of the last path component"),
+    _f("pod", "object?", "the Kubernetes pod of a pod-level cgroup or of a container in a pod "
+                         "(same object as container.pod), else null"),
+    _f("pod.uid", "str", "pod UID, dashed"),
+    _f("pod.name", "str?"),
+    _f("pod.namespace", "str?"),
+    _f("pod.qos", "enum", enum=["guaranteed", "burstable", "besteffort", None]),
+    _f("container", "object?"),
+    _f("container.runtime", "enum", enum=["docker", "containerd", "cri-o", "podman", "lxc", None]),
+    _f("container.id", "str?", "full container ID (64 hex), or the LXC container name"),
+    _f("container.short_id", "str?", "first 12 hex digits, as docker ps prints"),
+    _f("container.name", "str?"),
+    _f("container.image", "str?"),
+    _f("container.labels", "map?"),
+    _f("container.labels{}", "str"),
+    _f("container.pod", "object?", same_as="pod"),
+    _f("container.sandbox", "bool", "a pod's sandbox (pause) container, not an application container"),
+
+    _f("cpu", "object"),
+    _f("cpu.usage_seconds_total", "float?", "cumulative CPU seconds", v2="cpu.stat usage_usec",
+       v1="cpuacct.usage", minimum=0),
+    _f("cpu.user_seconds_total", "float?", "cumulative user-mode CPU seconds", v2="cpu.stat user_usec",
+       v1="cpuacct.stat user", minimum=0),
+    _f("cpu.system_seconds_total", "float?", "cumulative kernel-mode CPU seconds", v2="cpu.stat system_usec",
+       v1="cpuacct.stat system", minimum=0),
+    _f("cpu.percent", "float?", "100 = one core busy, over the interval", minimum=0),
+    _f("cpu.limit_cores", "float?", "CFS quota / period; null when unlimited", v2="cpu.max",
+       v1="cpu.cfs_quota_us, cpu.cfs_period_us", minimum=0),
+    _f("cpu.quota_us", "int?", "CFS quota per period in microseconds (cpu.max, cpu.cfs_quota_us); "
+                               "null without a limit", v2="cpu.max", v1="cpu.cfs_quota_us", minimum=0),
+    _f("cpu.period_us", "int?", "CFS period in microseconds (cpu.max, cpu.cfs_period_us)", v2="cpu.max",
+       v1="cpu.cfs_period_us", minimum=1),
+    _f("cpu.periods_total", "int?", "CFS enforcement periods elapsed", v2="cpu.stat nr_periods", minimum=0),
+    _f("cpu.throttled_periods_total", "int?", "periods in which the cgroup was throttled",
+       v2="cpu.stat nr_throttled", minimum=0),
+    _f("cpu.throttled_seconds_total", "float?", "cumulative seconds throttled", v2="cpu.stat throttled_usec",
+       v1="cpu.stat throttled_time", minimum=0),
+    _f("cpu.throttled_percent", "float?", "throttled periods / periods over the interval, %", minimum=0),
+
+    _f("memory", "object"),
+    _f("memory.usage_bytes", "int?", "memory.current / memory.usage_in_bytes, page cache included",
+       v2="memory.current", v1="memory.usage_in_bytes", minimum=0),
+    _f("memory.working_set_bytes", "int?", "usage - inactive_file, clamped at 0 (docker stats MEM USAGE)",
+       v2="memory.current, memory.stat inactive_file", v1="memory.usage_in_bytes, memory.stat total_inactive_file",
+       minimum=0),
+    _f("memory.limit_bytes", "int?", "null when unlimited", v2="memory.max", v1="memory.limit_in_bytes",
+       minimum=0),
+    _f("memory.percent", "float?", "working set / limit (host MemTotal when unlimited) * 100", minimum=0),
+    _f("memory.anon_bytes", "int?", "anonymous memory (v2 anon, v1 total_rss)", v2="memory.stat anon",
+       v1="memory.stat total_rss", minimum=0),
+    _f("memory.file_bytes", "int?", "page cache (v2 file, v1 total_cache)", v2="memory.stat file",
+       v1="memory.stat total_cache", minimum=0),
+    _f("memory.inactive_file_bytes", "int?", "inactive page cache", v2="memory.stat inactive_file",
+       v1="memory.stat total_inactive_file", minimum=0),
+    _f("memory.shmem_bytes", "int?", "shared memory and tmpfs", v2="memory.stat shmem",
+       v1="memory.stat total_shmem", minimum=0),
+    _f("memory.swap_bytes", "int?", "swap in use; null without swap accounting", v2="memory.swap.current",
+       v1="memory.stat total_swap", minimum=0),
+    _f("memory.oom_kills_total", "int?", "processes killed by the OOM killer in this cgroup",
+       v2="memory.events oom_kill", v1="memory.oom_control oom_kill", minimum=0),
+    _f("memory.oom_events_total", "int?", "v2 memory.events oom: times the limit was hit and reclaim failed",
+       v2="memory.events oom", v1="-", minimum=0),
+
+    _f("io", "object"),
+    _f("io.read_bytes_total", "int?", "summed over devices", v2="io.stat rbytes", v1=_IO_V1 + " Read", minimum=0),
+    _f("io.write_bytes_total", "int?", "summed over devices", v2="io.stat wbytes", v1=_IO_V1 + " Write",
+       minimum=0),
+    _f("io.read_ops_total", "int?", "summed over devices", v2="io.stat rios", v1=_IO_V1_OPS + " Read", minimum=0),
+    _f("io.write_ops_total", "int?", "summed over devices", v2="io.stat wios", v1=_IO_V1_OPS + " Write",
+       minimum=0),
+) + tuple(_f("io." + key, "float?", doc, minimum=0) for key, doc in _IO_RATES) + (
+    _f("io.devices", "array?"),
+    _f("io.devices[]", "object"),
+    _f("io.devices[].device", "str", "MAJ:MIN", v2="io.stat MAJ:MIN", v1=_IO_V1 + " MAJ:MIN",
+       pattern="^[0-9]+:[0-9]+$"),
+    _f("io.devices[].name", "str?", "kernel device name (vda, nvme0n1), from /sys/dev/block or /proc/partitions",
+       v2="/sys/dev/block/MAJ:MIN, /proc/partitions"),
+    _f("io.devices[].read_bytes_total", "int?", "cumulative bytes read", v2="io.stat rbytes", v1=_IO_V1 + " Read",
+       minimum=0),
+    _f("io.devices[].write_bytes_total", "int?", "cumulative bytes written", v2="io.stat wbytes",
+       v1=_IO_V1 + " Write", minimum=0),
+    _f("io.devices[].read_ops_total", "int?", "cumulative read operations", v2="io.stat rios",
+       v1=_IO_V1_OPS + " Read", minimum=0),
+    _f("io.devices[].write_ops_total", "int?", "cumulative write operations", v2="io.stat wios",
+       v1=_IO_V1_OPS + " Write", minimum=0),
+    _f("io.devices[].discard_bytes_total", "int?", "cumulative bytes discarded (v2 dbytes, v1 Discard); "
+                                                   "null where the kernel has no such counter",
+       v2="io.stat dbytes", v1=_IO_V1 + " Discard", minimum=0),
+    _f("io.devices[].discard_ops_total", "int?", "cumulative discard operations", v2="io.stat dios",
+       v1=_IO_V1_OPS + " Discard", minimum=0),
+) + tuple(_f("io.devices[]." + key, "float?", doc, minimum=0) for key, doc in _IO_RATES) + (
+    _f("network", "object?", "its network namespace's interface counters (all but lo); null in the host's "
+                             "namespace, without a member process, or for a recorded tree (errors says why)"),
+) + tuple(_f("network." + key, "int", v2=_NETDEV, minimum=0) for key in _NET_COUNTERS) + (
+    _f("network.rx_bytes_per_second", "float?", minimum=0),
+    _f("network.tx_bytes_per_second", "float?", minimum=0),
+    _f("network.interfaces", "array"),
+    _f("network.interfaces[]", "object"),
+    _f("network.interfaces[].name", "str", v2=_NETDEV),
+) + tuple(_f("network.interfaces[]." + key, "int", v2=_NETDEV, minimum=0) for key in _NET_COUNTERS) + (
+    _f("network.netns", "int", v2="/proc/<pid>/ns/net inode", minimum=0),
+    _f("network.shared", "bool"),
+
+    _f("pids", "object"),
+    _f("pids.current", "int?", "tasks in the cgroup", v2="pids.current", minimum=0),
+    _f("pids.limit", "int?", "pids.max; null when max", v2="pids.max", minimum=0),
+    _f("pids.processes", "int?", "processes in the cgroup itself (the PIDs in its cgroup.procs)",
+       v2="cgroup.procs", minimum=0),
+    _f("pressure", "object"),
+) + _pressure("cpu") + _pressure("memory") + _pressure("io") + (
+    _f("gpu", "object?", "GPU use of the cgroup's whole subtree (NVML processes joined through their PIDs); "
+                         "null when GPU metrics are off"),
+    _f("gpu.memory_bytes", "int?", "sum of its GPU processes' memory; 0 with none", minimum=0),
+    _f("gpu.sm_percent", "float?", "sum of its processes' SM use, on the scale of cpu.percent (100 = one whole "
+                                   "GPU); null when a process can't be measured", minimum=0),
+    _f("gpu.devices", "array", "UUIDs of the GPUs (or MIG devices) its processes use"),
+    _f("gpu.devices[]", "str"),
+    _f("gpu.processes", "array"),
+    _f("gpu.processes[]", "object"),
+    _f("gpu.processes[].pid", "int", "host PID, as NVML reports it", minimum=1, nvml=_GPU_PROCESS),
+    _f("gpu.processes[].name", "str?", "/proc/<pid>/comm", v2="/proc/<pid>/comm"),
+    _f("gpu.processes[].gpu_index", "int", "NVML index of the GPU (a MIG device's parent)", minimum=0),
+    _f("gpu.processes[].gpu_uuid", "str?", "the GPU's UUID, or the MIG device's", nvml="nvmlDeviceGetUUID"),
+    _f("gpu.processes[].type", "enum", enum=["compute", "graphics"]),
+    _f("gpu.processes[].memory_bytes", "int?", "GPU memory the process uses", minimum=0, nvml=_GPU_PROCESS),
+    _f("gpu.processes[].sm_percent", "float?", "streaming-multiprocessor use, percent of the GPU; null where "
+                                               "NVML can't measure it (MIG)", minimum=0, nvml=_GPU_UTIL),
+    _f("gpu.processes[].memory_percent", "float?", "memory-controller use, percent", minimum=0,
+       nvml=_GPU_UTIL),
+    _f("gpu.processes[].encoder_percent", "float?", minimum=0, nvml=_GPU_UTIL),
+    _f("gpu.processes[].decoder_percent", "float?", minimum=0, nvml=_GPU_UTIL),
+    _f("errors", "array"),
+    _f("errors[]", "object"),
+    _f("errors[].source", "str", _ERROR),
+    _f("errors[].error", "enum", enum=list(_PROBLEMS + ("host_namespace", "no_process"))),
+    _f("errors[].detail", "str"),
+)
+
+# -- the GPU device record (cgstat/gpu-record.schema.json) -------------------------------------
+
+GPU_RECORD: Tuple[Field, ...] = (
+    _f("schema", "const", const=1),
+    _f("type", "const", const="gpu"),
+    _f("ts", "str", "RFC 3339 UTC wall time of the sample", pattern=TS_PATTERN),
+    _f("host", "str", v2="/etc/hostname"),
+    _f("interval_s", "float?", "seconds since the previous GPU reading", exclusiveMinimum=0),
+    _f("gpu", "object"),
+    _f("gpu.index", "int", minimum=0, nvml="nvmlDeviceGetHandleByIndex"),
+    _f("gpu.uuid", "str?", nvml="nvmlDeviceGetUUID"),
+    _f("gpu.name", "str?", nvml="nvmlDeviceGetName"),
+    _f("gpu.utilization_percent", "float?", "nvmlDeviceGetUtilizationRates gpu; null on MIG", minimum=0,
+       nvml="nvmlDeviceGetUtilizationRates gpu"),
+    _f("gpu.memory_utilization_percent", "float?", minimum=0, nvml="nvmlDeviceGetUtilizationRates memory"),
+    _f("gpu.memory_total_bytes", "int?", minimum=0, nvml="nvmlDeviceGetMemoryInfo_v2 total"),
+    _f("gpu.memory_used_bytes", "int?", "nvmlMemory_v2 used (without reserved memory)", minimum=0,
+       nvml="nvmlDeviceGetMemoryInfo_v2 used"),
+    _f("gpu.memory_reserved_bytes", "int?", minimum=0, nvml="nvmlDeviceGetMemoryInfo_v2 reserved"),
+    _f("gpu.temperature_celsius", "int?", nvml="nvmlDeviceGetTemperature"),
+    _f("gpu.power_watts", "float?", minimum=0, nvml="nvmlDeviceGetPowerUsage"),
+    _f("gpu.mig_mode", "bool?", nvml="nvmlDeviceGetMigMode"),
+    _f("gpu.parent_uuid", "str?", "MIG devices: the GPU they are part of", nvml="nvmlDeviceGetUUID"),
+    _f("processes", "array"),
+    _f("processes[]", "object"),
+    _f("processes[].pid", "int", "host PID, as NVML reports it", minimum=1, nvml=_GPU_PROCESS),
+    _f("processes[].name", "str?", "/proc/<pid>/comm", v2="/proc/<pid>/comm"),
+    _f("processes[].type", "enum", enum=["compute", "graphics"]),
+    _f("processes[].memory_bytes", "int?", "GPU memory the process uses", minimum=0, nvml=_GPU_PROCESS),
+    _f("processes[].sm_percent", "float?", "streaming-multiprocessor use, percent of the GPU; null where NVML "
+                                           "can't measure it (MIG)", minimum=0, nvml=_GPU_UTIL),
+    _f("processes[].memory_percent", "float?", "memory-controller use, percent", minimum=0, nvml=_GPU_UTIL),
+    _f("processes[].encoder_percent", "float?", minimum=0, nvml=_GPU_UTIL),
+    _f("processes[].decoder_percent", "float?", minimum=0, nvml=_GPU_UTIL),
+    _f("processes[].cgroup", "str?", "the process's cgroup path; null when it exited or is in another PID "
+                                     "namespace", v2="/proc/<pid>/cgroup"),
+    _f("processes[].container", "object?", "as in cgroup records, or null", same_as="container"),
+    _f("errors", "array"),
+    _f("errors[]", "object"),
+    _f("errors[].source", "str", _ERROR),
+    _f("errors[].error", "enum", enum=list(_PROBLEMS + ("gpu_lost",))),
+    _f("errors[].detail", "str"),
+)
+
+# -- the event record (cgstat/event.schema.json) -----------------------------------------------
+
+EVENT_KINDS = ("oom_kill", "memory_near_limit", "memory_growth", "cpu_throttled", "gpu_idle_cpu_bound",
+               "gpu_process_outside_container")
+
+EVENT: Tuple[Field, ...] = (
+    _f("schema", "const", const=1),
+    _f("type", "const", const="event"),
+    _f("ts", "str?", "RFC 3339 UTC time of the sample the event was judged on"),
+    _f("host", "str?"),
+    _f("kind", "enum", enum=list(EVENT_KINDS + ("resolved",))),
+    _f("severity", "enum", enum=["info", "warning", "critical"]),
+    _f("cgroup", "str?", "the cgroup path (null for a GPU process whose cgroup is unknown)"),
+    _f("container", "object?", "the container object of the cgroup record, or null"),
+    _f("message", "str", "one plain sentence with the hint"),
+    _f("evidence", "object", "the figures behind the event; keys per kind in docs/diagnostics.md", closed=False),
+    _f("evidence.kills", "int", required=False, minimum=1),
+    _f("evidence.oom_kills_total", "float?", required=False),
+    _f("evidence.limit_bytes", "float?", required=False),
+    _f("evidence.working_set_bytes", "float?", required=False),
+    _f("evidence.working_set_bytes_before", "float?", required=False),
+    _f("evidence.percent", "float?", required=False),
+    _f("evidence.bytes_per_second", "float", required=False),
+    _f("evidence.r2", "float", required=False),
+    _f("evidence.seconds_to_limit", "float?", required=False),
+    _f("evidence.throttled_fraction", "float?", required=False),
+    _f("evidence.sm_percent", "float?", required=False),
+    _f("evidence.cpu_percent", "float?", required=False),
+    _f("evidence.duration_s", "float", required=False, minimum=0),
+    _f("resolves", "str?", "on a resolved notice, the kind whose episode it ends; null otherwise",
+       enum=[None] + list(EVENT_KINDS)),
+    _f("since", "str?", "when the episode was raised (equal to ts on a raising event)"),
+)
+
+# What stands above the fields in each schema file.
+SCHEMA_FILES: Dict[str, Tuple[Tuple[Field, ...], Dict[str, Any]]] = {
+    "record.schema.json": (RECORD, {
+        "$schema": "http://json-schema.org/draft-07/schema#",
+        "$id": "https://github.com/cgstat/cgstat/schema/record-1.json",
+        "title": "cgstat record, schema 1",
+        "description": "One JSON object per cgroup per tick. Units are in the names; null means unknown or "
+                       "unsupported, and errors says why.",
+    }),
+    "gpu-record.schema.json": (GPU_RECORD, {
+        "$schema": "http://json-schema.org/draft-07/schema#",
+        "$id": "https://cgstat.dev/schema/gpu-record-1.json",
+        "title": "cgstat GPU record",
+        "description": "One GPU (or MIG device) per tick, with every process NVML lists on it",
+    }),
+    "event.schema.json": (EVENT, {
+        "$schema": "http://json-schema.org/draft-07/schema#",
+        "$id": "https://cgstat.invalid/event.schema.json",
+        "title": "cgstat diagnostics event (schema 1)",
+        "description": "One line of the stream with type \"event\": a condition raised once per episode, or "
+                       "the notice (kind \"resolved\") that ends one. docs/diagnostics.md has every rule.",
+        "allOf": [{"if": {"properties": {"kind": {"const": "resolved"}}},
+                   "then": {"properties": {"resolves": {"type": "string"}, "severity": {"const": "info"}}},
+                   "else": {"properties": {"resolves": {"type": "null"}}}}],
+    }),
+}
+
+
+def children(fields: Tuple[Field, ...], path: str) -> Tuple[Field, ...]:
+    """The fields directly below `path` ("" for the top): its keys, or its `[]`/`{}` entry."""
+    if not path:
+        return tuple(f for f in fields if "." not in f.path and not f.path.endswith(("[]", "{}")))
+    return tuple(f for f in fields if f.path in (path + "[]", path + "{}") or (
+        f.path.startswith(path + ".") and "." not in f.path[len(path) + 1:] and not f.path.endswith(("[]", "{}"))))
+
+
+def field(fields: Tuple[Field, ...], path: str) -> Field:
+    for f in fields:
+        if f.path == path:
+            return f
+    raise KeyError(path)
+
+
+# -- Prometheus families (docs/prometheus.md) --------------------------------------------------
+
+class Family(NamedTuple):
+    name: str  # as the samples are named (counters with _total)
+    kind: str  # counter, gauge, info
+    help: str
+    source: str  # what it is made from, as docs/prometheus.md says it
+    scope: str  # whose series: "self" (the exporter), "cgroup" (cgroup/pod records), "gpu" (GPU records)
+    labels: Tuple[str, ...]  # beyond the scope's own (a cgroup's id, name, ...; a GPU's gpu, uuid)
+    field: str  # the record field whose value is the sample, as is ("" when made otherwise)
+
+    @property
+    def cadvisor(self) -> bool:
+        return self.name.startswith("container_")
+
+
+def _family(name: str, kind: str, help: str, source: str = "", scope: str = "cgroup",
+            labels: Tuple[str, ...] = (), field: str = "") -> Family:
+    return Family(name, kind, help, source or field, scope, labels, field)
+
+
+# The labels of every cgroup series (container_label_<key>: the container's labels, bounded)
+CGROUP_LABELS = ("id", "name", "image", "namespace", "pod", "container", "container_label_*")
+GPU_LABELS = ("gpu", "uuid")
+_BLKIO_LABELS = ("device", "major", "minor", "operation")
+_PROCESS_LABELS = ("gpu", "uuid", "pid", "process", "type")
+
+_NET_FAMILIES = (
+    ("container_network_receive_bytes_total", "Cumulative count of bytes received", "rx_bytes_total"),
+    ("container_network_transmit_bytes_total", "Cumulative count of bytes transmitted", "tx_bytes_total"),
+    ("container_network_receive_packets_total", "Cumulative count of packets received", "rx_packets_total"),
+    ("container_network_transmit_packets_total", "Cumulative count of packets transmitted", "tx_packets_total"),
+    ("container_network_receive_errors_total", "Cumulative count of errors encountered while receiving",
+     "rx_errors_total"),
+    ("container_network_transmit_errors_total", "Cumulative count of errors encountered while transmitting",
+     "tx_errors_total"),
+    ("container_network_receive_packets_dropped_total", "Cumulative count of packets dropped while receiving",
+     "rx_dropped_total"),
+    ("container_network_transmit_packets_dropped_total", "Cumulative count of packets dropped while transmitting",
+     "tx_dropped_total"),
+)
+
+
+def _psi_families() -> Tuple[Family, ...]:
+    out = []
+    for res in PRESSURE_RESOURCES:
+        out.append(_family("container_pressure_%s_waiting_seconds_total" % res, "counter",
+                           "Total time duration tasks in the container have waited due to %s congestion."
+                           % res.upper(), field="pressure.%s.some_seconds_total" % res))
+        out.append(_family("container_pressure_%s_stalled_seconds_total" % res, "counter",
+                           "Total time duration no tasks in the container could make progress due to %s "
+                           "congestion." % res.upper(), field="pressure.%s.full_seconds_total" % res))
+    return tuple(out)
+
+
+FAMILIES: Tuple[Family, ...] = (
+    # the exporter's own health (no timestamps: they describe now)
+    _family("cgstat_build_info", "info", "cgstat version (always 1).", "cgstat.__version__", "self", ("version",)),
+    _family("cgstat_ticks_total", "counter", "Ticks sampled since start.", "the sampling loop", "self"),
+    _family("cgstat_tick_duration_seconds", "gauge", "Wall time the last tick took to read every cgroup.",
+            "the sampling loop", "self"),
+    _family("cgstat_render_duration_seconds", "gauge", "Wall time the previous exposition took to render.",
+            "the exporter", "self"),
+    _family("cgstat_last_tick_timestamp_seconds", "gauge", "Unix time the last tick finished.",
+            "the sampling loop", "self"),
+    _family("cgstat_cgroups", "gauge", "Cgroup and pod records in the last tick, by type.", "count of records",
+            "self", ("type",)),
+    _family("cgstat_gpus", "gauge", "GPU device records in the last tick.", "count of type gpu records", "self"),
+    _family("cgstat_record_errors", "gauge", "Read problems in the last tick's records, by error kind.",
+            "records' errors[].error", "self", ("error",)),
+    # cgroups: the cAdvisor meanings
+    _family("container_last_seen", "gauge", "Last time a container was seen by the exporter.", "record ts"),
+    _family("container_cpu_usage_seconds_total", "counter", "Cumulative cpu time consumed in seconds.",
+            labels=("cpu",), field="cpu.usage_seconds_total"),
+    _family("container_cpu_user_seconds_total", "counter", "Cumulative user cpu time consumed in seconds.",
+            field="cpu.user_seconds_total"),
+    _family("container_cpu_system_seconds_total", "counter", "Cumulative system cpu time consumed in seconds.",
+            field="cpu.system_seconds_total"),
+    _family("container_cpu_cfs_periods_total", "counter", "Number of elapsed enforcement period intervals.",
+            field="cpu.periods_total"),
+    _family("container_cpu_cfs_throttled_periods_total", "counter", "Number of throttled period intervals.",
+            field="cpu.throttled_periods_total"),
+    _family("container_cpu_cfs_throttled_seconds_total", "counter",
+            "Total time duration the container has been throttled.", field="cpu.throttled_seconds_total"),
+    _family("container_spec_cpu_quota", "gauge", "CPU quota of the container.",
+            "cpu.quota_us, else cpu.limit_cores x 100000"),
+    _family("container_spec_cpu_period", "gauge", "CPU period of the container.", "cpu.period_us, else 100000"),
+    _family("container_memory_usage_bytes", "gauge",
+            "Current memory usage in bytes, including all memory regardless of when it was accessed.",
+            field="memory.usage_bytes"),
+    _family("container_memory_working_set_bytes", "gauge", "Current working set in bytes.",
+            field="memory.working_set_bytes"),
+    _family("container_memory_rss", "gauge", "Size of RSS in bytes.", field="memory.anon_bytes"),
+    _family("container_memory_cache", "gauge", "Number of bytes of page cache memory.", field="memory.file_bytes"),
+    _family("container_memory_swap", "gauge", "Container swap usage in bytes.", field="memory.swap_bytes"),
+    _family("container_memory_total_inactive_file_bytes", "gauge", "Current total inactive file in bytes.",
+            field="memory.inactive_file_bytes"),
+    _family("container_spec_memory_limit_bytes", "gauge", "Memory limit for the container.",
+            "memory.limit_bytes (no sample without a limit)", field="memory.limit_bytes"),
+    _family("container_oom_events_total", "counter", "Count of out of memory events observed for the container.",
+            field="memory.oom_kills_total"),
+    _family("cgstat_memory_shmem_bytes", "gauge", "Shared memory (tmpfs, shm) in bytes.", field="memory.shmem_bytes"),
+    _family("cgstat_memory_oom_total", "counter",
+            "Times the cgroup hit its limit and the OOM killer was invoked (v2 memory.events oom).",
+            field="memory.oom_events_total"),
+    _family("container_threads", "gauge", "Number of threads running inside the container.", field="pids.current"),
+    _family("container_threads_max", "gauge", "Maximum number of threads allowed inside the container.",
+            "pids.limit (no sample without a limit)", field="pids.limit"),
+    _family("container_processes", "gauge", "Number of processes running inside the container.",
+            "pids.processes (when the record has it)", field="pids.processes"),
+    # cAdvisor's network series: per interface of the workload's network namespace (all but lo)
+) + tuple(_family(name, "counter", help, labels=("interface",), field="network.interfaces[]." + key)
+          for name, help, key in _NET_FAMILIES) + (
+    _family("container_fs_reads_bytes_total", "counter", "Cumulative count of bytes read.", labels=("device",),
+            field="io.devices[].read_bytes_total"),
+    _family("container_fs_writes_bytes_total", "counter", "Cumulative count of bytes written.", labels=("device",),
+            field="io.devices[].write_bytes_total"),
+    _family("container_fs_reads_total", "counter", "Cumulative count of reads completed.", labels=("device",),
+            field="io.devices[].read_ops_total"),
+    _family("container_fs_writes_total", "counter", "Cumulative count of writes completed.", labels=("device",),
+            field="io.devices[].write_ops_total"),
+    _family("container_blkio_device_usage_total", "counter", "Blkio Device bytes usage.",
+            "io.devices[].read/write/discard_bytes_total", labels=_BLKIO_LABELS),
+    _family("cgstat_fs_discards_total", "counter", "Cumulative count of discards completed.", labels=("device",),
+            field="io.devices[].discard_ops_total"),
+) + _psi_families() + (
+    _family("cgstat_cgroup_info", "info",
+            "What cgstat knows of a cgroup: record type, runtime, container ID, unit, pod QoS.",
+            "record type, container, unit, pod", labels=("type", "runtime", "container_id", "unit", "qos", "sandbox")),
+    # GPU per container (the `gpu` object of cgroup and pod records)
+    _family("cgstat_container_gpu_memory_bytes", "gauge", "GPU memory used by the container's processes on one GPU.",
+            "gpu.processes[] memory_bytes summed per GPU", labels=GPU_LABELS),
+    _family("cgstat_container_gpu_sm_percent", "gauge",
+            "SM utilisation of the container's processes on one GPU (100 = the whole GPU).",
+            "gpu.processes[] sm_percent summed per GPU", labels=GPU_LABELS),
+    _family("cgstat_container_gpu_process_memory_bytes", "gauge", "GPU memory used by one process of the container.",
+            "gpu.processes[].memory_bytes", labels=_PROCESS_LABELS),
+    _family("cgstat_container_gpu_process_sm_percent", "gauge",
+            "SM utilisation of one process of the container (100 = the whole GPU).",
+            "gpu.processes[].sm_percent", labels=_PROCESS_LABELS),
+    # GPU devices (type "gpu" records)
+    _family("cgstat_gpu_info", "info", "A GPU (or MIG device): model, MIG mode, parent.",
+            "gpu.name, mig_mode, parent_uuid", "gpu", ("model", "mig_mode", "parent_uuid")),
+    _family("cgstat_gpu_utilization_percent", "gauge", "GPU utilisation (NVML), percent.", scope="gpu",
+            field="gpu.utilization_percent"),
+    _family("cgstat_gpu_memory_utilization_percent", "gauge", "GPU memory controller utilisation (NVML), percent.",
+            scope="gpu", field="gpu.memory_utilization_percent"),
+    _family("cgstat_gpu_memory_total_bytes", "gauge", "GPU memory size.", scope="gpu",
+            field="gpu.memory_total_bytes"),
+    _family("cgstat_gpu_memory_used_bytes", "gauge", "GPU memory used.", scope="gpu", field="gpu.memory_used_bytes"),
+    _family("cgstat_gpu_memory_reserved_bytes", "gauge", "GPU memory reserved by the driver.", scope="gpu",
+            field="gpu.memory_reserved_bytes"),
+    _family("cgstat_gpu_temperature_celsius", "gauge", "GPU temperature.", scope="gpu",
+            field="gpu.temperature_celsius"),
+    _family("cgstat_gpu_power_watts", "gauge", "GPU power draw.", scope="gpu", field="gpu.power_watts"),
+    _family("cgstat_gpu_processes", "gauge", "Processes NVML lists on the GPU.", "len(processes)", "gpu"),
+    _family("cgstat_gpu_unattributed_memory_bytes", "gauge",
+            "GPU memory of processes no cgroup could be found for (exited, other PID namespace).",
+            "processes[] with cgroup null, memory_bytes summed", "gpu"),
+)
+
+# -- CSV columns (`--format csv`) ----------------------------------------------------------------
+#
+# Dotted names are record paths (the cell is that field; an event row leaves the record
+# sections empty). Made by outputs/table.py: `name` (the display name), `event.*` (the
+# event's own keys), `gpu.devices` (UUIDs joined by spaces), `gpu.processes` (a count),
+# `errors` (source:error pairs).
+
+CSV_COLUMNS: Tuple[str, ...] = (
+    "type", "ts", "host", "cgroup", "name", "unit", "interval_s",
+    "container.runtime", "container.id", "container.name", "container.image",
+    "pod.namespace", "pod.name", "pod.uid", "pod.qos",
+    "cpu.percent", "cpu.limit_cores", "cpu.usage_seconds_total", "cpu.user_seconds_total",
+    "cpu.system_seconds_total", "cpu.periods_total", "cpu.throttled_periods_total",
+    "cpu.throttled_seconds_total", "cpu.throttled_percent",
+    "memory.working_set_bytes", "memory.limit_bytes", "memory.percent", "memory.usage_bytes",
+    "memory.anon_bytes", "memory.file_bytes", "memory.inactive_file_bytes", "memory.shmem_bytes",
+    "memory.swap_bytes", "memory.oom_kills_total", "memory.oom_events_total",
+    "io.read_bytes_total", "io.write_bytes_total", "io.read_ops_total", "io.write_ops_total",
+    "io.read_bytes_per_second", "io.write_bytes_per_second", "io.read_ops_per_second",
+    "io.write_ops_per_second",
+    "network.rx_bytes_total", "network.tx_bytes_total", "network.rx_bytes_per_second",
+    "network.tx_bytes_per_second",
+    "pids.current", "pids.limit",
+    "pressure.cpu.some_avg10", "pressure.memory.some_avg10", "pressure.memory.full_avg10",
+    "pressure.io.some_avg10", "pressure.io.full_avg10",
+    "gpu.memory_bytes", "gpu.sm_percent", "gpu.devices", "gpu.processes",
+    "event.kind", "event.severity", "event.resolves", "event.message",
+    "errors",
+)
+CSV_MADE = ("name", "event.kind", "event.severity", "event.resolves", "event.message", "gpu.devices",
+            "gpu.processes", "errors")  # the columns that are not a record field as is

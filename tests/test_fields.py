@@ -1,0 +1,164 @@
+"""The field table (cgstat/fields.py) against everything made from it or written about it:
+the JSON Schema files, the Prometheus families and what the exporter renders, the CSV
+columns, docs/schema.md and docs/prometheus.md. A field added to the table and missed in
+one of them fails here."""
+
+import os
+import re
+
+import pytest
+from contract import ROOT, validate
+from fieldtable import example
+
+from cgstat import fields, schema
+from cgstat.outputs import prometheus as prom
+from cgstat.outputs import table
+
+parser = pytest.importorskip("prometheus_client.parser")
+
+TABLES = {"cgroup": fields.RECORD, "gpu": fields.GPU_RECORD, "event": fields.EVENT}
+
+
+@pytest.mark.parametrize("name", sorted(fields.SCHEMA_FILES))
+def test_schema_files_are_made_from_the_table(name):
+    path = os.path.join(ROOT, "cgstat", name)
+    want = schema.text(name)
+    if os.environ.get("CGSTAT_REGEN_SCHEMA"):
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(want)
+    with open(path, encoding="utf-8") as f:
+        assert f.read() == want, "%s differs from the field table (CGSTAT_REGEN_SCHEMA=1 to rewrite it)" % name
+
+
+@pytest.mark.parametrize("kind", sorted(TABLES))
+def test_a_record_with_every_field_set_is_valid(kind):
+    record = example(TABLES[kind])
+    if kind == "event":
+        record.update(kind="resolved", severity="info")  # a resolves that is not null
+    validate(record)
+    assert list(record) == [f.path for f in fields.children(TABLES[kind], "")]
+
+
+def test_paths_are_unique_and_every_parent_is_declared():
+    for table_ in TABLES.values():
+        paths = [f.path for f in table_]
+        assert len(paths) == len(set(paths))
+        for path in paths:
+            parent = re.sub(r"(\[\]|\{\}|\.[^.\[{]+)$", "", path)
+            assert parent == path or parent == "" or parent in paths, path
+
+
+def test_units_follow_the_names():
+    for f in fields.RECORD + fields.GPU_RECORD:
+        leaf = f.path.rsplit(".", 1)[-1]
+        if f.unit in ("bytes", "count", "microseconds"):
+            assert f.type == "int", f.path
+        elif f.unit and f.type not in ("int", "float"):
+            pytest.fail("%s: a %s field of type %s" % (f.path, f.unit, f.type))
+        assert f.unit == fields.unit_of(leaf)
+
+
+def _value(record, path):
+    value = record
+    for key in path.split("."):
+        value = value[key]
+    return value
+
+
+def _rendered():
+    records = [example(fields.RECORD), example(fields.GPU_RECORD)]
+    records[0]["network"]["interfaces"][0]["name"] = "eth0"
+    text = prom.render(records, prom.TEXT, {"version": "t", "ticks_total": 3, "tick_duration_seconds": 0.5,
+                                            "render_duration_seconds": 0.25, "last_tick_timestamp_seconds": 9.0})
+    return records, {f.name: f for f in parser.text_string_to_metric_families(text.decode())}
+
+
+def test_every_family_is_rendered_from_its_field_with_its_labels():
+    records, families = _rendered()
+    own = {"self": (), "cgroup": fields.CGROUP_LABELS, "gpu": fields.GPU_LABELS}
+    for family in fields.FAMILIES:
+        got = [s for f in families.values() for s in f.samples if s.name == family.name]
+        assert got, family.name + " has no sample for a record with every field set"
+        allowed = set(own[family.scope]) | set(family.labels)
+        for s in got:
+            extra = {k for k in s.labels if k not in allowed and not k.startswith("container_label_")}
+            assert not extra, (family.name, extra)
+        if family.field and "[]" not in family.field:
+            record = records[1] if family.scope == "gpu" else records[0]
+            assert [s.value for s in got] == [_value(record, family.field)], family.name
+
+
+def test_families_read_record_fields():
+    for family in fields.FAMILIES:
+        if family.field:
+            table_ = fields.GPU_RECORD if family.scope == "gpu" else fields.RECORD
+            f = fields.field(table_, family.field)
+            assert f.type in ("int", "float"), family.name
+            assert family.scope != "self"
+
+
+def test_csv_columns_are_leaf_fields_and_each_is_filled():
+    leaves = {f.path for f in fields.RECORD if f.type not in ("object", "array", "map")}
+    for column in fields.CSV_COLUMNS:
+        assert column in fields.CSV_MADE or column in leaves, column
+    record = example(fields.RECORD)
+    for column, value in zip(table.CSV_COLUMNS, table.csv_values(record)):
+        if column.startswith("event."):
+            continue
+        assert value is not None, column
+        if column not in fields.CSV_MADE:
+            assert value == _value(record, column), column
+
+
+# -- the docs ------------------------------------------------------------------------------
+
+def _tokens(text):
+    return {t for span in re.findall(r"`([^`]+)`", text) for t in re.findall(r"[a-z_][a-z0-9_]*", span)}
+
+
+def _section(doc, heading):
+    start = doc.index(heading)
+    end = doc.find("\n## ", start + 1)
+    return doc[start:end if end >= 0 else len(doc)]
+
+
+def _schema_doc_sections():
+    doc = open(os.path.join(ROOT, "docs", "schema.md"), encoding="utf-8").read()
+    rows = {m.group(1): m.group(0) for m in re.finditer(r"^\| `(\w+)` \|.*$", _section(doc, "| key | type |"), re.M)}
+
+    def where(top):
+        text = rows.get(top, "")
+        heading = "\n## `%s`" % top
+        if heading in doc:
+            text += _section(doc, heading)
+        return text
+
+    return rows, where, _section(doc, "## GPU records")
+
+
+def test_docs_schema_names_every_field():
+    rows, where, gpu_section = _schema_doc_sections()
+    assert list(rows) == [f.path for f in fields.children(fields.RECORD, "")]
+    missing = []
+    for f in fields.RECORD:
+        top, _, rest = f.path.replace("[]", "").partition(".")
+        leaf = re.sub(r"(\[\]|\{\})$", "", f.path.rsplit(".", 1)[-1])
+        if rest and leaf not in _tokens(where(top)):
+            missing.append(f.path)
+    for f in fields.GPU_RECORD:
+        leaf = re.sub(r"(\[\]|\{\})$", "", f.path.rsplit(".", 1)[-1])
+        if leaf not in _tokens(gpu_section):
+            missing.append("gpu record " + f.path)
+    for code in dict(fields.field(fields.RECORD, "errors[].error").schema)["enum"]:
+        if code not in _tokens(where("errors")):
+            missing.append("error code " + code)
+    for code in dict(fields.field(fields.GPU_RECORD, "errors[].error").schema)["enum"]:
+        if code not in _tokens(gpu_section) | _tokens(where("errors")):
+            missing.append("gpu error code " + code)
+    assert not missing, "not in docs/schema.md: %s" % missing
+
+
+def test_docs_prometheus_lists_every_family_in_order():
+    doc = open(os.path.join(ROOT, "docs", "prometheus.md"), encoding="utf-8").read()
+    rows = re.findall(r"^\| `(\w+)` \| (\w+) \|", _section(doc, "## Every series"), re.M)
+    assert rows == [(f.name, f.kind) for f in fields.FAMILIES]
