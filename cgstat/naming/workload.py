@@ -56,7 +56,8 @@ class Namer:
         self._sandbox: Dict[str, bool] = {}  # this tick: cgroup path -> is a pod sandbox
         self._classified: List[Tuple[Cgroup, PathInfo]] = []  # the last tick's cgroups...
         self._runtime: List[Tuple[Cgroup, PathInfo]] = []  # ...those of them with runtime state
-        self._members: Dict[int, int] = {}  # folder inode -> the member PID chosen
+        self._members: Dict[int, Tuple[Tuple[int, ...], Optional[bool]]] = {}  # folder inode -> PIDs chosen
+        self.subtrees: Dict[str, bool] = {}  # the last member_pids: parents' PIDs from below (see there)
         self._empty: Dict[int, float] = {}  # folder inode -> when to look again (no process below it)
         self._named: List[Tuple[Cgroup, PathInfo]] = []  # the last tick's list, candidates promoted
         self._named_from: Optional[List[Tuple[Cgroup, PathInfo]]] = None  # ...made from this one
@@ -170,45 +171,56 @@ class Namer:
         self.pids.retain(live)
 
     def member_pids(self, cgroups: Iterable[Cgroup]) -> Dict[str, List[int]]:
-        """One process of each cgroup (for its network namespace), by cgroup path.
+        """Processes of each cgroup to find its network namespace by, by cgroup path.
 
-        A cgroup's own members first; a cgroup without any (a pod, a slice, rootless
-        Podman's container with its processes in a nested leaf) takes the first member of
-        its subtree. The choice is kept per folder inode while that process lives, so a
-        steady host reads one `stat` per cgroup per tick, not its cgroup.procs.
+        A cgroup's own first member; a cgroup without any (a pod, a slice, rootless
+        Podman's container with its processes in a nested leaf) the first member of each
+        cgroup below it that has some (not below those), breadth first: `subtrees` then
+        says which cgroups those are, and whether every folder below was looked at, so
+        that a parent over containers in several namespaces is not given one child's
+        traffic (kernel/netns.NetnsReader.read). The choice is kept per folder inode
+        while its processes live, so a steady host reads one `stat` per chosen process
+        per tick, not cgroup.procs files.
         """
         out: Dict[str, List[int]] = {}
-        kept: Dict[int, int] = {}
+        kept: Dict[int, Tuple[Tuple[int, ...], Optional[bool]]] = {}
         empty: Dict[int, float] = {}
+        subtrees: Dict[str, bool] = {}
         now = time.monotonic()
         for cg in cgroups:
             folder = cg.folders[0]
-            pid = self._members.get(folder.inode)
-            if pid is None or not os.path.exists(self.fs.path(f"/proc/{pid}")):
+            choice = self._members.get(folder.inode)
+            if choice is None or not all(os.path.exists(self.fs.path(f"/proc/{pid}")) for pid in choice[0]):
                 due = self._empty.get(folder.inode)
                 if due is not None and now < due:
                     # found empty a moment ago (a slice stays empty for ever): not every tick
                     empty[folder.inode] = due
                     out[cg.path] = []
                     continue
-                pid = _first_member(folder.local)
-            if pid is not None:
-                kept[folder.inode] = pid
-                out[cg.path] = [pid]
+                choice = _members_below(folder.local)
+            pids, complete = choice
+            if pids:
+                kept[folder.inode] = choice
+                out[cg.path] = list(pids)
+                if complete is not None:
+                    subtrees[cg.path] = complete
             else:
                 empty[folder.inode] = now + recheck_after_s(folder.inode)
                 out[cg.path] = []
-        self._members, self._empty = kept, empty
+        self._members, self._empty, self.subtrees = kept, empty, subtrees
         return out
 
 
 _SUBTREE_FOLDERS = 32  # folders looked at below a cgroup without members of its own
 
 
-def _first_member(local: str) -> Optional[int]:
-    """The first PID in the folder or, breadth first, in its subfolders (links not followed)."""
+def _members_below(local: str) -> Tuple[Tuple[int, ...], Optional[bool]]:
+    """((first PID,), None) of a folder with processes; for one without, (the first PID
+    of each folder below it that has processes, whether every folder below was looked
+    at), breadth first, links not followed, at most _SUBTREE_FOLDERS folders."""
     queue = [local]
     seen = 0
+    found: List[int] = []
     while queue and seen < _SUBTREE_FOLDERS:
         folder = queue.pop(0)
         seen += 1
@@ -217,13 +229,16 @@ def _first_member(local: str) -> Optional[int]:
         except (ReadError, ValueError):
             continue
         if pids:
-            return pids[0]
+            if folder == local:
+                return (pids[0],), None
+            found.append(pids[0])
+            continue  # below a cgroup with processes: that workload's own sub-cgroups
         try:
             with os.scandir(folder) as it:
                 queue.extend(sorted(e.path for e in it if e.is_dir(follow_symlinks=False)))
         except OSError:
             continue
-    return None
+    return tuple(found), not queue
 
 
 def _no_pid(pid: int, error: str) -> Dict[str, Any]:

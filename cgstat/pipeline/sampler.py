@@ -144,7 +144,7 @@ class Sampler:
         # own files are then read one by one as the records are made.
         network: Dict[str, NetworkResult] = {}
         if self._netns is not None:
-            network = self._netns.read(namer.member_pids(cg for cg, _ in selected))
+            network = self._netns.read(namer.member_pids(cg for cg, _ in selected), namer.subtrees)
             if self._netns.host.note:
                 self.warner.once("netns-host", self._netns.host.note)
         gpu = self._read_gpus()
