@@ -12,7 +12,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from synth import v1_cgroup, v1_host, v2_cgroup, v2_host, write
 
-from cgstat.naming import runtimes as containers
+from cgstat.naming.runtimes import cri, docker
+from cgstat.naming.runtimes.entry import ContainerEntry
 from cgstat.outputs import jsonl as sinks
 from cgstat.pipeline.diagnostics import Warner
 from cgstat.pipeline.sampler import Sampler
@@ -122,11 +123,11 @@ JSONISH = st.recursive(st.none() | st.booleans() | st.integers() | st.text(max_s
 @settings(max_examples=200, deadline=None)
 @given(doc=JSONISH)
 def test_runtime_state_parsers_take_any_json(doc):
-    for entry in (containers._from_docker_config(doc), containers._from_oci_annotations(doc, "containerd"),
-                  containers._from_oci_annotations(doc, "cri-o")):
+    for entry in (docker.entry_from_config(doc), cri.entry_from_spec(doc, "containerd"),
+                  cri.entry_from_spec(doc, "cri-o")):
         if entry is None:
             continue
-        assert isinstance(entry, containers.ContainerEntry)
+        assert isinstance(entry, ContainerEntry)
         assert all(v is None or isinstance(v, str) for v in (entry.runtime, entry.name, entry.image,
                                                               entry.k8s_container))
         assert entry.labels is None or all(isinstance(k, str) and isinstance(v, str)

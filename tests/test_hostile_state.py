@@ -21,7 +21,10 @@ from contract import ROOT, roundtrip, run_cgstat, validate
 from synth import v2_cgroup, write
 
 from cgstat.kernel.hostfs import HostFS, Malformed, Untrusted, read_untrusted
-from cgstat.naming import runtimes as containers
+from cgstat.naming.runtimes import identities, storage
+from cgstat.naming.runtimes.entry import ContainerEntry
+from cgstat.naming.runtimes.identities import Identities
+from cgstat.naming.runtimes.trust import Budget
 from cgstat.naming.paths import classify
 from cgstat.pipeline.diagnostics import Warner
 from cgstat.pipeline.sampler import Sampler
@@ -203,17 +206,17 @@ def test_store_entry_found_across_chunk_boundary_and_after_decoys(tmp_path):
     def build(pad):
         return orjson.dumps(filler + [decoy, {"id": "f" * 64, "names": ["x" * pad]}, good])
 
-    edge = containers._SCAN_CHUNK
+    edge = storage.SCAN_CHUNK
     data = build(edge - 30 - build(0).rfind(needle))
     hit = data.rfind(needle)
     assert hit < edge < hit + len(needle)  # the good entry's ID straddles the first chunk's end
     write(path, data)
     fd = os.open(path, os.O_RDONLY)
     try:
-        found = containers._scan_store(fd, {X_ID, Y_ID}, containers._Budget(10))
+        found = storage.scan_store(fd, {X_ID, Y_ID}, Budget(10))
     finally:
         os.close(fd)
-    assert found == {X_ID: containers.ContainerEntry(runtime="podman", name="wanted", image="img:1")}
+    assert found == {X_ID: ContainerEntry(runtime="podman", name="wanted", image="img:1")}
 
 
 # --- spoofing ----------------------------------------------------------------------------
@@ -329,7 +332,7 @@ def test_docker_api_only_for_system_docker_cgroups(tmp_path):
     server = _SilentDocker(os.path.join(root, "var/run/docker.sock"))
     server.start()
     try:
-        ids = containers.Identities(HostFS(root))
+        ids = Identities(HostFS(root))
         infos = [classify(f"/user.slice/user-1000.slice/user@1000.service/app.slice/docker-{X_ID}.scope"),
                  classify(f"/machine.slice/libpod-{Y_ID}.scope")]
         ids.refresh_if_new(infos)
@@ -364,13 +367,13 @@ def test_new_container_named_at_once_and_unknown_retried_later(tmp_path, monkeyp
     assert _name(_tick(agent)[late]) is None
     write(os.path.join(root, f"var/lib/docker/containers/{Y_ID}/config.v2.json"), '{"Name": "/late"}')
     assert _name(_tick(agent)[late]) is None  # throttled
-    monkeypatch.setattr(containers, "_RETRY_UNKNOWN_S", 0.0)
+    monkeypatch.setattr(identities, "_RETRY_UNKNOWN_S", 0.0)
     assert _name(_tick(agent)[late]) == "late"
 
 
 def test_gone_containers_are_forgotten(tmp_path):
     root = _tree(tmp_path)
-    ids = containers.Identities(HostFS(root))
+    ids = Identities(HostFS(root))
     info = classify(f"/system.slice/docker-{A_ID}.scope")
     ids.refresh_if_new([info])
     assert ids.container(info)["name"] == "tf-training"
@@ -380,7 +383,7 @@ def test_gone_containers_are_forgotten(tmp_path):
 
 def test_time_budget_stops_reading_and_says_so_once(tmp_path, monkeypatch):
     root = _tree(tmp_path)
-    monkeypatch.setattr(containers, "_BUDGET_S", 0.0)
+    monkeypatch.setattr(identities, "_BUDGET_S", 0.0)
     stream = io.StringIO()
     agent = Sampler(root, all=True, warner=Warner(stream))
     recs = _tick(agent)

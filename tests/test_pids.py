@@ -12,7 +12,7 @@ from contract import ROOT, run_cgstat
 
 from cgstat.kernel.hierarchy import detect
 from cgstat.kernel.hostfs import HostFS
-from cgstat.naming.runtimes import docker_api
+from cgstat.naming.runtimes.dockerapi import docker_api
 from cgstat.naming.workload import Namer
 
 FIX = os.path.join(ROOT, "tests", "fixtures")

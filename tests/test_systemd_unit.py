@@ -170,7 +170,7 @@ def test_sandbox_keeps_what_cgstat_reads() -> None:
     assert "AF_UNIX" in families and not families.startswith("~")
 
 
-# What cgstat reads (cgstat/naming/runtimes.py, hierarchy.py, host.py): never hidden.
+# What cgstat reads (cgstat/naming/runtimes/, hierarchy.py, host.py): never hidden.
 READ_PATHS = (
     "/sys/fs/cgroup",
     "/proc",

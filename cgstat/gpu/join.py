@@ -20,18 +20,7 @@ from dataclasses import dataclass
 from typing import Any, Dict, Iterable, List, Optional, Tuple
 
 from cgstat.gpu.sample import GpuProcess
-
-
-@dataclass(frozen=True)
-class Owner:
-    """Who a GPU process is: read by the naming stage (naming/workload.py)."""
-
-    name: Optional[str]  # /proc/<pid>/comm
-    cgroup: Optional[str]  # its cgroup path as records name cgroups, null when unattributed
-    container: Optional[Dict[str, Any]]
-
-
-UNKNOWN = Owner(None, None, None)
+from cgstat.kernel.procs import Owner
 
 
 @dataclass(frozen=True)

@@ -2,17 +2,32 @@
 
 Reads `cgroup.procs` of a cgroup folder and /proc/<pid>/cgroup (v1 lines
 "ID:controllers:path" and the v2 line "0::path"). Used by the cross-hierarchy join
-(kernel/discover.py), pod sandbox detection and PID lookups (naming/).
+(kernel/discover.py), pod sandbox detection and PID lookups (naming/); `Owner` is what a
+process lookup answers.
 """
 
 from __future__ import annotations
 
 import os
-from typing import Dict, List
+from dataclasses import dataclass
+from typing import Any, Dict, List, Optional
 
 from cgstat.kernel import parse
 from cgstat.kernel.hierarchy import Layout
 from cgstat.kernel.hostfs import HostFS, read_bytes, read_text
+
+
+@dataclass(frozen=True)
+class Owner:
+    """Who a process is, as the naming stage finds it (naming/workload.py) for the GPU join
+    (gpu/join.py): here, below both, as neither layer imports the other."""
+
+    name: Optional[str]  # /proc/<pid>/comm
+    cgroup: Optional[str]  # its cgroup path as records name cgroups, null when unattributed
+    container: Optional[Dict[str, Any]]  # the record's container object, null when none
+
+
+UNKNOWN = Owner(None, None, None)  # exited, or not in our PID namespace: no cgroup claims it
 
 
 EMPTY_RECHECK_S = 10.0  # a cgroup found without processes is asked again after this, on average

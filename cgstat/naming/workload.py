@@ -2,7 +2,7 @@
 
 Everything a record says about a workload's identity comes from here: what its path says
 (naming/paths.py: container runtime and ID, pod UID and QoS, systemd unit, monitors), what
-the runtimes' state says (naming/runtimes.py: names, images, labels, pods, sandboxes),
+the runtimes' state says (naming/runtimes/: names, images, labels, pods, sandboxes),
 block device names (naming/devices.py), and, for a PID, which cgroup and container it is
 in (naming/pids.py). This is the only stage that reads runtime state; the record builder
 (pipeline/record.py) reads nothing.
@@ -16,20 +16,17 @@ from __future__ import annotations
 
 import os
 import time
-from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, List, NamedTuple, Optional, Tuple
+from typing import Any, Callable, Dict, Iterable, List, NamedTuple, Optional, Tuple
 
 from cgstat.kernel.hierarchy import Layout
 from cgstat.kernel.hostfs import Gone, HostFS, ReadError
-from cgstat.kernel.procs import member_pids, recheck_after_s
+from cgstat.kernel.procs import UNKNOWN, Owner, member_pids, recheck_after_s
 from cgstat.kernel.sample import Sample
 from cgstat.kernel.tree import Cgroup
 from cgstat.naming.devices import DeviceNames
 from cgstat.naming.paths import PathInfo, classify, container_root
 from cgstat.naming.pids import PidCgroups, PidMapper, start_ticks
-from cgstat.naming.runtimes import Identities
-
-if TYPE_CHECKING:
-    from cgstat.gpu.join import Owner
+from cgstat.naming.runtimes.identities import Identities
 
 
 class Workload(NamedTuple):
@@ -154,8 +151,6 @@ class Namer:
         The start time is read before and after the name, so a PID that exits and is reused
         meanwhile is left unattributed rather than given to the new process's cgroup.
         """
-        from cgstat.gpu.join import UNKNOWN, Owner  # only with GPUs: a run without any never loads them
-
         try:
             found = self.pids.lookup(pid)
             comm = self.fs.read_text(f"/proc/{pid}/comm").rstrip("\n")

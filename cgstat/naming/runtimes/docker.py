@@ -1,0 +1,64 @@
+"""Docker's state: a container's config.v2.json, and where dockerd keeps it.
+
+Reads <data root>/containers/<id>/config.v2.json (Name, Config.Image, Config.Labels, incl.
+io.kubernetes.* under dockershim); the data root is /var/lib/docker, or /etc/docker/
+daemon.json "data-root" when set. Rootless Docker: ~/.local/share/docker/containers/<id>/
+config.v2.json of the one user whose subtree holds the cgroup (naming/runtimes/trust.py).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Collection, Dict, Optional
+
+import orjson
+
+from cgstat.kernel.hostfs import HostFS, ReadError, read_untrusted
+from cgstat.naming.runtimes.entry import ContainerEntry, str_dict
+from cgstat.naming.runtimes.trust import CONFIG_MAX, LookupPass
+
+DEFAULT_ROOT = "/var/lib/docker"
+ROOTLESS = (".local", "share", "docker", "containers")  # below a user's home
+
+
+def entry_from_config(obj: Any) -> Optional[ContainerEntry]:
+    """The entry of a config.v2.json (or of the API's GET /containers/<id>/json: the same
+    Name, Config.Image and Config.Labels); None when it isn't an object."""
+    if not isinstance(obj, dict):
+        return None
+    config: Dict[str, Any] = obj["Config"] if isinstance(obj.get("Config"), dict) else {}
+    labels = str_dict(config.get("Labels")) or {}
+    name = obj.get("Name")
+    k8s = "io.kubernetes.pod.name" in labels  # dockershim's labels
+    return ContainerEntry(
+        runtime="docker",
+        name=name.lstrip("/") if isinstance(name, str) and name.strip("/") else None,
+        image=config.get("Image") if isinstance(config.get("Image"), str) else None,
+        labels=labels,
+        sandbox=labels.get("io.kubernetes.docker.type") == "podsandbox",
+        k8s_container=labels.get("io.kubernetes.container.name") if k8s else None,
+        k8s_pod=(labels.get("io.kubernetes.pod.namespace"), labels.get("io.kubernetes.pod.name")) if k8s else None,
+    )
+
+
+def data_root(fs: HostFS) -> str:
+    """dockerd's data root as a host path: daemon.json's absolute "data-root", or the default."""
+    try:
+        conf = orjson.loads(read_untrusted(fs.path("/etc/docker/daemon.json"), CONFIG_MAX))
+    except (ReadError, orjson.JSONDecodeError):
+        return DEFAULT_ROOT
+    root = conf.get("data-root") if isinstance(conf, dict) else None
+    if isinstance(root, str) and root.startswith("/") and root.rstrip("/"):
+        return root.rstrip("/")
+    return DEFAULT_ROOT
+
+
+def system_entry(lookup: LookupPass, containers: str, cid: str) -> Optional[ContainerEntry]:
+    """The system Docker's entry of cid; `containers` is <data root>/containers (local path)."""
+    return entry_from_config(lookup.read(containers, [cid, "config.v2.json"], "Docker"))
+
+
+def rootless_entry(lookup: LookupPass, home: str, cid: str,
+                   owners: Collection[int]) -> Optional[ContainerEntry]:
+    """Rootless Docker's entry of cid in one user's home (local path), read under `owners`."""
+    return entry_from_config(lookup.read(home, list(ROOTLESS) + [cid, "config.v2.json"],
+                                         "rootless Docker", owners))
