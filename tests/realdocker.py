@@ -37,7 +37,7 @@ PREFIX = "cgstat-test-docker-"
 IMAGE = "cgstat-test-busybox:1"
 CTR_IMAGE = "docker.io/library/" + IMAGE  # what `docker save` names it in containerd
 CGROOT = "/sys/fs/cgroup"
-_APPLETS = ("sh", "sleep", "dd", "nc", "cat", "head", "true", "yes", "ls", "mkdir")
+_APPLETS = ("sh", "sleep", "dd", "ping", "cat", "head", "true", "ls", "mkdir")
 
 
 class Unavailable(Exception):
@@ -218,7 +218,7 @@ class Daemon:
             self.parents.append(top)
         ann = [a for k, v in annotations.items() for a in ("--annotation", f"{k}={v}")]
         self.ctr(namespace, "run", "-d", "--snapshotter", "native", "--cgroup", cgroup, *ann,
-                 CTR_IMAGE, cid, "sh", "-c", cmd, stdout=subprocess.DEVNULL)
+                 CTR_IMAGE, cid, "sh", "-c", cmd)
         self.ctr_ids.setdefault(namespace, []).append(cid)
 
     # -- stop -----------------------------------------------------------------------------

@@ -78,10 +78,10 @@ class Group:
         run("mem", "--memory", "96m", cmd="dd if=/dev/zero of=/dev/shm/hold bs=1M count=24 2>/dev/null; exec sleep 100000")
         run("io", "--memory", "64m", "--device-write-bps", f"{_root_disk_dev()}:100gb",
             cmd="dd if=/dev/zero of=/written bs=1M count=8 oflag=direct 2>/dev/null; exec sleep 100000")
-        run("rx", "--memory", "64m", cmd="nc -l -p 5000 > /dev/null; exec sleep 100000")
+        run("rx", "--memory", "64m", cmd="exec sleep 100000")
         rx_ip = json.loads(d.docker("inspect", self.ids["rx"]).stdout)[0]["NetworkSettings"]["IPAddress"]
-        run("tx", "--memory", "64m",
-            cmd=f"sleep 0.5; dd if=/dev/zero bs=1k count=512 2>/dev/null | nc {rx_ip} 5000; exec sleep 100000")
+        # ~290 kB each way, then quiet (busybox ping: 200 echo requests of 1400 bytes)
+        run("tx", "--memory", "64m", cmd=f"ping -q -c 200 -i 0.01 -s 1400 {rx_ip} >/dev/null; exec sleep 100000")
 
 
 @pytest.fixture(scope="module")
@@ -151,8 +151,10 @@ def test_side_by_side_with_docker_stats(daemon, groups, layout):
     inspect = realdocker.docker_inspect(daemon, list(ids.values()))
     last = None
     for attempt in range(8):
-        # the same windows: docker stats takes ~1 s per container, in parallel
-        proc = subprocess.Popen([sys.executable, "-m", "cgstat", *args, "once", "--window", "1.5"],
+        # the same windows: docker stats' 1 s window (two of the daemon's samples, each
+        # container in parallel) falls inside cgstat's 2 s one; on a busy machine the
+        # burner's share moves, so a miss is read again
+        proc = subprocess.Popen([sys.executable, "-m", "cgstat", *args, "once", "--window", "2"],
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=ROOT)
         stats = realdocker.docker_stats(daemon)
         out, err = proc.communicate(timeout=120)
@@ -164,6 +166,10 @@ def test_side_by_side_with_docker_stats(daemon, groups, layout):
             rec = by_id.get(cid)
             assert rec is not None, (layout, role, sorted(r["cgroup"] for r in records), err.decode())
             bad = _mismatches(rec, stats[cid[:12]])
+            if role == "cpu":
+                theirs = float(stats[cid[:12]]["CPUPerc"].rstrip("%"))
+                if not abs(rec["cpu"]["percent"] - theirs) <= 0.10 * theirs:
+                    bad.append(f"cpu {rec['cpu']['percent']} vs {theirs}")
             if bad:
                 problems[role] = bad
         last = problems
@@ -183,17 +189,16 @@ def test_side_by_side_with_docker_stats(daemon, groups, layout):
         expected_parent = group.parent or daemon.parent
         assert rec["cgroup"].endswith(f"{expected_parent}/{cid}"), rec["cgroup"]
         assert rec["paths"]["memory"].endswith(f"{expected_parent}/{cid}")
-    # CPU: the burner under its 0.5-core quota, over windows taken together
+    # CPU (compared above, within 10 %, over windows taken together): the burner's quota
     cpu = by_id[ids["cpu"]]["cpu"]
-    docker_cpu = float(stats[ids["cpu"][:12]]["CPUPerc"].rstrip("%"))
-    assert abs(cpu["percent"] - docker_cpu) <= 0.10 * docker_cpu, (cpu["percent"], docker_cpu)
-    assert cpu["limit_cores"] == 0.5
+    assert cpu["limit_cores"] == 0.5 and 0 < cpu["percent"] <= 55
     assert by_id[ids["cpu"]]["pids"]["limit"] == 32
     # the workloads really ran: a figure that is 0 on both sides proves nothing
     assert by_id[ids["io"]]["io"]["write_bytes_total"] >= 8 * 1024 * 1024
     assert by_id[ids["mem"]]["memory"]["working_set_bytes"] >= 24 * 1024 * 1024
-    assert by_id[ids["rx"]]["network"]["rx_bytes_total"] >= 512 * 1024
-    assert by_id[ids["tx"]]["network"]["tx_bytes_total"] >= 512 * 1024
+    for role in ("rx", "tx"):
+        net = by_id[ids[role]]["network"]
+        assert net["rx_bytes_total"] >= 200 * 1400 and net["tx_bytes_total"] >= 200 * 1400, (role, net)
 
 
 def test_default_selection_finds_containers_under_any_parent(daemon, groups):

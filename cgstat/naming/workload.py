@@ -26,6 +26,7 @@ from cgstat.kernel.tree import Cgroup
 from cgstat.naming.devices import DeviceNames
 from cgstat.naming.paths import PathInfo, classify, container_root
 from cgstat.naming.pids import PidCgroups, PidMapper, start_ticks
+from cgstat.naming.runtimes.daemons import DaemonConfig, Daemons
 from cgstat.naming.runtimes.identities import Identities
 
 
@@ -45,9 +46,9 @@ class Namer:
     """Resolves workloads; caches runtime answers per container ID, pruned to live ones."""
 
     def __init__(self, fs: HostFS, layout: Layout, warn: Optional[Callable[[str, str], None]] = None,
-                 read_state: bool = True):
+                 read_state: bool = True, daemons: DaemonConfig = DaemonConfig()):
         self.fs = fs
-        self.runtimes = Identities(fs, warn, read_state)
+        self.runtimes = Identities(fs, warn, read_state, Daemons(fs, daemons))
         self.devices = DeviceNames(fs)
         self.pids = PidMapper(fs, layout)
         self._sandbox: Dict[str, bool] = {}  # this tick: cgroup path -> is a pod sandbox
@@ -78,6 +79,7 @@ class Namer:
         runtime = self._runtime
         ids.retain(x for _, info in runtime for x in (info.id, info.pod_uid) if x)
         ids.refresh_if_new(info for _, info in runtime)
+        ids.recheck()
         runtime = self._promote(classified, runtime)
         self._sandbox = {cg.path: ids.is_sandbox(info, cg.folders[0].local)
                          for cg, info in runtime if info.kind == "container"}

@@ -30,6 +30,7 @@ from cgstat.kernel.hostfs import HostFS
 from cgstat.kernel.sample import Sample
 from cgstat.kernel.tree import Cgroup
 from cgstat.naming.paths import PathInfo, classify
+from cgstat.naming.runtimes.daemons import DaemonConfig
 from cgstat.naming.pids import pid_namespace_note
 from cgstat.naming.workload import Namer, Workload
 from cgstat.pipeline.diagnostics import Warner
@@ -55,13 +56,14 @@ class Sampler:
     (string or compiled) on cgroup paths. `max_user_cgroups`: cgroups walked per user's
     delegated subtree. `follow`: walk the folders once and follow them with inotify (a
     long run); False walks them on every tick (a one-shot, where watching every folder
-    would be work for nothing). Raises CgstatError (one line) when the host can't be read.
+    would be work for nothing). `daemons`: Docker's data root and socket when given
+    (--docker-data-root, --docker-host), else found (naming/runtimes/daemons.py). Raises CgstatError (one line) when the host can't be read.
     """
 
     def __init__(self, host_root: str = "/", all: bool = False,
                  match: Union[None, str, Pattern[str]] = None, warner: Optional[Warner] = None,
                  read_state: bool = True, max_user_cgroups: Optional[int] = 1000, gpu: bool = True,
-                 follow: bool = True):
+                 follow: bool = True, daemons: DaemonConfig = DaemonConfig()):
         if isinstance(match, str):
             try:
                 match = compile_match(match)
@@ -81,7 +83,7 @@ class Sampler:
                                      warn=self.warner.once, follow=None if follow else False)
         self.all_cgroups = all_cgroups
         self.match = match
-        self.namer = Namer(self.fs, self.layout, self.warner.once, read_state)
+        self.namer = Namer(self.fs, self.layout, self.warner.once, read_state, daemons)
         # GPUs only on the live kernel (a recorded tree's processes aren't NVML's); pynvml
         # is imported on the first read, never at start-up.
         self._gateway: Optional[Gateway] = None

@@ -1,22 +1,24 @@
 """Docker's state: a container's config.v2.json, and where dockerd keeps it.
 
 Reads <data root>/containers/<id>/config.v2.json (Name, Config.Image, Config.Labels, incl.
-io.kubernetes.* under dockershim); the data root is /var/lib/docker, or /etc/docker/
-daemon.json "data-root" when set. Rootless Docker: ~/.local/share/docker/containers/<id>/
-config.v2.json of the one user whose subtree holds the cgroup (naming/runtimes/trust.py).
+io.kubernetes.* under dockershim); the data roots are daemons.Daemons' (/var/lib/docker,
+daemon.json "data-root", a running dockerd's --data-root, or --docker-data-root). The
+file's identity (inode, mtime, size) is kept with the entry: dockerd writes a new file
+and renames it over the old one on every change (docker rename included), so a changed
+identity means a changed container (`signature`, a stat, never a read). Rootless Docker:
+~/.local/share/docker/containers/<id>/config.v2.json of the one user whose subtree holds
+the cgroup (naming/runtimes/trust.py).
 """
 
 from __future__ import annotations
 
-from typing import Any, Collection, Dict, Optional
+import os
+from typing import Any, Collection, Dict, Optional, Tuple
 
-import orjson
-
-from cgstat.kernel.hostfs import HostFS, ReadError, read_untrusted
+from cgstat.kernel.hostfs import ReadError, open_dir_under
 from cgstat.naming.runtimes.entry import ContainerEntry, str_dict
-from cgstat.naming.runtimes.trust import CONFIG_MAX, LookupPass
+from cgstat.naming.runtimes.trust import LookupPass
 
-DEFAULT_ROOT = "/var/lib/docker"
 ROOTLESS = (".local", "share", "docker", "containers")  # below a user's home
 
 
@@ -40,16 +42,23 @@ def entry_from_config(obj: Any) -> Optional[ContainerEntry]:
     )
 
 
-def data_root(fs: HostFS) -> str:
-    """dockerd's data root as a host path: daemon.json's absolute "data-root", or the default."""
+Signature = Tuple[int, int, int]  # (inode, mtime ns, size) of a config.v2.json
+
+
+def signature(containers: str, cid: str) -> Optional[Signature]:
+    """The identity of <containers>/<cid>/config.v2.json (local path), links not followed;
+    None when it can't be seen."""
     try:
-        conf = orjson.loads(read_untrusted(fs.path("/etc/docker/daemon.json"), CONFIG_MAX))
-    except (ReadError, orjson.JSONDecodeError):
-        return DEFAULT_ROOT
-    root = conf.get("data-root") if isinstance(conf, dict) else None
-    if isinstance(root, str) and root.startswith("/") and root.rstrip("/"):
-        return root.rstrip("/")
-    return DEFAULT_ROOT
+        fd = open_dir_under(containers, [cid])
+    except ReadError:
+        return None
+    try:
+        st = os.stat("config.v2.json", dir_fd=fd, follow_symlinks=False)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    return (st.st_ino, st.st_mtime_ns, st.st_size)
 
 
 def system_entry(lookup: LookupPass, containers: str, cid: str) -> Optional[ContainerEntry]:

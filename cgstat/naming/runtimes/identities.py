@@ -2,12 +2,17 @@
 the record's `container` and `pod` objects from what was found.
 
 Looks up, only for the 64-hex IDs of live cgroups not named yet, in the runtimes' state
-(docker.py, cri.py, storage.py, kubelet.py, under the trust rules of trust.py), then the
-Docker API (dockerapi.py) for a system Docker container still unnamed. An ID seen for the
-first time is looked up at once (a container that lives 1.5 s is named); one still unknown
-is retried every _RETRY_UNKNOWN_S; a pass stops reading after _BUDGET_S (said once).
-Entries of containers that are gone are forgotten (retain). Reads itself only
-/proc/<pid>/comm of a pod's members and their cgroup.procs (pause detection).
+(docker.py, cri.py, storage.py, kubelet.py, under the trust rules of trust.py, in the
+places daemons.py finds), then the Docker API (dockerapi.py) for a system container still
+unnamed. A bare 64-hex folder under no runtime's known parent (paths.py's "candidate") is
+a container only when one of these knows its ID (`promote`). An ID seen for the first time
+is looked up at once (a container that lives 1.5 s is named); one still unknown is retried
+every _RETRY_UNKNOWN_S; a pass stops reading after _BUDGET_S (said once). When Docker's
+own cgroups (docker-<id>.scope, /docker/<id>) get no name, one warning says where cgstat
+looked and what to set. A Docker entry is re-read when its config.v2.json's identity
+changes (a rename): each entry's file is stat()ed every _RECHECK_TICKS ticks, a share of
+them each tick. Entries of containers that are gone are forgotten (retain). Reads itself
+only /proc/<pid>/comm of a pod's members and their cgroup.procs (pause detection).
 """
 
 from __future__ import annotations
@@ -21,20 +26,23 @@ from cgstat.kernel.hostfs import HostFS, ReadError, read_text
 from cgstat.naming.paths import PathInfo
 from cgstat.naming.runtimes import cri, docker, kubelet, storage
 from cgstat.naming.runtimes.dockerapi import BUDGET_S as _API_BUDGET_S
+from cgstat.naming.runtimes.daemons import CONTAINERD_TASKS, Daemons
 from cgstat.naming.runtimes.dockerapi import DockerAPI
 from cgstat.naming.runtimes.entry import HEX64, ContainerEntry, Key
 from cgstat.naming.runtimes.trust import Budget, LookupPass, homes_of, owners_for, passwd_homes
 
 _RETRY_UNKNOWN_S = 60.0  # an ID no state named is looked up again after this long
 _BUDGET_S = 1.0  # reading runtime state, per lookup pass
+_RECHECK_TICKS = 2  # a Docker entry's config.v2.json is stat()ed once every this many ticks
 
 
 class Identities:
     """Fills the `container` object of records; caches what the state files said per ID."""
 
     def __init__(self, fs: HostFS, warn: Optional[Callable[[str, str], None]] = None,
-                 read_state: bool = True):
+                 read_state: bool = True, daemons: Optional[Daemons] = None):
         self.fs = fs
+        self.daemons = daemons or Daemons(fs)
         self.warn = warn
         self.read_state = read_state  # False: IDs from paths only (what naming costs, bench/)
         self._names: Dict[Key, ContainerEntry] = {}
@@ -42,7 +50,11 @@ class Identities:
         self._pods: Dict[str, Tuple[str, str]] = {}  # system pod uid -> (namespace, name)
         self._pod_dirs: Dict[str, List[str]] = {}  # pod uid -> kubelet container log folders
         self._pods_tried: Dict[str, float] = {}
-        self._api = DockerAPI(fs)
+        self._api = DockerAPI(fs, self._sockets)
+        # Docker entries read from a config.v2.json: key -> (<data root>/containers as a
+        # local path, the file's signature when it was read), for the rename recheck
+        self._docker_files: Dict[Key, Tuple[str, docker.Signature]] = {}
+        self._ticks = 0
         self._pause: Dict[Key, bool] = {}
         # (uid of the subtree, pod uid) -> this tick's application container IDs: a pod-like
         # cgroup a user makes can't change what a system pod's members are.
@@ -62,7 +74,7 @@ class Identities:
         todo: Dict[Key, Optional[str]] = {}
         pods: Set[str] = set()
         for info in infos:
-            if info.kind == "container" and info.id and HEX64.match(info.id):
+            if info.kind in ("container", "candidate") and info.id and HEX64.match(info.id):
                 key = (info.user_uid, info.id)
                 if key not in self._names and self._due(self._tried.get(key), now):
                     todo[key] = info.runtime
@@ -74,9 +86,52 @@ class Identities:
         if todo or pods:
             self._lookup(todo, pods, now)
 
+    def promote(self, info: PathInfo) -> Optional[PathInfo]:
+        """The container a candidate is, when a runtime's state knows its ID; else None."""
+        entry = self._entry(info) if info.kind == "candidate" else None
+        if entry is None:
+            return None
+        return info._replace(kind="container", runtime=entry.runtime)
+
+    def recheck(self) -> None:
+        """Re-read the Docker entries whose config.v2.json changed (docker rename, a label
+        update): a share of the entries per tick, each once every _RECHECK_TICKS ticks."""
+        if not self.read_state or not self._docker_files:
+            return
+        self._ticks += 1
+        turn = self._ticks % _RECHECK_TICKS
+        changed = []
+        for key, (containers, sig) in self._docker_files.items():
+            if int(key[1][-2:], 16) % _RECHECK_TICKS == turn and docker.signature(containers, key[1]) != sig:
+                changed.append((key, containers))
+        if not changed:
+            return
+        lookup = LookupPass(Budget(_BUDGET_S))
+        for key, containers in changed:
+            self._read_docker(lookup, key, containers)
+        self._report(lookup)
+
+    def _read_docker(self, lookup: LookupPass, key: Key, containers: str) -> Optional[ContainerEntry]:
+        """The entry in <containers>/<id>/config.v2.json, kept with the file's signature
+        (taken first: a change after it is seen on the next recheck)."""
+        sig = docker.signature(containers, key[1])
+        entry = docker.system_entry(lookup, containers, key[1])
+        if entry is None:
+            return None
+        if sig is not None:
+            self._docker_files[key] = (containers, sig)
+        if key in self._names and self._names[key].runtime == "docker":
+            self._names[key] = entry
+        return entry
+
+    def _sockets(self) -> List[str]:
+        given = self.daemons.config.docker_host is not None
+        return [s if given else self.fs.path(s) for s in self.daemons.docker_sockets()]
+
     def refresh(self) -> None:
         """Forget every answer: the next refresh_if_new looks everything up again."""
         self._names.clear()
+        self._docker_files.clear()
         self._tried.clear()
         self._pods.clear()
         self._pod_dirs.clear()
@@ -102,12 +157,18 @@ class Identities:
                 self._lookup_user(lookup, uid, {cid for u, cid in todo if u == uid}, passwd)
         api_deadline = time.monotonic() + _API_BUDGET_S
         for cid, runtime in sorted(system.items()):
-            # Only Docker's own cgroups (docker-<id>.scope, /docker/<id>) outside users'
-            # subtrees: those are the only IDs dockerd can know.
-            if runtime == "docker" and (None, cid) not in lookup.found:
+            # Only Docker's own cgroups (docker-<id>.scope, /docker/<id>) and bare IDs
+            # outside users' subtrees: those are the only IDs dockerd can know.
+            if runtime in ("docker", None) and (None, cid) not in lookup.found:
                 entry = self._api.lookup(cid, api_deadline)
                 if entry:
                     lookup.found[(None, cid)] = entry
+        unnamed = sorted(cid for cid, runtime in system.items() if runtime == "docker" and (None, cid) not in lookup.found)
+        if unnamed and self.warn is not None:
+            self.warn("docker-state", f"{len(unnamed)} Docker containers (e.g. {unnamed[0][:12]}) have no "
+                      f"readable state ({self.daemons.where()}): their names, images and labels are "
+                      "missing; give dockerd's data root with --docker-data-root, or its socket with "
+                      "--docker-host or DOCKER_HOST")
         for key in todo:
             if key in lookup.found:
                 self._names[key] = lookup.found[key]
@@ -131,20 +192,36 @@ class Identities:
                       f"after {_RETRY_UNKNOWN_S:g} s)")
 
     def _lookup_system(self, lookup: LookupPass, ids: Dict[str, Optional[str]]) -> None:
+        self._lookup_system_in(lookup, set(ids))
+        missing = {cid for cid in ids if (None, cid) not in lookup.found}
+        # Not where the fixed places and daemon.json say: the running daemons' command
+        # lines may name another data root or containerd state (at most once a minute)
+        if missing and lookup.budget.left() and self.daemons.find():
+            self._lookup_system_in(lookup, missing)
+
+    def _lookup_system_in(self, lookup: LookupPass, ids: Set[str]) -> None:
         fs = self.fs
-        containers = fs.path(docker.data_root(fs) + "/containers")
-        tasks = fs.path(cri.CONTAINERD_TASKS)
+        roots = [fs.path(root + "/containers") for root in self.daemons.docker_roots()]
+        tasks = [fs.path(state + "/" + CONTAINERD_TASKS) for state in self.daemons.containerd_states()]
         store = fs.path(storage.STORAGE)
         # No exists()/isdir() first: they say False on EACCES (a 0700 /var/lib/containers
         # as a non-root user), which hid the missing names; the open says "denied".
-        namespaces = lookup.subdirs(tasks, [], "containerd")
+        namespaces = [(t, lookup.subdirs(t, [], "containerd")) for t in tasks]
         drivers = storage.driver_folders(lookup.subdirs(store, [], "Podman and CRI-O"))
         for cid in sorted(ids):
             if not lookup.budget.left():
                 return
-            # Later sources win, as CRI annotations say more than Docker's config.
-            entry = docker.system_entry(lookup, containers, cid)
-            entry = cri.containerd_entry(lookup, tasks, namespaces, cid) or entry
+            # Later sources win, as CRI annotations say more than Docker's config; a plain
+            # containerd entry (no CRI annotations) only names what nothing else does.
+            entry = None
+            for containers in roots:
+                entry = self._read_docker(lookup, (None, cid), containers)
+                if entry:
+                    break
+            for t, names in namespaces:
+                found = cri.containerd_entry(lookup, t, names, cid)
+                if found and (entry is None or found.k8s_pod is not None):
+                    entry = found
             entry = cri.crio_entry(lookup, store, drivers, cid) or entry
             if entry:
                 lookup.found[(None, cid)] = entry
@@ -218,6 +295,7 @@ class Identities:
         live = set(live_ids)
         self._pause = {k: v for k, v in self._pause.items() if k[1] in live}
         self._names = {k: v for k, v in self._names.items() if k[1] in live}
+        self._docker_files = {k: v for k, v in self._docker_files.items() if k[1] in live}
         self._tried = {k: v for k, v in self._tried.items() if k[1] in live}
         self._pods = {k: v for k, v in self._pods.items() if k in live}
         self._pod_dirs = {k: v for k, v in self._pod_dirs.items() if k in live}

@@ -168,7 +168,7 @@ class Daemons:
         status = self.fs.read_optional(f"/proc/{pid}/status")
         if status is None:
             return False
-        uids = next((line.split()[1:] for line in status.splitlines() if line.startswith("Uid:")), [])
+        uids: List[str] = next((line.split()[1:] for line in status.splitlines() if line.startswith("Uid:")), [])
         if len(uids) != 4 or any(u != "0" for u in uids):
             return False
         return self._mount_ns(str(pid)) == own_mnt
