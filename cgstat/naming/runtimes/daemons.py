@@ -110,13 +110,16 @@ class Daemons:
 
     # the running daemons
 
+    def due(self) -> bool:
+        """Whether find() would look (never yet, or not for _RESCAN_S)."""
+        return self._scanned_at is None or self.clock() - self._scanned_at >= _RESCAN_S
+
     def find(self) -> bool:
         """Look at the running daemons' command lines (at most once per _RESCAN_S); True
         when that found a place not known before."""
-        now = self.clock()
-        if self._scanned_at is not None and now - self._scanned_at < _RESCAN_S:
+        if not self.due():
             return False
-        self._scanned_at = now
+        self._scanned_at = self.clock()
         before = self._found
         self._found = self._scan()
         return self._found != before

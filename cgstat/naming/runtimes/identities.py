@@ -55,6 +55,7 @@ class Identities:
         # local path, the file's signature when it was read), for the rename recheck
         self._docker_files: Dict[Key, Tuple[str, docker.Signature]] = {}
         self._ticks = 0
+        self._asked_daemons: Set[str] = set()  # IDs the running daemons were looked at for
         self._pause: Dict[Key, bool] = {}
         # (uid of the subtree, pod uid) -> this tick's application container IDs: a pod-like
         # cgroup a user makes can't change what a system pod's members are.
@@ -195,9 +196,14 @@ class Identities:
         self._lookup_system_in(lookup, set(ids))
         missing = {cid for cid in ids if (None, cid) not in lookup.found}
         # Not where the fixed places and daemon.json say: the running daemons' command
-        # lines may name another data root or containerd state (at most once a minute)
-        if missing and lookup.budget.left() and self.daemons.find():
-            self._lookup_system_in(lookup, missing)
+        # lines may name another data root or containerd state. Looked at for IDs not
+        # asked about before (at most once a minute): a folder no runtime knows, retried
+        # every minute, does not cost a walk of /proc each time.
+        new = missing - self._asked_daemons
+        if new and lookup.budget.left() and self.daemons.due():
+            self._asked_daemons |= missing
+            if self.daemons.find():
+                self._lookup_system_in(lookup, missing)
 
     def _lookup_system_in(self, lookup: LookupPass, ids: Set[str]) -> None:
         fs = self.fs
@@ -296,6 +302,7 @@ class Identities:
         self._pause = {k: v for k, v in self._pause.items() if k[1] in live}
         self._names = {k: v for k, v in self._names.items() if k[1] in live}
         self._docker_files = {k: v for k, v in self._docker_files.items() if k[1] in live}
+        self._asked_daemons &= live
         self._tried = {k: v for k, v in self._tried.items() if k[1] in live}
         self._pods = {k: v for k, v in self._pods.items() if k in live}
         self._pod_dirs = {k: v for k, v in self._pod_dirs.items() if k in live}
