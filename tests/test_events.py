@@ -1,4 +1,4 @@
-"""Diagnostics events (cgstat/pipeline/events.py): synthetic sequences for every kind, exact
+"""Diagnostics events (cgstat/pipeline/events/): synthetic sequences for every kind, exact
 episodes (raised once, resolved once, calm -> nothing), and the detector over real Sampler
 ticks of real cgroups (OOM kill, 0.5-core burner, growth, near limit, calm)."""
 
@@ -9,7 +9,8 @@ import time
 
 import pytest
 
-from cgstat.pipeline.events import EventDetector, Thresholds, fit_line, judge_runs, parse_ts, state_extras
+from cgstat.pipeline.events import KINDS, EventDetector, Thresholds, fit_line, judge_runs, state_extras
+from cgstat.timestamps import parse_ts
 
 MiB = 1024 * 1024
 SCHEMA = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "cgstat", "event.schema.json")
@@ -226,7 +227,7 @@ def test_vanished_cgroups_are_forgotten_and_memory_bounded():
     d2 = EventDetector(window_s=3600, max_samples=32)
     for i in range(500):
         d2.observe([rec(t=i * 0.1, interval=0.1)])
-    assert len(d2._cgroups["/docker/abc"].ring) <= 33
+    assert len(d2._cgroups["/docker/abc"].samples) <= 33
 
 
 def test_hostile_names_stay_data():
@@ -413,7 +414,7 @@ def test_a_flat_window_is_not_fitted_but_still_resolves_an_open_growth():
     open growth episode still ends when the working set stops moving."""
     d = EventDetector(window_s=4)
     fits = []
-    import cgstat.pipeline.events as events_mod
+    import cgstat.pipeline.events.rules as events_mod
 
     real = events_mod.fit_line
     events_mod.fit_line = lambda points: fits.append(len(points)) or real(points)
@@ -427,23 +428,35 @@ def test_a_flat_window_is_not_fitted_but_still_resolves_an_open_growth():
         events_mod.fit_line = real
 
 
-def test_the_ring_holds_unchanged_values_once_and_gives_back_each_sample_as_it_was():
-    from cgstat.pipeline.events import _Ring
+def test_the_window_holds_unchanged_values_once_and_gives_back_each_sample_as_it_was():
+    from cgstat.pipeline.events.window import Sample, Window
 
-    ring = _Ring()
-    samples = [(0.0, 5, None, 0, 0.0), (1.0, 5, None, 0, 0.0), (2.0, 5.0, None, 0, 0.0), (3.0, 5.0, None, 0, -0.0),
-               (4.0, 5.0, None, 0, -0.0), (5.0, 6, 7, 8, 9.5)]
-    for s in samples:
-        ring.append(s)
-    assert list(ring) == samples and len(ring) == 6
-    assert [tuple(map(type, s)) for s in ring] == [tuple(map(type, s)) for s in samples]  # 5 stays 5, 5.0 stays 5.0
-    assert str(ring[3][4]) == "-0.0" and str(ring[1][4]) == "0.0"
-    assert ring.vs[0] is ring.vs[1] and ring.vs[3] is ring.vs[4] and ring.vs[1] is not ring.vs[2]
-    assert ring.points(1) == [(s[0], s[1]) for s in samples] and ring.points(2) == [(5, 7)]
-    ring.popleft()
-    assert ring[0] == samples[1] and ring[-1] == samples[-1]
-    ring.thin()  # five samples: the 1st, 3rd and 5th (the newest) stay
-    assert list(ring) == [samples[1], samples[3], samples[5]]
-    ring.popleft()
-    ring.thin()  # two: the first and the newest
-    assert list(ring) == [samples[3], samples[5]]
+    def sample(ws, limit, kills, usage):
+        return Sample(ws, limit, kills, usage, None, None, None, None, None)
+
+    window = Window()
+    samples = [(0.0, sample(5, None, 0, 0.0)), (1.0, sample(5, None, 0, 0.0)), (2.0, sample(5.0, None, 0, 0.0)),
+               (3.0, sample(5.0, None, 0, -0.0)), (4.0, sample(5.0, None, 0, -0.0)), (5.0, sample(6, 7, 8, 9.5))]
+    for t, s in samples:
+        window.append(t, s)
+    assert list(window) == samples and len(window) == 6
+    assert [tuple(map(type, s)) for _, s in window] == [tuple(map(type, s)) for _, s in samples]  # 5 stays 5
+    assert str(window.vs[3].cpu_usage_seconds_total) == "-0.0" and str(window.vs[1].cpu_usage_seconds_total) == "0.0"
+    assert window.vs[0] is window.vs[1] and window.vs[3] is window.vs[4] and window.vs[1] is not window.vs[2]
+    assert window.points("working_set_bytes") == [(t, s.working_set_bytes) for t, s in samples]
+    assert window.points("limit_bytes") == [(5.0, 7)]
+    assert window.span_s() == 5.0
+    window.popleft()
+    assert list(window)[0] == samples[1] and list(window)[-1] == samples[-1]
+    window.thin()  # five samples: the 1st, 3rd and 5th (the newest) stay
+    assert list(window) == [samples[1], samples[3], samples[5]]
+    window.popleft()
+    window.thin()  # two: the first and the newest
+    assert list(window) == [samples[3], samples[5]]
+
+
+def test_every_kind_a_rule_raises_is_in_the_event_schema():
+    with open(SCHEMA) as f:
+        schema = json.load(f)
+    assert list(KINDS) == schema["properties"]["kind"]["enum"]
+    assert [None] + list(KINDS[:-1]) == schema["properties"]["resolves"]["enum"]

@@ -68,6 +68,13 @@ KEYED = {
                     ("memory", "working_set_bytes"): "inactive_file", ("memory", "shmem_bytes"): "shmem"},
     "memory.events": {("memory", "oom_kills_total"): "oom_kill"},
 }
+# Fields a file also feeds where a missing key is no error (keys some kernels lack) or that
+# are an object of its counts: a bad file may null them, silently.
+ALSO_FEEDS = {"memory.events": [("memory", "events")],
+              "memory.stat": [("memory", k) for k in ("pgscan_total", "pgsteal_total", "pgmajfault_total",
+                                                      "workingset_refault_anon_total",
+                                                      "workingset_refault_file_total", "dirty_bytes",
+                                                      "writeback_bytes")]}
 WHOLE = {  # files read as one value: any bad content nulls these fields
     "cpu.max": [("cpu", "limit_cores"), ("cpu", "quota_us"), ("cpu", "period_us")],
     "memory.current": [("memory", "usage_bytes"), ("memory", "working_set_bytes")],
@@ -140,6 +147,7 @@ def test_corrupt_file(tmp_path, good_record, name, kind):
                 assert rec[section][key] is None, (section, key)
         if not ok:
             assert name in named, rec["errors"]
+    touched.update(ALSO_FEEDS.get(name, ()))
     # every field the bad file does not feed is untouched
     for section in ("cpu", "memory", "pids"):
         for key, value in good_record[section].items():

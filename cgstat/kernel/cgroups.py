@@ -1,15 +1,24 @@
 """Read one cgroup's controller files into a raw Sample.
 
 Files read (cgroup v2, Documentation/admin-guide/cgroup-v2.rst):
-  cpu.stat, cpu.max, memory.current, memory.max, memory.stat, memory.events,
-  memory.swap.current, io.stat, pids.current, pids.max, {cpu,memory,io}.pressure
+  cpu.stat, cpu.max, cpu.max.burst, cpu.weight, cpuset.{cpus,mems}.effective,
+  memory.current, memory.max, memory.high, memory.low, memory.min, memory.peak,
+  memory.stat, memory.events, memory.events.local, memory.oom.group, memory.swap.current,
+  memory.swap.max, memory.swap.peak, memory.swap.events, memory.zswap.current,
+  hugetlb.<size>.current, io.stat, io.max, pids.current, pids.max, pids.peak, pids.events,
+  {cpu,memory,io}.pressure
 Files read (cgroup v1, Documentation/admin-guide/cgroup-v1/):
-  cpuacct.usage, cpuacct.stat, cpu.stat, cpu.cfs_quota_us, cpu.cfs_period_us,
-  memory.usage_in_bytes, memory.limit_in_bytes, memory.stat, memory.oom_control,
+  cpuacct.usage, cpuacct.stat, cpu.stat, cpu.cfs_quota_us, cpu.cfs_period_us, cpu.shares,
+  cpu.cfs_burst_us, memory.usage_in_bytes, memory.limit_in_bytes, memory.max_usage_in_bytes,
+  memory.failcnt, memory.soft_limit_in_bytes, memory.stat, memory.oom_control,
   blkio.throttle.io_service_bytes_recursive, blkio.throttle.io_serviced_recursive
-  (or the fallbacks below), pids.current, pids.max
+  (or the fallbacks below), blkio.throttle.{read,write}_{bps,iops}_device, pids.current,
+  pids.max, pids.peak, pids.events
 On hybrid hosts the cgroup2 hierarchy at /sys/fs/cgroup/unified adds cpu.stat (CPU time
 when no cpuacct folder exists) and the pressure files.
+Files some kernels lack (memory.peak before 5.19, memory.swap.peak before 6.5, pids.peak,
+memory.zswap.current without CONFIG_ZSWAP, cpu.max.burst before 5.14) read as None with no
+problem reported: a file the kernel doesn't have is not an error.
 """
 
 from __future__ import annotations
@@ -24,12 +33,15 @@ from cgstat.kernel.sample import (
     PRESSURE_RESOURCES,
     CpuSample,
     DeviceIo,
+    DeviceLimit,
     IoSample,
+    MemoryEvents,
     MemorySample,
     PidsSample,
     PressureSample,
     Problem,
     Sample,
+    SwapEvents,
 )
 from cgstat.kernel.tree import Cgroup, Folder
 
@@ -96,6 +108,13 @@ class _Reader:
         except ValueError as exc:
             self.problems.append(Problem(name, "malformed", str(exc)))
             return None
+
+    def opt(self, folder: Optional[Folder], name: str, parser: Callable[[str], T]) -> Optional[T]:
+        """get() for a file some kernels (or configurations) don't have: absent, None and
+        no problem reported."""
+        if folder is None or name not in folder.files:
+            return None
+        return self.get(folder, name, parser)
 
     def _uncached(self, folder: Folder, name: str, parser: Callable[[str], T], keeps: bool) -> Optional[T]:
         """A slow file (its value kept while the folder is watched, read with
@@ -170,11 +189,15 @@ def _cpu_v2(folder: Folder, r: _Reader) -> CpuSample:
         throttled_seconds_total=_scaled(throttled_us, US),
         quota_us=quota_us,
         period_us=period_us,
+        weight=r.opt(folder, "cpu.weight", parse.parse_uint),
+        max_burst_us=r.opt(folder, "cpu.max.burst", parse.parse_uint),
+        cpuset_cpus=r.opt(folder, "cpuset.cpus.effective", parse.parse_cpuset_list),
+        cpuset_mems=r.opt(folder, "cpuset.mems.effective", parse.parse_cpuset_list),
     )
 
 
 def _cpu_v1(acct: Optional[Folder], cpu: Optional[Folder], unified: Optional[Folder], r: _Reader) -> CpuSample:
-    usage = user = system = None
+    usage = user = system = weight = shares = burst = None
     if acct is not None:
         usage = _scaled(r.get(acct, "cpuacct.usage", parse.parse_uint), NS)
         ticks = r.get(acct, "cpuacct.stat", parse.parse_flat_keyed)
@@ -182,8 +205,10 @@ def _cpu_v1(acct: Optional[Folder], cpu: Optional[Folder], unified: Optional[Fol
         system = _scaled(_key(ticks, "system", r, "cpuacct.stat"), USER_HZ)
     elif unified is not None:
         # Hybrid: the cgroup2 side always has cpu.stat with usage (kernel >= 4.15).
-        u = _cpu_v2(unified, r)
-        usage, user, system = u.usage_seconds_total, u.user_seconds_total, u.system_seconds_total
+        stat = r.get(unified, "cpu.stat", parse.parse_flat_keyed)
+        usage = _scaled(_key(stat, "usage_usec", r, "cpu.stat"), US)
+        user = _scaled(_key(stat, "user_usec", r, "cpu.stat"), US)
+        system = _scaled(_key(stat, "system_usec", r, "cpu.stat"), US)
     limit = periods = throttled = throttled_s = quota_us = period = None
     if cpu is not None:
         quota = r.get(cpu, "cpu.cfs_quota_us", parse.parse_int)
@@ -195,7 +220,12 @@ def _cpu_v1(acct: Optional[Folder], cpu: Optional[Folder], unified: Optional[Fol
         periods = _key(stat, "nr_periods", r, "cpu.stat")
         throttled = _key(stat, "nr_throttled", r, "cpu.stat")
         throttled_s = _scaled(_key(stat, "throttled_time", r, "cpu.stat"), NS)
-    return CpuSample(usage, user, system, limit, periods, throttled, throttled_s, quota_us, period)
+        shares = r.opt(cpu, "cpu.shares", parse.parse_uint)
+        weight = None if shares is None else parse.shares_to_weight(shares)
+        burst = r.opt(cpu, "cpu.cfs_burst_us", parse.parse_uint)
+    # cpusets: v1 keeps them in the cpuset hierarchy, which is not followed (null there).
+    return CpuSample(usage, user, system, limit, periods, throttled, throttled_s, quota_us, period,
+                     weight, shares, burst)
 
 
 # -- memory ------------------------------------------------------------------------------
@@ -211,8 +241,58 @@ def _working_set(usage: Optional[int], inactive_file: Optional[int]) -> Optional
 
 # The memory.stat keys a record uses (the file has ~40-50; see parse_flat_keyed's `only`).
 _MEMORY_STAT_V1 = ("total_inactive_file", "total_rss", "total_cache", "total_shmem", "shmem",
-                   "total_swap", "swap")
-_MEMORY_STAT_V2 = ("inactive_file", "anon", "file", "shmem")
+                   "total_swap", "swap", "total_pgmajfault", "total_workingset_refault_anon",
+                   "total_workingset_refault_file", "total_dirty", "total_writeback")
+_MEMORY_STAT_V2 = ("inactive_file", "anon", "file", "shmem", "pgscan", "pgsteal", "pgmajfault",
+                   "workingset_refault_anon", "workingset_refault_file", "file_dirty",
+                   "file_writeback")
+_EVENTS_KEYS = MemoryEvents._fields
+_SWAP_EVENTS_KEYS = SwapEvents._fields
+
+
+def _memory_events(text: str) -> MemoryEvents:
+    """memory.events / memory.events.local; a key this kernel lacks (oom_group_kill before
+    5.17) is None."""
+    table = parse.parse_flat_keyed(text, _EVENTS_KEYS)
+    return MemoryEvents(*map(table.get, _EVENTS_KEYS))
+
+
+def _swap_events(text: str) -> SwapEvents:
+    table = parse.parse_flat_keyed(text, _SWAP_EVENTS_KEYS)
+    return SwapEvents(*map(table.get, _SWAP_EVENTS_KEYS))
+
+
+def _max_bytes(value: Optional[int]) -> Optional[int]:
+    return None if value is None else parse.limit_bytes(value)
+
+
+def _hugetlb_v2(folder: Folder, r: _Reader) -> Optional[int]:
+    """hugetlb.<size>.current summed over the page sizes, where the hugetlb controller is
+    enabled (none of its files otherwise: None)."""
+    names = _hugetlb_names(folder.files)
+    if not names:
+        return None
+    total = 0
+    for name in names:
+        value = r.get(folder, name, parse.parse_uint)
+        if value is None:
+            return None
+        total += value
+    return total
+
+
+_HUGETLB_NAMES: Dict[frozenset, Tuple[str, ...]] = {}
+
+
+def _hugetlb_names(files: frozenset) -> Tuple[str, ...]:
+    # One look at a folder's names per distinct set of names (folders share their sets).
+    known = _HUGETLB_NAMES.get(files)
+    if known is None:
+        if len(_HUGETLB_NAMES) > 256:
+            _HUGETLB_NAMES.clear()
+        known = _HUGETLB_NAMES[files] = tuple(sorted(
+            n for n in files if n.startswith("hugetlb.") and n.endswith(".current") and n.count(".") == 2))
+    return known
 
 
 def _memory_stat_v1(text: str) -> Dict[str, Optional[int]]:
@@ -242,6 +322,25 @@ def _memory_v2(folder: Folder, r: _Reader) -> MemorySample:
         # oom_kill appeared in 4.13; "oom" counts OOM situations, kills or not.
         oom_kills_total=_key(events, "oom_kill", r, "memory.events"),
         oom_events_total=events.get("oom") if events else None,
+        peak_bytes=r.opt(folder, "memory.peak", parse.parse_uint),
+        swap_peak_bytes=r.opt(folder, "memory.swap.peak", parse.parse_uint),
+        high_bytes=_max_bytes(r.opt(folder, "memory.high", parse.parse_max_or_uint)),
+        low_bytes=_max_bytes(r.opt(folder, "memory.low", parse.parse_max_or_uint)),
+        min_bytes=_max_bytes(r.opt(folder, "memory.min", parse.parse_max_or_uint)),
+        swap_limit_bytes=_max_bytes(r.opt(folder, "memory.swap.max", parse.parse_max_or_uint)),
+        zswap_bytes=r.opt(folder, "memory.zswap.current", parse.parse_uint),
+        events=None if events is None else MemoryEvents(*map(events.get, _EVENTS_KEYS)),
+        events_local=r.opt(folder, "memory.events.local", _memory_events),
+        swap_events=r.opt(folder, "memory.swap.events", _swap_events),
+        pgscan_total=stat.get("pgscan") if stat else None,
+        pgsteal_total=stat.get("pgsteal") if stat else None,
+        pgmajfault_total=stat.get("pgmajfault") if stat else None,
+        workingset_refault_anon_total=stat.get("workingset_refault_anon") if stat else None,
+        workingset_refault_file_total=stat.get("workingset_refault_file") if stat else None,
+        dirty_bytes=stat.get("file_dirty") if stat else None,
+        writeback_bytes=stat.get("file_writeback") if stat else None,
+        hugetlb_bytes=_hugetlb_v2(folder, r),
+        oom_group=r.opt(folder, "memory.oom.group", parse.parse_bool01),
     )
 
 
@@ -272,41 +371,78 @@ def _memory_v1(folder: Folder, r: _Reader) -> MemorySample:
         swap_bytes=stat.get("total_swap", stat.get("swap")) if stat else None,
         oom_kills_total=kills,
         oom_events_total=None,
+        peak_bytes=r.opt(folder, "memory.max_usage_in_bytes", parse.parse_uint),
+        # docker run --memory-reservation (runc's Memory.Reservation) writes this file on
+        # v1 and memory.low on v2; cAdvisor reports either as the reservation.
+        low_bytes=_max_bytes(r.opt(folder, "memory.soft_limit_in_bytes", parse.parse_uint)),
+        failcnt=r.opt(folder, "memory.failcnt", parse.parse_uint),
+        pgmajfault_total=stat.get("total_pgmajfault") if stat else None,
+        # total_workingset_refault_* since 5.9 (older kernels: absent, None)
+        workingset_refault_anon_total=stat.get("total_workingset_refault_anon") if stat else None,
+        workingset_refault_file_total=stat.get("total_workingset_refault_file") if stat else None,
+        dirty_bytes=stat.get("total_dirty") if stat else None,
+        writeback_bytes=stat.get("total_writeback") if stat else None,
     )
 
 
 # -- block IO ----------------------------------------------------------------------------
 
 
+_IO_MAX_KEYS = ("rbps", "wbps", "riops", "wiops")
+
+
+def _io_limits_v2(folder: Folder, r: _Reader) -> Optional[Tuple[DeviceLimit, ...]]:
+    table = r.opt(folder, "io.max", parse.parse_io_max)
+    if table is None:
+        return None
+    return tuple(DeviceLimit(dev, *(table[dev].get(k) for k in _IO_MAX_KEYS))
+                 for dev in sorted(table, key=_device_order))
+
+
+_BLKIO_LIMIT_FILES = ("blkio.throttle.read_bps_device", "blkio.throttle.write_bps_device",
+                      "blkio.throttle.read_iops_device", "blkio.throttle.write_iops_device")
+
+
+def _io_limits_v1(folder: Folder, r: _Reader) -> Optional[Tuple[DeviceLimit, ...]]:
+    tables = [r.opt(folder, name, parse.parse_blkio_device_values) for name in _BLKIO_LIMIT_FILES]
+    if any(t is None for t in tables):
+        return None
+    devices = set().union(*tables)  # type: ignore[arg-type]
+    return tuple(DeviceLimit(dev, *(t.get(dev) for t in tables))  # type: ignore[union-attr]
+                 for dev in sorted(devices, key=_device_order))
+
+
 def _io_v2(folder: Folder, r: _Reader) -> IoSample:
     table = r.get(folder, "io.stat", parse.parse_io_stat)
+    limits = _io_limits_v2(folder, r)
     if table is None:
-        return IoSample(None)
+        return IoSample(None, limits)
     devices = []
     for dev in sorted(table, key=_device_order):
         f = table[dev]
         devices.append(DeviceIo(dev, f.get("rbytes", 0), f.get("wbytes", 0), f.get("rios", 0),
                                 f.get("wios", 0), f.get("dbytes"), f.get("dios")))
     # A device line with no keys carries no IO yet: its counters are 0, not unknown.
-    return IoSample(tuple(devices))
+    return IoSample(tuple(devices), limits)
 
 
 def _io_v1(folder: Folder, r: _Reader) -> IoSample:
+    limits = _io_limits_v1(folder, r)
     for bytes_file, ops_file in _BLKIO_V1:
         if bytes_file in folder.files and ops_file in folder.files:
             nbytes = r.get(folder, bytes_file, parse.parse_blkio_v1)
             nops = r.get(folder, ops_file, parse.parse_blkio_v1)
             if nbytes is None or nops is None:
-                return IoSample(None)
+                return IoSample(None, limits)
             devices = []
             for dev in sorted(set(nbytes) | set(nops), key=_device_order):
                 b = nbytes.get(dev, {})
                 o = nops.get(dev, {})
                 devices.append(DeviceIo(dev, b.get("Read", 0), b.get("Write", 0), o.get("Read", 0),
                                         o.get("Write", 0), b.get("Discard"), o.get("Discard")))
-            return IoSample(tuple(devices))
+            return IoSample(tuple(devices), limits)
     r.problems.append(Problem("io", "missing", f"no blkio statistics files in blkio:{folder.path}"))
-    return IoSample(None)
+    return IoSample(None, limits)
 
 
 def _device_order(dev: str):
@@ -331,7 +467,12 @@ def _pids(folder: Folder, r: _Reader) -> PidsSample:
             KEPT.release(folder, "cgroup.procs")
     else:
         processes = r.get(folder, "cgroup.procs", _count_pids)
-    return PidsSample(current, limit, processes)
+    events = r.opt(folder, "pids.events", _pids_events)
+    return PidsSample(current, limit, processes, r.opt(folder, "pids.peak", parse.parse_uint), events)
+
+
+def _pids_events(text: str) -> Optional[int]:
+    return parse.parse_flat_keyed(text, ("max",)).get("max")
 
 
 def _count_pids(text: str) -> int:

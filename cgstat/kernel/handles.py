@@ -26,7 +26,8 @@ Rules:
 
 Limit files (cpu.cfs_quota_us, cpu.max, memory.limit_in_bytes, memory.max, pids.max ...)
 change only when someone writes them, and a write shows as IN_MODIFY on the folder's
-inotify watch. For a folder discover.py watches, the parsed value of such a file is kept
+inotify watch; the kernel raises IN_MODIFY itself on the event counters it notifies
+(memory.events.local, memory.swap.events, pids.events). For a folder discover.py watches, the parsed value of such a file is kept
 and re-read only after IN_MODIFY, after an inotify overflow, or at discover.py's full
 rescan (every 60 s). They are always read with open/read/close: a descriptor kept for a
 file read once a minute would take a slot (and pin a page) for nothing.
@@ -53,10 +54,21 @@ _READ = 65536  # one pread; a cgroup file larger than this is read the slow way
 DEFAULT_CAP = 16384
 PIN_ESTIMATE = 4608  # bytes of kernel memory per kept descriptor (file, kernfs/seq_file, one page)
 
-# Files whose value only a write changes (and a write shows as IN_MODIFY).
+# Files whose value only a write changes (and a write shows as IN_MODIFY): limits,
+# protections and weights. Then event counters the kernel notifies on every change
+# (cgroup_file_notify: "a value change in this file generates a file modified event",
+# cgroup-v2.rst), for which IN_MODIFY comes without a write. And the effective cpusets,
+# which a parent's write or CPU hotplug changes without an event on the file: kept until
+# the folder's rescan (a minute at most).
 SLOW_FILES = frozenset({
     "cpu.cfs_quota_us", "cpu.cfs_period_us", "memory.limit_in_bytes", "pids.max",
     "cpu.max", "memory.max",
+    "cpu.weight", "cpu.max.burst", "memory.high", "memory.low", "memory.min", "memory.swap.max",
+    "memory.oom.group", "io.max", "cpu.shares", "cpu.cfs_burst_us", "memory.soft_limit_in_bytes",
+    "blkio.throttle.read_bps_device", "blkio.throttle.write_bps_device",
+    "blkio.throttle.read_iops_device", "blkio.throttle.write_iops_device",
+    "memory.events.local", "memory.swap.events", "pids.events",
+    "cpuset.cpus.effective", "cpuset.mems.effective",
 })
 
 _FLAGS = os.O_RDONLY | os.O_CLOEXEC

@@ -380,3 +380,77 @@ def parse_mountinfo(text: str) -> List[Tuple[str, str, str, str, str]]:
             (lf[2], unescape_mount_field(lf[3]), unescape_mount_field(lf[4]), rf[0], superopts)
         )
     return out
+
+
+def parse_bool01(text: str) -> bool:
+    """A '0' or '1' file (v2 memory.oom.group)."""
+    s = text.strip()
+    if s not in ("0", "1"):
+        raise ValueError(f"not 0 or 1: {s[:40]!r}")
+    return s == "1"
+
+
+_CPUSET_LIST = re.compile(r"(?:[0-9]+(?:-[0-9]+)?(?:,[0-9]+(?:-[0-9]+)?)*)?", re.ASCII)
+
+
+def parse_cpuset_list(text: str) -> str:
+    """cpuset.cpus.effective / cpuset.mems.effective (v1 cpuset.effective_cpus): a list
+    such as '0-3,8', kept as the kernel writes it (Documentation/admin-guide/cgroup-v2.rst,
+    "Cpuset Interface Files"); an empty list is legal."""
+    s = text.strip()
+    if _CPUSET_LIST.fullmatch(s) is None:
+        raise ValueError(f"not a CPU or node list: {s[:40]!r}")
+    return s
+
+
+def parse_io_max(text: str) -> Dict[str, Dict[str, Optional[int]]]:
+    """v2 io.max: 'MAJ:MIN rbps=N wbps=N riops=N wiops=N' lines, 'max' for no limit (None).
+
+    Only devices with a limit set are listed; the kernel writes all four keys."""
+    out: Dict[str, Dict[str, Optional[int]]] = {}
+    for line in text.splitlines():
+        parts = line.split()
+        if not parts:
+            continue
+        device = parts[0]
+        if not _is_device(device):
+            raise ValueError(f"bad device {device[:20]!r}")
+        if device in out:
+            raise ValueError(f"duplicate line {device!r}")
+        row: Dict[str, Optional[int]] = {}
+        for item in parts[1:]:
+            key, sep, raw = item.partition("=")
+            if not sep or not key or key in row:
+                raise ValueError(f"bad key=value {item[:40]!r} in {device!r}")
+            row[key] = parse_max_or_uint(raw)
+        out[device] = row
+    return out
+
+
+def parse_blkio_device_values(text: str) -> Dict[str, int]:
+    """v1 blkio.throttle.{read,write}_{bps,iops}_device: 'MAJ:MIN N' lines (only devices
+    with a rule; empty when none)."""
+    out: Dict[str, int] = {}
+    for line in text.splitlines():
+        parts = line.split()
+        if not parts:
+            continue
+        if len(parts) != 2 or not _is_device(parts[0]):
+            raise ValueError(f"bad line: {line[:60]!r}")
+        if parts[0] in out:
+            raise ValueError(f"duplicate device {parts[0]!r}")
+        out[parts[0]] = parse_uint(parts[1])
+    return out
+
+
+def shares_to_weight(shares: int) -> int:
+    """v1 cpu.shares as a v2 cpu.weight, the way the kernel itself maps the two.
+
+    Under v2 the kernel keeps the scheduler's v1 share (1024 = one default task group) and
+    shows it as cpu.weight = round(shares * 100 / 1024) (kernel/sched/core.c,
+    cpu_weight_read_u64: DIV_ROUND_CLOSEST_ULL(shares * CGROUP_WEIGHT_DFL, 1024)), so the
+    defaults meet (1024 <-> 100); systemd converts CPUShares= the same way. Clamped to
+    cpu.weight's range [1, 10000]. runc and crun used to map [2, 262144] linearly onto
+    [1, 10000] (1024 -> 39), which is not what the scheduler does with the share.
+    """
+    return max(1, min(10000, (shares * 100 + 512) // 1024))

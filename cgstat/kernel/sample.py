@@ -34,6 +34,28 @@ class CpuSample(NamedTuple):
     throttled_seconds_total: Optional[float] = None
     quota_us: Optional[int] = None  # CFS quota per period; None without a limit
     period_us: Optional[int] = None  # CFS period
+    weight: Optional[int] = None  # v2 cpu.weight; v1 cpu.shares converted (parse.shares_to_weight)
+    shares: Optional[int] = None  # v1 cpu.shares as written
+    max_burst_us: Optional[int] = None  # v2 cpu.max.burst, v1 cpu.cfs_burst_us
+    cpuset_cpus: Optional[str] = None  # effective CPUs, as the kernel writes the list
+    cpuset_mems: Optional[str] = None  # effective memory nodes
+
+
+class MemoryEvents(NamedTuple):
+    """v2 memory.events / memory.events.local counts (None: a key this kernel lacks)."""
+    low: Optional[int] = None
+    high: Optional[int] = None
+    max: Optional[int] = None
+    oom: Optional[int] = None
+    oom_kill: Optional[int] = None
+    oom_group_kill: Optional[int] = None
+
+
+class SwapEvents(NamedTuple):
+    """v2 memory.swap.events counts."""
+    high: Optional[int] = None
+    max: Optional[int] = None
+    fail: Optional[int] = None
 
 
 class MemorySample(NamedTuple):
@@ -47,6 +69,26 @@ class MemorySample(NamedTuple):
     swap_bytes: Optional[int] = None
     oom_kills_total: Optional[int] = None
     oom_events_total: Optional[int] = None
+    peak_bytes: Optional[int] = None  # v2 memory.peak, v1 memory.max_usage_in_bytes
+    swap_peak_bytes: Optional[int] = None  # v2 memory.swap.peak (6.5+)
+    high_bytes: Optional[int] = None  # v2 memory.high; None when "max"
+    low_bytes: Optional[int] = None  # v2 memory.low, v1 memory.soft_limit_in_bytes
+    min_bytes: Optional[int] = None  # v2 memory.min
+    swap_limit_bytes: Optional[int] = None  # v2 memory.swap.max; None when "max"
+    zswap_bytes: Optional[int] = None  # v2 memory.zswap.current
+    events: Optional[MemoryEvents] = None  # v2 memory.events (this cgroup and below)
+    events_local: Optional[MemoryEvents] = None  # v2 memory.events.local (this cgroup only)
+    swap_events: Optional[SwapEvents] = None  # v2 memory.swap.events
+    failcnt: Optional[int] = None  # v1 memory.failcnt: charges refused at the limit
+    pgscan_total: Optional[int] = None
+    pgsteal_total: Optional[int] = None
+    pgmajfault_total: Optional[int] = None
+    workingset_refault_anon_total: Optional[int] = None
+    workingset_refault_file_total: Optional[int] = None
+    dirty_bytes: Optional[int] = None
+    writeback_bytes: Optional[int] = None
+    hugetlb_bytes: Optional[int] = None  # v2 hugetlb.<size>.current summed
+    oom_group: Optional[bool] = None  # v2 memory.oom.group
 
 
 class DeviceIo(NamedTuple):
@@ -59,8 +101,18 @@ class DeviceIo(NamedTuple):
     discard_ops_total: Optional[int] = None
 
 
+class DeviceLimit(NamedTuple):
+    """One device's throttle limits (v2 io.max, v1 blkio.throttle.*_device); None: no limit."""
+    device: str  # "MAJ:MIN"
+    read_bytes_per_second: Optional[int] = None
+    write_bytes_per_second: Optional[int] = None
+    read_ops_per_second: Optional[int] = None
+    write_ops_per_second: Optional[int] = None
+
+
 class IoSample(NamedTuple):
     devices: Optional[Tuple[DeviceIo, ...]] = None  # None: no IO accounting here
+    limits: Optional[Tuple[DeviceLimit, ...]] = None  # None: no limits file here
 
     def total(self, field: str) -> Optional[int]:
         if self.devices is None:
@@ -75,6 +127,8 @@ class PidsSample(NamedTuple):
     current: Optional[int] = None  # tasks (threads), pids.current
     limit: Optional[int] = None
     processes: Optional[int] = None  # processes: the PIDs in its cgroup.procs
+    peak: Optional[int] = None  # pids.peak (kernels that have it)
+    events_max_total: Optional[int] = None  # pids.events max: forks refused at a pids.max
 
 
 class PressureSample(NamedTuple):

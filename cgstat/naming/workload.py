@@ -119,6 +119,9 @@ class Namer:
         names: Dict[str, Optional[str]] = {}
         for dev in sample.io.devices or ():
             names[dev.device] = self.devices.name(dev.device)
+        for limit in sample.io.limits or ():  # a limited device may have no IO row yet
+            if limit.device not in names:
+                names[limit.device] = self.devices.name(limit.device)
         return Workload("pod" if info.kind == "pod" else "cgroup", info.unit, container, pod, sandbox, names)
 
     def lookup_pid(self, pid: int) -> PidCgroups:

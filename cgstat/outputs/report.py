@@ -38,7 +38,7 @@ from typing import Any, BinaryIO, Dict, Iterator, List, Optional, Tuple
 import orjson
 
 from cgstat.errors import CgstatError, file_kind, os_reason
-from cgstat.pipeline.events import parse_ts
+from cgstat.timestamps import parse_ts
 from cgstat.pipeline.record import number_at
 from cgstat.text import escape_controls
 

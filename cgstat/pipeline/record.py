@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, Dict, Iterable, List, Optional, Tuple
 
 from cgstat.kernel.host import HostInfo
 from cgstat.kernel.netns import NetworkResult
-from cgstat.kernel.sample import PressureSample, Problem, Sample
+from cgstat.kernel.sample import MemoryEvents, PressureSample, Problem, Sample, SwapEvents
 from cgstat.naming.workload import Workload
 from cgstat.pipeline.network import network_record
 from cgstat.pipeline.rates import NO_IO_RATES, Rates
@@ -132,6 +132,11 @@ def build(sample: Sample, rates: Rates, workload: Workload, host: HostInfo,
             "throttled_periods_total": cpu.throttled_periods_total,
             "throttled_seconds_total": cpu.throttled_seconds_total,
             "throttled_percent": rates.cpu_throttled_percent,
+            "weight": cpu.weight,
+            "shares": cpu.shares,
+            "max_burst_us": cpu.max_burst_us,
+            "cpuset_cpus": cpu.cpuset_cpus,
+            "cpuset_mems": cpu.cpuset_mems,
         },
         "memory": {
             "usage_bytes": mem.usage_bytes,
@@ -145,6 +150,26 @@ def build(sample: Sample, rates: Rates, workload: Workload, host: HostInfo,
             "swap_bytes": mem.swap_bytes,
             "oom_kills_total": mem.oom_kills_total,
             "oom_events_total": mem.oom_events_total,
+            "peak_bytes": mem.peak_bytes,
+            "swap_peak_bytes": mem.swap_peak_bytes,
+            "high_bytes": mem.high_bytes,
+            "low_bytes": mem.low_bytes,
+            "min_bytes": mem.min_bytes,
+            "swap_limit_bytes": mem.swap_limit_bytes,
+            "zswap_bytes": mem.zswap_bytes,
+            "events": _events(mem.events),
+            "events_local": _events(mem.events_local),
+            "swap_events": _swap_events(mem.swap_events),
+            "failcnt": mem.failcnt,
+            "pgscan_total": mem.pgscan_total,
+            "pgsteal_total": mem.pgsteal_total,
+            "pgmajfault_total": mem.pgmajfault_total,
+            "workingset_refault_anon_total": mem.workingset_refault_anon_total,
+            "workingset_refault_file_total": mem.workingset_refault_file_total,
+            "dirty_bytes": mem.dirty_bytes,
+            "writeback_bytes": mem.writeback_bytes,
+            "hugetlb_bytes": mem.hugetlb_bytes,
+            "oom_group": mem.oom_group,
         },
         "io": {
             "read_bytes_total": read_bytes,
@@ -156,9 +181,18 @@ def build(sample: Sample, rates: Rates, workload: Workload, host: HostInfo,
             "read_ops_per_second": rates.read_ops_per_second,
             "write_ops_per_second": rates.write_ops_per_second,
             "devices": devices,
+            "limits": None if io.limits is None else [{
+                "device": d.device,
+                "name": workload.device_names.get(d.device),
+                "read_bytes_per_second": d.read_bytes_per_second,
+                "write_bytes_per_second": d.write_bytes_per_second,
+                "read_ops_per_second": d.read_ops_per_second,
+                "write_ops_per_second": d.write_ops_per_second,
+            } for d in io.limits],
         },
         "network": network_record(network, rates.network),
-        "pids": {"current": pids.current, "limit": pids.limit, "processes": pids.processes},
+        "pids": {"current": pids.current, "limit": pids.limit, "processes": pids.processes,
+                 "peak": pids.peak, "events_max_total": pids.events_max_total},
         "pressure": pressure,
         "gpu": gpu,
         "errors": _problems(sample.errors if network is None or network.problem is None
@@ -175,6 +209,17 @@ def _pressure(p: Optional[PressureSample]) -> Optional[Dict[str, Optional[float]
         "full_avg10": p.full_avg10, "full_avg60": p.full_avg60, "full_avg300": p.full_avg300,
         "full_seconds_total": p.full_seconds_total,
     }
+
+
+def _events(e: Optional[MemoryEvents]) -> Optional[Dict[str, Optional[int]]]:
+    if e is None:
+        return None
+    return {"low": e.low, "high": e.high, "max": e.max, "oom": e.oom, "oom_kill": e.oom_kill,
+            "oom_group_kill": e.oom_group_kill}
+
+
+def _swap_events(e: Optional[SwapEvents]) -> Optional[Dict[str, Optional[int]]]:
+    return None if e is None else {"high": e.high, "max": e.max, "fail": e.fail}
 
 
 def _problems(problems: Iterable[Problem]) -> List[Dict[str, str]]:

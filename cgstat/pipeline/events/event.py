@@ -1,0 +1,91 @@
+"""The event record (cgstat/event.schema.json), the open episode it starts, and the words
+its messages are made of."""
+
+from __future__ import annotations
+
+from typing import Any, Dict, List, Mapping, Optional, Tuple
+
+EVENT_SCHEMA = 1
+
+MiB = 1024 * 1024
+
+_UNSET = object()
+
+
+def make_event(r: Mapping[str, Any], kind: str, severity: str, message: str, evidence: Dict[str, Any],
+               cgroup: Any = _UNSET, container: Any = _UNSET, resolves: Optional[str] = None,
+               since: Any = None) -> Dict[str, Any]:
+    """One event record, stamped with the record it was judged on."""
+    return {
+        "schema": EVENT_SCHEMA,
+        "type": "event",
+        "ts": r.get("ts"),
+        "host": r.get("host"),
+        "kind": kind,
+        "severity": severity,
+        "cgroup": r.get("cgroup") if cgroup is _UNSET else cgroup,
+        "container": r.get("container") if container is _UNSET else container,
+        "message": message,
+        "evidence": evidence,
+        "resolves": resolves,
+        "since": r.get("ts") if since is None else since,
+    }
+
+
+class Episode:
+    """An open episode: when it was raised, with what, and its running figures."""
+
+    __slots__ = ("ts", "t", "evidence", "extra")
+
+    def __init__(self, ts: Any, t: float, evidence: Dict[str, Any]):
+        self.ts = ts
+        self.t = t
+        self.evidence = evidence
+        self.extra: Dict[str, Any] = {}
+
+
+def mib(n: Optional[float]) -> str:
+    return "unknown" if n is None else "%.1f MiB" % (n / MiB)
+
+
+def who(record: Mapping[str, Any]) -> str:
+    """The workload a message is about."""
+    c = record.get("container")
+    if isinstance(c, dict) and c.get("name"):
+        return "container %s" % c["name"]
+    if record.get("unit"):
+        return "unit %s" % record["unit"]
+    return "cgroup %s" % record.get("cgroup")
+
+
+def duration(s: float) -> str:
+    if s < 120:
+        return "%d s" % round(s)
+    if s < 7200:
+        return "%d min" % round(s / 60)
+    return "%.1f h" % (s / 3600)
+
+
+def cap(msg: str, limit: int = 600) -> str:
+    return msg if len(msg) <= limit else msg[:limit - 1] + "…"
+
+
+def oom_message(r: Mapping[str, Any], kills: int, limit: Optional[float], ws_before: Optional[float]) -> str:
+    return cap("%s: the kernel OOM-killed %s in it (memory limit %s, working set before %s): a process that "
+               "dies with \"Killed\" (exit 137) was this; raise the memory limit or lower what it holds "
+               "(batch size, workers, caches)." % (
+                   who(r), "a process" if kills == 1 else "%d processes" % kills,
+                   "none" if limit is None else mib(limit), mib(ws_before)))
+
+
+def deepest_only(raised: List[Tuple[str, Dict[str, Any]]]) -> List[Dict[str, Any]]:
+    """The events of (cgroup path, event) pairs whose cgroup has no descendant among them: a
+    hierarchical counter (v2 memory.events: an OOM kill counts in every ancestor) moves in
+    every ancestor of the cgroup where it happened."""
+    paths = [p for p, _ in raised]
+    out = []
+    for p, ev in raised:
+        prefix = p.rstrip("/") + "/"
+        if not any(q != p and q.startswith(prefix) for q in paths):
+            out.append(ev)
+    return out

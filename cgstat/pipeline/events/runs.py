@@ -1,0 +1,68 @@
+"""What two separate runs can judge (`once --state`): OOM kills between the runs and a
+working set that crossed the near-limit line; and what a run keeps for the next."""
+
+from __future__ import annotations
+
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Tuple
+
+from cgstat.pipeline.events.event import cap, deepest_only, make_event, mib, oom_message, who
+from cgstat.pipeline.events.thresholds import Thresholds
+from cgstat.pipeline.record import number_at
+
+
+def state_extras(records: Iterable[Mapping[str, Any]]) -> Dict[str, Dict[str, Any]]:
+    """What `once --state` should keep per cgroup for judge_runs next time (small, JSON-able)."""
+    out: Dict[str, Dict[str, Any]] = {}
+    for r in records:
+        if r.get("type") in ("cgroup", "pod") and isinstance(r.get("cgroup"), str):
+            out[r["cgroup"]] = {"oom_kills_total": number_at(r, "memory", "oom_kills_total"),
+                                "working_set_bytes": number_at(r, "memory", "working_set_bytes"),
+                                "limit_bytes": number_at(r, "memory", "limit_bytes")}
+    return out
+
+
+def judge_runs(previous: Mapping[str, Mapping[str, Any]], records: Iterable[Mapping[str, Any]],
+               thresholds: Optional[Thresholds] = None) -> List[Dict[str, Any]]:
+    """Events two separate runs can judge: `previous` maps cgroup path -> what state_extras
+    kept last time (a full record is accepted too); `records` are this run's.
+
+    - oom_kill: the OOM-kill counter went up between the runs (only for a record with a
+      non-null interval_s, i.e. the same life of the cgroup as last time);
+    - memory_near_limit: above the line now and not above it last time (or no figure then).
+    No resolved notices: there is no episode across cron runs to end.
+    """
+    th = thresholds or Thresholds()
+    events: List[Dict[str, Any]] = []
+    oom: List[Tuple[str, Dict[str, Any]]] = []
+    for r in records:
+        if r.get("type") not in ("cgroup", "pod") or not isinstance(r.get("cgroup"), str):
+            continue
+        p = previous.get(r["cgroup"])
+        if isinstance(p, Mapping) and "memory" in p:
+            p = state_extras([p]).get(r["cgroup"])
+        ws, limit = number_at(r, "memory", "working_set_bytes"), number_at(r, "memory", "limit_bytes")
+        kills_now = number_at(r, "memory", "oom_kills_total")
+        if isinstance(p, Mapping) and r.get("interval_s") is not None:
+            before = p.get("oom_kills_total")
+            if isinstance(kills_now, (int, float)) and isinstance(before, (int, float)) and kills_now > before:
+                kills = int(kills_now - before)
+                oom.append((r["cgroup"], make_event(r, "oom_kill", "critical",
+                                                    oom_message(r, kills, limit, p.get("working_set_bytes")),
+                                                    {"kills": kills, "oom_kills_total": int(kills_now),
+                                                     "limit_bytes": limit,
+                                                     "working_set_bytes_before": p.get("working_set_bytes"),
+                                                     "working_set_bytes": ws,
+                                                     "interval_s": r.get("interval_s")})))
+        if ws is not None and limit:
+            pct = ws / limit * 100.0
+            was = None
+            if isinstance(p, Mapping) and p.get("working_set_bytes") is not None and p.get("limit_bytes"):
+                was = p["working_set_bytes"] / p["limit_bytes"] * 100.0
+            if pct > th.near_limit_percent and (was is None or was <= th.near_limit_percent):
+                events.append(make_event(r, "memory_near_limit", "warning", cap(
+                    "%s uses %.0f %% of its memory limit (%s of %s): it will be OOM-killed if it grows further; "
+                    "raise the limit or reduce the working set." % (who(r), pct, mib(ws), mib(limit))),
+                    {"working_set_bytes": ws, "limit_bytes": limit, "percent": round(pct, 2),
+                     "threshold_percent": th.near_limit_percent}))
+    events.extend(deepest_only(oom))
+    return events

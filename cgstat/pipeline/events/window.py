@@ -1,0 +1,155 @@
+"""A cgroup's samples over the events window: the named sample the rules read, and the
+compact storage that keeps the window cheap at 1,000 cgroups (bench/README.md)."""
+
+from __future__ import annotations
+
+import array
+import itertools
+import math
+import operator
+from typing import Any, Iterator, List, NamedTuple, Optional, Tuple
+
+
+class Sample(NamedTuple):
+    """The values the rules read from one cgroup record (its time is kept by the Window).
+    None where the record has no finite number."""
+
+    working_set_bytes: Optional[float]
+    limit_bytes: Optional[float]
+    oom_kills_total: Optional[float]
+    cpu_usage_seconds_total: Optional[float]
+    cpu_periods_total: Optional[float]
+    cpu_throttled_periods_total: Optional[float]
+    cpu_limit_cores: Optional[float]
+    gpu_sm_percent: Optional[float]
+    gpu_processes: Optional[int]
+
+
+# A stored sample's values are a plain tuple in Sample's order: a tuple subclass costs 8
+# bytes more a sample and stays tracked by the garbage collector (a tuple of numbers is
+# untracked), ~1 MiB and a longer full collection per 1,000 cgroups' minute of 1 s ticks.
+_FIELD = {name: i for i, name in enumerate(Sample._fields)}
+_USAGE = _FIELD["cpu_usage_seconds_total"]
+_PERIODS = _FIELD["cpu_periods_total"]
+_THROTTLED = _FIELD["cpu_throttled_periods_total"]
+
+
+class Window:
+    """One cgroup's samples, oldest first: their times in `ts` (an array of doubles, 8 bytes
+    a sample) and their values in `vs`, values equal to the sample before (same types, same
+    values) stored once, so an idle cgroup's window costs a time per sample, not a tuple."""
+
+    __slots__ = ("ts", "vs")
+
+    def __init__(self) -> None:
+        self.ts = array.array("d")
+        self.vs: List[tuple] = []
+
+    def append(self, t: float, values: tuple) -> None:
+        """values: a Sample's values as a plain tuple."""
+        vs = self.vs
+        if vs and _same(vs[-1], values):
+            values = vs[-1]
+        self.ts.append(t)
+        vs.append(values)
+
+    def popleft(self) -> None:
+        del self.ts[0]
+        del self.vs[0]
+
+    def thin(self) -> None:
+        """Every other sample, the first and the newest kept."""
+        n = len(self.ts)
+        keep = list(range(0, n, 2))
+        if keep[-1] != n - 1:
+            keep.append(n - 1)
+        self.ts = array.array("d", [self.ts[i] for i in keep])
+        self.vs = [self.vs[i] for i in keep]
+
+    def span_s(self) -> float:
+        return self.ts[-1] - self.ts[0]
+
+    def column(self, field: str) -> List[Any]:
+        """One Sample field of every sample, oldest first."""
+        i = _FIELD[field]
+        return [v[i] for v in self.vs]
+
+    def points(self, field: str) -> List[Tuple[float, Any]]:
+        """(t, value) of every sample where `field` is known."""
+        i = _FIELD[field]
+        return [(t, v[i]) for t, v in zip(self.ts, self.vs) if v[i] is not None]
+
+    def __len__(self) -> int:
+        return len(self.ts)
+
+    def __iter__(self) -> Iterator[Tuple[float, Sample]]:
+        return ((t, Sample._make(v)) for t, v in zip(self.ts, self.vs))
+
+    # -- what the sustained rules measure over the window -------------------------------------
+
+    def cpu_percent(self) -> Optional[float]:
+        """CPU used over the window, 100 = one core."""
+        first, last = self.vs[0][_USAGE], self.vs[-1][_USAGE]
+        dt = self.span_s()
+        if first is None or last is None or dt <= 0 or last < first:
+            return None
+        return (last - first) / dt * 100.0
+
+    def throttle_fraction(self) -> Tuple[Optional[float], int, int]:
+        """Throttled periods / periods over the window, with both counts."""
+        first, last = self.vs[0], self.vs[-1]
+        p0, p1, h0, h1 = first[_PERIODS], last[_PERIODS], first[_THROTTLED], last[_THROTTLED]
+        if p0 is None or p1 is None or h0 is None or h1 is None:
+            return None, 0, 0
+        periods = int(p1 - p0)
+        throttled = int(h1 - h0)
+        if periods <= 0 or throttled < 0:
+            return None, max(periods, 0), 0
+        return throttled / periods, periods, throttled
+
+    def throttled_share(self, fraction: float) -> float:
+        """The share of the window's time whose tick-to-tick throttled fraction >= fraction."""
+        total = hit = 0.0
+        ts, vs = self.ts, self.vs
+        for ta, tb, a, b in zip(ts, itertools.islice(ts, 1, None), vs, itertools.islice(vs, 1, None)):
+            dt = tb - ta
+            total += dt
+            pa, pb, ha, hb = a[_PERIODS], b[_PERIODS], a[_THROTTLED], b[_THROTTLED]
+            if pa is None or pb is None or ha is None or hb is None:
+                continue
+            dp = pb - pa
+            if dp > 0 and (hb - ha) / dp >= fraction:
+                hit += dt
+        return hit / total if total > 0 else 0.0
+
+
+def _same(a: tuple, b: tuple) -> bool:
+    """Equal values of the same types (1 and 1.0, or 0.0 and -0.0, are not the same: a
+    shared tuple must give back what each sample had)."""
+    if a != b or list(map(type, a)) != list(map(type, b)):
+        return False
+    for x, y in zip(a, b):
+        if x == 0 and type(x) is float and math.copysign(1.0, x) != math.copysign(1.0, y):
+            return False
+    return True
+
+
+def fit_line(points: List[Tuple[float, float]]) -> Tuple[float, float]:
+    """Least-squares slope and R² of (x, y) points (R² = 1 for a flat or perfect line)."""
+    n = len(points)
+    xs, ys = [p[0] for p in points], [p[1] for p in points]
+    mx = sum(xs) / n
+    my = sum(ys) / n
+    # Two passes (deviations from the means, the stable way), the loops in C: run every
+    # tick on every changing cgroup's window.
+    dx = [x - mx for x in xs]
+    dy = [y - my for y in ys]
+    sxx = sum(map(pow, dx, itertools.repeat(2)))
+    sxy = sum(map(operator.mul, dx, dy))
+    syy = sum(map(pow, dy, itertools.repeat(2)))
+    if sxx <= 0:
+        return 0.0, 0.0
+    slope = sxy / sxx
+    if syy <= 0:
+        return slope, 1.0
+    return slope, (sxy * sxy) / (sxx * syy)
