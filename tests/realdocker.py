@@ -392,26 +392,3 @@ def docker_stats(d: Daemon) -> Dict[str, dict]:
 def docker_inspect(d: Daemon, ids: List[str]) -> Dict[str, dict]:
     out = d.docker("inspect", *ids, timeout=60).stdout.decode()
     return {c["Id"]: c for c in json.loads(out)}
-
-
-# --------------------------------------------------------------------------- docker's formats
-
-
-def _size_and_unit(size: float, base: float, units: List[str]):
-    i = 0
-    while size >= base and i < len(units) - 1:
-        size /= base
-        i += 1
-    return size, units[i]
-
-
-def human_size(n: float) -> str:
-    """go-units HumanSizeWithPrecision(n, 3): what docker stats prints for NET I/O and BLOCK I/O."""
-    size, unit = _size_and_unit(float(n), 1000.0, ["B", "kB", "MB", "GB", "TB", "PB", "EB", "ZB", "YB"])
-    return "%.3g%s" % (size, unit)
-
-
-def bytes_size(n: float) -> str:
-    """go-units BytesSize(n): what docker stats prints for MEM USAGE / LIMIT."""
-    size, unit = _size_and_unit(float(n), 1024.0, ["B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB", "ZiB", "YiB"])
-    return "%.4g%s" % (size, unit)

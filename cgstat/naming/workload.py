@@ -167,6 +167,10 @@ class Namer:
         self.runtimes.refresh_if_new([info])
         return Owner(comm, found.cgroup, self.runtimes.container(info))
 
+    def close(self) -> None:
+        """Release what the runtime lookups hold (watches of state folders)."""
+        self.runtimes.close()
+
     def retain_pids(self, live: Iterable[int]) -> None:
         self.pids.retain(live)
 

@@ -258,9 +258,11 @@ class Sampler:
                 gc.enable()
 
     def close(self) -> None:
-        """Forget the previous tick; release the inotify watches, kept descriptors and NVML."""
+        """Forget the previous tick; release the inotify watches (cgroups and runtime
+        state), kept descriptors and NVML."""
         self.previous = {}
         self.discoverer.close()
+        self.namer.close()
         if self._gateway is not None:
             self._gateway.close()
 

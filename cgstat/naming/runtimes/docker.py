@@ -2,10 +2,9 @@
 
 Reads <data root>/containers/<id>/config.v2.json (Name, Config.Image, Config.Labels, incl.
 io.kubernetes.* under dockershim); the data roots are daemons.Daemons' (/var/lib/docker,
-daemon.json "data-root", a running dockerd's --data-root, or --docker-data-root). The
-file's identity (inode, mtime, size) is kept with the entry: dockerd writes a new file
-and renames it over the old one on every change (docker rename included), so a changed
-identity means a changed container (`signature`, a stat, never a read). Rootless Docker:
+daemon.json "data-root", a running dockerd's --data-root, or --docker-data-root); a
+changed file (docker rename) is re-read (watch.py says which; `signature` is its stat).
+Rootless Docker:
 ~/.local/share/docker/containers/<id>/config.v2.json of the one user whose subtree holds
 the cgroup (naming/runtimes/trust.py).
 """
@@ -42,18 +41,19 @@ def entry_from_config(obj: Any) -> Optional[ContainerEntry]:
     )
 
 
-Signature = Tuple[int, int, int]  # (inode, mtime ns, size) of a config.v2.json
+CONFIG = "config.v2.json"
+Signature = Tuple[int, int, int]  # (inode, mtime ns, size) of a state file
 
 
-def signature(containers: str, cid: str) -> Optional[Signature]:
-    """The identity of <containers>/<cid>/config.v2.json (local path), links not followed;
-    None when it can't be seen."""
+def signature(folder: str, name: str = CONFIG) -> Optional[Signature]:
+    """The identity of <folder>/<name> (local path), the file's link not followed; None
+    when it can't be seen."""
     try:
-        fd = open_dir_under(containers, [cid])
+        fd = open_dir_under(folder, [])
     except ReadError:
         return None
     try:
-        st = os.stat("config.v2.json", dir_fd=fd, follow_symlinks=False)
+        st = os.stat(name, dir_fd=fd, follow_symlinks=False)
     except OSError:
         return None
     finally:
@@ -63,7 +63,7 @@ def signature(containers: str, cid: str) -> Optional[Signature]:
 
 def system_entry(lookup: LookupPass, containers: str, cid: str) -> Optional[ContainerEntry]:
     """The system Docker's entry of cid; `containers` is <data root>/containers (local path)."""
-    return entry_from_config(lookup.read(containers, [cid, "config.v2.json"], "Docker"))
+    return entry_from_config(lookup.read(containers, [cid, CONFIG], "Docker"))
 
 
 def rootless_entry(lookup: LookupPass, home: str, cid: str,

@@ -9,9 +9,8 @@ a container only when one of these knows its ID (`promote`). An ID seen for the 
 is looked up at once (a container that lives 1.5 s is named); one still unknown is retried
 every _RETRY_UNKNOWN_S; a pass stops reading after _BUDGET_S (said once). When Docker's
 own cgroups (docker-<id>.scope, /docker/<id>) get no name, one warning says where cgstat
-looked and what to set. A Docker entry is re-read when its config.v2.json's identity
-changes (a rename): each entry's file is stat()ed every _RECHECK_TICKS ticks, a share of
-them each tick. Entries of containers that are gone are forgotten (retain). Reads itself
+looked and what to set. A Docker entry is re-read when its config.v2.json changes (a
+rename; watch.py tells which, on each tick, without reading them). Entries of containers that are gone are forgotten (retain). Reads itself
 only /proc/<pid>/comm of a pod's members and their cgroup.procs (pause detection).
 """
 
@@ -25,15 +24,15 @@ from cgstat.kernel import parse
 from cgstat.kernel.hostfs import HostFS, ReadError, read_text
 from cgstat.naming.paths import PathInfo
 from cgstat.naming.runtimes import cri, docker, kubelet, storage
-from cgstat.naming.runtimes.dockerapi import BUDGET_S as _API_BUDGET_S
 from cgstat.naming.runtimes.daemons import CONTAINERD_TASKS, Daemons
+from cgstat.naming.runtimes.dockerapi import BUDGET_S as _API_BUDGET_S
 from cgstat.naming.runtimes.dockerapi import DockerAPI
 from cgstat.naming.runtimes.entry import HEX64, ContainerEntry, Key
 from cgstat.naming.runtimes.trust import Budget, LookupPass, homes_of, owners_for, passwd_homes
+from cgstat.naming.runtimes.watch import StateWatch
 
 _RETRY_UNKNOWN_S = 60.0  # an ID no state named is looked up again after this long
 _BUDGET_S = 1.0  # reading runtime state, per lookup pass
-_RECHECK_TICKS = 2  # a Docker entry's config.v2.json is stat()ed once every this many ticks
 
 
 class Identities:
@@ -51,10 +50,10 @@ class Identities:
         self._pod_dirs: Dict[str, List[str]] = {}  # pod uid -> kubelet container log folders
         self._pods_tried: Dict[str, float] = {}
         self._api = DockerAPI(fs, self._sockets)
-        # Docker entries read from a config.v2.json: key -> (<data root>/containers as a
-        # local path, the file's signature when it was read), for the rename recheck
-        self._docker_files: Dict[Key, Tuple[str, docker.Signature]] = {}
-        self._ticks = 0
+        # Docker entries read from a config.v2.json: key -> <data root>/containers (a
+        # local path), and the watch that says when one changes (docker rename)
+        self._docker_files: Dict[Key, str] = {}
+        self._watch: StateWatch[Key] = StateWatch(docker.signature)
         self._asked_daemons: Set[str] = set()  # IDs the running daemons were looked at for
         self._pause: Dict[Key, bool] = {}
         # (uid of the subtree, pod uid) -> this tick's application container IDs: a pod-like
@@ -96,34 +95,35 @@ class Identities:
 
     def recheck(self) -> None:
         """Re-read the Docker entries whose config.v2.json changed (docker rename, a label
-        update): a share of the entries per tick, each once every _RECHECK_TICKS ticks."""
+        update) since the last tick."""
         if not self.read_state or not self._docker_files:
             return
-        self._ticks += 1
-        turn = self._ticks % _RECHECK_TICKS
-        changed = []
-        for key, (containers, sig) in self._docker_files.items():
-            if int(key[1][-2:], 16) % _RECHECK_TICKS == turn and docker.signature(containers, key[1]) != sig:
-                changed.append((key, containers))
+        changed = [key for key in self._watch.changed() if key in self._docker_files]
         if not changed:
             return
         lookup = LookupPass(Budget(_BUDGET_S))
-        for key, containers in changed:
-            self._read_docker(lookup, key, containers)
+        for key in changed:
+            self._read_docker(lookup, key, self._docker_files[key])
         self._report(lookup)
 
     def _read_docker(self, lookup: LookupPass, key: Key, containers: str) -> Optional[ContainerEntry]:
-        """The entry in <containers>/<id>/config.v2.json, kept with the file's signature
-        (taken first: a change after it is seen on the next recheck)."""
-        sig = docker.signature(containers, key[1])
+        """The entry in <containers>/<id>/config.v2.json, then followed for changes (the
+        watch is set before the read: a change after it is seen on the next tick)."""
+        folder = containers + "/" + key[1]
+        self._watch.watch(key, folder, docker.CONFIG, docker.signature(folder))
         entry = docker.system_entry(lookup, containers, key[1])
         if entry is None:
+            self._watch.forget(key)
             return None
-        if sig is not None:
-            self._docker_files[key] = (containers, sig)
+        self._docker_files[key] = containers
         if key in self._names and self._names[key].runtime == "docker":
             self._names[key] = entry
         return entry
+
+    def close(self) -> None:
+        """Release the watches."""
+        self._watch.close()
+        self._docker_files.clear()
 
     def _sockets(self) -> List[str]:
         given = self.daemons.config.docker_host is not None
@@ -133,6 +133,7 @@ class Identities:
         """Forget every answer: the next refresh_if_new looks everything up again."""
         self._names.clear()
         self._docker_files.clear()
+        self._watch.retain(lambda k: False)
         self._tried.clear()
         self._pods.clear()
         self._pod_dirs.clear()
@@ -302,6 +303,7 @@ class Identities:
         self._pause = {k: v for k, v in self._pause.items() if k[1] in live}
         self._names = {k: v for k, v in self._names.items() if k[1] in live}
         self._docker_files = {k: v for k, v in self._docker_files.items() if k[1] in live}
+        self._watch.retain(lambda k: k[1] in live)
         self._asked_daemons &= live
         self._tried = {k: v for k, v in self._tried.items() if k[1] in live}
         self._pods = {k: v for k, v in self._pods.items() if k in live}
