@@ -5,23 +5,25 @@ One declaration that the rest is made from or checked against:
 - RECORD (type cgroup/pod), GPU_RECORD (type gpu), EVENT (type event): each field's path
   (`memory.working_set_bytes`; `[]` an array's items, `{}` a map's values), type and
   nullability, unit, what it means, and the kernel file (or NVML call) it comes from on
-  cgroup v2 and v1. The JSON Schemas cgstat/*.schema.json are generated from them
-  (cgstat/schema.py), the TypedDicts of cgstat/records.py are tested equal to them, and
-  docs/schema.md is tested to name every field.
+  cgroup v2 and v1. The JSON Schemas cgstat/*.schema.json and the TypedDicts of
+  cgstat/records.py are generated from them (cgstat/schema.py), and docs/schema.md is
+  tested to name every field.
 - FAMILIES: the Prometheus families in exposition order (name, type, help, labels beyond a
   cgroup's or GPU's own, and the record field read, where one is read as is); the exporter
   renders from them and docs/prometheus.md is tested to list every one.
 - CSV_COLUMNS: the columns of `--format csv`, in order; dotted names are record paths.
 
 Adding a field: (1) a `_f(...)` entry below at its place in the record (the record keeps
-this order); (2) its reader (kernel/, gpu/) and its value in pipeline/record.py, and its
-key in cgstat/records.py; (3) where it has a series, a `_family(...)` in FAMILIES with
-`field=` its path (a cpu/memory/pids scalar, a per-device, per-interface, pressure or GPU
-device field is then rendered with no exporter change); (4) where it has a CSV column, its
-path in CSV_COLUMNS; (5) its row in docs/schema.md (and docs/prometheus.md for a series);
-(6) `CGSTAT_REGEN_SCHEMA=1 pytest tests/test_fields.py` rewrites the schema files, and
-`CGSTAT_REGEN_GOLDEN=1` the goldens the field appears in. tests/test_fields.py fails
-until every step is done.
+this order); (2) `python -m cgstat.schema --write` (or `CGSTAT_REGEN_SCHEMA=1 pytest
+tests/test_fields.py`) rewrites the schema files and cgstat/records.py; (3) its reader
+(kernel/, gpu/) and its value in pipeline/record.py (mypy fails until the record has the
+key); (4) where it has a series, a `_family(...)` in FAMILIES with `field=` its path (a
+cpu/memory/pids scalar, a per-device, per-interface, pressure or GPU device field is then
+rendered with no exporter change); (5) where it has a CSV column, its path in
+CSV_COLUMNS; (6) its row in docs/schema.md (and docs/prometheus.md for a series);
+(7) `CGSTAT_REGEN_GOLDEN=1` for the goldens the field appears in. tests/test_fields.py
+fails until every step is done. A new object gets a TypedDict named from its path
+(memory.swap_events: MemorySwapEvents; schema.py's _NAMES gives other names).
 
 No imports of cgstat: the lowest layer, imported by pipeline, outputs and the tests.
 """
@@ -403,6 +405,31 @@ EVENT: Tuple[Field, ...] = (
     _f("evidence.sm_percent", "float?", required=False),
     _f("evidence.cpu_percent", "float?", required=False),
     _f("evidence.duration_s", "float", required=False, minimum=0),
+    # oom_kill from the kernel log (cgstat/kernel/kmsg.py, docs/diagnostics.md)
+    _f("evidence.pid", "int", "the process killed (oom_kill), or the GPU process", required=False, minimum=0),
+    _f("evidence.process", "str", "the killed process's name (its comm, at most 15 bytes)", required=False),
+    _f("evidence.uid", "int?", "the killed process's user ID", required=False, minimum=0),
+    _f("evidence.memory_cgroup", "str?", "memory-hierarchy path of the killed task's cgroup (task_memcg)",
+       required=False),
+    _f("evidence.oom_cgroup", "str?", "the cgroup whose limit was hit (oom_memcg); null: the global OOM killer",
+       required=False),
+    _f("evidence.global_oom", "bool", "the machine ran out of memory (no cgroup limit hit)", required=False),
+    _f("evidence.constraint", "str?", "the kernel's CONSTRAINT_* of the kill (null before 4.19)", required=False),
+    _f("evidence.usage_bytes", "int?", "the OOM cgroup's usage at the kill (memory: usage)", required=False,
+       minimum=0),
+    _f("evidence.anon_rss_bytes", "int?", "the killed process's anonymous memory", required=False, minimum=0),
+    _f("evidence.file_rss_bytes", "int?", "the killed process's file pages mapped", required=False, minimum=0),
+    _f("evidence.shmem_rss_bytes", "int?", "the killed process's shared memory", required=False, minimum=0),
+    _f("evidence.cgroup_exists", "bool?", "the cgroup still existed when the kill was reported", required=False),
+    _f("evidence.pod", "object?", "the Kubernetes pod of the killed process's cgroup", required=False,
+       closed=False),
+    _f("evidence.named_by", "enum", "how the cgroup was named: as this tick's record (live), as a record before "
+       "it went (seen), its runtime's state, its path, the counter that rose with it, none", required=False,
+       enum=["live", "seen", "state", "path", "counter", "none"]),
+    _f("evidence.source", "enum", "what saw the kill: the kernel log, a cgroup's OOM-kill counter, or both",
+       required=False, enum=["kernel_log", "counter", "kernel_log+counter"]),
+    _f("evidence.kernel_seq", "int", "the kernel log record of the kill (/dev/kmsg sequence number)",
+       required=False, minimum=0),
     _f("resolves", "str?", "on a resolved notice, the kind whose episode it ends; null otherwise",
        enum=[None] + list(EVENT_KINDS)),
     _f("since", "str?", "when the episode was raised (equal to ts on a raising event)"),

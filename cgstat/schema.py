@@ -1,9 +1,10 @@
-"""The JSON Schemas of the records, made from the field table (cgstat/fields.py).
+"""What is made from the field table (cgstat/fields.py): the records' JSON Schemas and TypedDicts.
 
-cgstat/record.schema.json, gpu-record.schema.json and event.schema.json are this module's
-output, checked in (they ship in the package) and tested equal to it:
-`python -m cgstat.schema --write` (or `CGSTAT_REGEN_SCHEMA=1 pytest tests/test_fields.py`)
-writes them again after a change to the table.
+cgstat/record.schema.json, gpu-record.schema.json, event.schema.json and cgstat/records.py
+are this module's output, checked in (the schemas ship in the package; the types are
+imported) and tested equal to it: `python -m cgstat.schema --write` (or
+`CGSTAT_REGEN_SCHEMA=1 pytest tests/test_fields.py`) writes them again after a change to
+the table.
 """
 
 from __future__ import annotations
@@ -11,9 +12,9 @@ from __future__ import annotations
 import json
 import os
 import sys
-from typing import Any, Dict, List, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
-from cgstat.fields import RECORD, SCHEMA_FILES, Field, children
+from cgstat.fields import EVENT, GPU_RECORD, RECORD, SCHEMA_FILES, Field, children
 
 _JSON_TYPES = {"int": "integer", "float": "number", "str": "string", "bool": "boolean", "object": "object",
                "array": "array", "map": "object"}
@@ -74,13 +75,119 @@ def text(name: str) -> str:
     return json.dumps(schema(name), indent=2, ensure_ascii=False) + "\n"
 
 
+# -- cgstat/records.py ---------------------------------------------------------------------
+
+_PY = {"int": "int", "float": "float", "str": "str", "bool": "bool", "enum": "str"}
+
+# Class names where the path's own would not say it; an object shaped like one made
+# before (the three pressure objects, memory.events and events_local) is that class.
+_NAMES = {
+    ("cgroup", ""): "CgroupRecord", ("gpu", ""): "GpuRecord", ("event", ""): "EventRecord",
+    ("cgroup", "errors[]"): "RecordError", ("gpu", "errors[]"): "RecordError",
+    ("cgroup", "io.devices[]"): "IoDevice", ("cgroup", "io.limits[]"): "IoLimit",
+    ("cgroup", "network.interfaces[]"): "NetworkInterface", ("cgroup", "pressure.cpu"): "Psi",
+    ("cgroup", "gpu"): "GpuUse", ("cgroup", "gpu.processes[]"): "GpuProcessUse",
+    ("gpu", "gpu"): "GpuFigures", ("gpu", "processes[]"): "GpuProcess",
+    ("event", "container"): "Container",  # the cgroup record's, not checked by the schema
+    ("event", "evidence"): "Evidence",  # open: keys per kind
+}
+_TABLES = {"cgroup": RECORD, "gpu": GPU_RECORD, "event": EVENT}
+
+_HEAD = '''"""The records as types: TypedDicts of the cgroup/pod, GPU and event records.
+
+Made from the field table (cgstat/fields.py) by cgstat/schema.py: do not edit, run
+`python -m cgstat.schema --write`. The records stay plain dicts at run time (orjson writes
+them, sinks pass them on); these types are for mypy, so that a producer that leaves out a
+key and a consumer that reads a key the record has not fail `mypy cgstat`. Python 3.7 has
+no typing.TypedDict: there the classes are dict subclasses of the same names, never made.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any, Dict, List, Mapping, Optional, Union
+
+if sys.version_info >= (3, 8):
+    from typing import TypedDict
+else:  # pragma: no cover - Python 3.7
+    class TypedDict(dict):
+        def __init_subclass__(cls, total: bool = True, **kwargs: object) -> None:
+            super().__init_subclass__(**kwargs)
+
+# An event's figures: keys per kind (docs/diagnostics.md), open to new kinds' keys; the
+# schema types the common ones (fields.EVENT, evidence.*).
+Evidence = Dict[str, Any]
+'''
+
+_TAIL = '''
+Record = Union[CgroupRecord, GpuRecord, EventRecord]
+Sampled = Union[CgroupRecord, GpuRecord]  # what a Sampler's tick makes
+JsonObject = Mapping[str, object]  # any one line of JSON output: a record, `cgstat pid`'s objects
+'''
+
+
+class _Classes:
+    def __init__(self) -> None:
+        self.bodies: Dict[str, List[str]] = {}  # class name -> its key lines, in the order made
+
+    def name(self, kind: str, f: Optional[Field], path: str) -> str:
+        """The class of the object at `path` of record `kind` (made, with its children's, if new)."""
+        given = _NAMES.get((kind, path))
+        table = _TABLES[kind]
+        if given in ("Evidence", "Container") and path and (f is None or not f.same_as):
+            return given
+        if f is not None and f.same_as:
+            return self.name("cgroup", None, f.same_as)
+        lines = [self._line(kind, k) for k in children(table, path) if not k.path.endswith(("[]", "{}"))]
+        for known, body in self.bodies.items():
+            if body == lines and (given is None or given == known):
+                return known
+        name = given or "".join(part.capitalize() for part in path.replace("[]", "").replace("_", ".").split("."))
+        assert name not in self.bodies, name
+        self.bodies[name] = lines
+        return name
+
+    def _line(self, kind: str, f: Field) -> str:
+        table = _TABLES[kind]
+        if f.type == "const":
+            text = type(dict(f.schema)["const"]).__name__
+        elif f.type in _PY:
+            text = _PY[f.type]
+        elif f.type == "map":
+            (item,) = children(table, f.path)
+            text = "Dict[str, %s]" % _PY[item.type]
+        elif f.type == "array":
+            (item,) = children(table, f.path)
+            text = "List[%s]" % (_PY[item.type] if item.type in _PY else self.name(kind, item, item.path))
+        else:
+            text = self.name(kind, f, f.path)
+        if f.nullable and f.type != "const":
+            text = "Optional[%s]" % text
+        return "    %s: %s" % (f.path.rsplit(".", 1)[-1], text)
+
+
+def records_text() -> str:
+    """The text of cgstat/records.py."""
+    classes = _Classes()
+    for kind in _TABLES:
+        classes.name(kind, None, "")
+    out = [_HEAD]
+    for name, lines in classes.bodies.items():
+        out.append("\n\nclass %s(TypedDict):\n%s\n" % (name, "\n".join(lines)))
+    out.append("\n" + _TAIL)
+    return "".join(out)
+
+
 def write(folder: str) -> None:
     for name in SCHEMA_FILES:
         with open(os.path.join(folder, name), "w", encoding="utf-8") as f:
             f.write(text(name))
+    with open(os.path.join(folder, "records.py"), "w", encoding="utf-8") as f:
+        f.write(records_text())
 
 
 if __name__ == "__main__":
     if sys.argv[1:] != ["--write"]:
-        sys.exit("usage: python -m cgstat.schema --write   (rewrites cgstat/*.schema.json from cgstat/fields.py)")
+        sys.exit("usage: python -m cgstat.schema --write   (rewrites cgstat/*.schema.json and cgstat/records.py "
+                 "from cgstat/fields.py)")
     write(os.path.dirname(os.path.abspath(__file__)))

@@ -1,4 +1,4 @@
-"""sd_notify(3) for the systemd unit, with the standard library only.
+"""sd_notify(3) and sd_listen_fds(3) for the systemd units, with the standard library only.
 
 systemd passes the address of its notification socket in $NOTIFY_SOCKET (Type=notify,
 WatchdogSec=): a file-system path ("/run/systemd/notify") or a Linux abstract-namespace
@@ -15,7 +15,7 @@ import os
 import socket
 from typing import Optional, Union
 
-__all__ = ["notify", "ready", "watchdog", "stopping", "watchdog_interval_s"]
+__all__ = ["notify", "ready", "watchdog", "stopping", "watchdog_interval_s", "listen_fd"]
 
 
 def _address(value: str) -> Optional[Union[str, bytes]]:
@@ -85,3 +85,24 @@ def watchdog_interval_s() -> Optional[float]:
 def _is_decimal(text: str) -> bool:
     """Plain ASCII digits only (int() would also take "+5", " 5", "1_0" and "٥")."""
     return bool(text) and all("0" <= c <= "9" for c in text)
+
+
+_LISTEN_FDS_START = 3  # SD_LISTEN_FDS_START
+
+
+def listen_fd(name: str) -> Optional[int]:
+    """The file descriptor systemd passed under FileDescriptorName=`name`, or None.
+
+    As sd_listen_fds_with_names(3): $LISTEN_PID must name this process, $LISTEN_FDS
+    says how many descriptors follow 3, $LISTEN_FDNAMES names them (colon-separated).
+    The units pass /dev/kmsg this way (a ListenSpecial= socket unit: PID 1 opens it, so
+    the service needs neither CAP_SYSLOG nor access to the device node).
+    """
+    pid_text, count_text = os.environ.get("LISTEN_PID", ""), os.environ.get("LISTEN_FDS", "")
+    if not _is_decimal(pid_text) or int(pid_text) != os.getpid() or not _is_decimal(count_text):
+        return None
+    names = os.environ.get("LISTEN_FDNAMES", "").split(":")
+    for i in range(min(int(count_text), len(names))):
+        if names[i] == name:
+            return _LISTEN_FDS_START + i
+    return None

@@ -30,3 +30,50 @@ def example(table, path="", same_as=""):
         return True
     low = schema.get("minimum", 0) + 2
     return low if f.type == "int" else low + 0.5
+
+
+def blank(table, path="", present=False):
+    """The value of field `path` when nothing could be read: null where the field may be
+    null (unless `present`: an object, a list), else 0, "", false or empty (the whole
+    record for "")."""
+    f = fields.field(table, path) if path else None
+    if f is not None and f.nullable and not (present and f.type in ("object", "array", "map")):
+        return None
+    if f is None or f.type == "object":
+        if f is not None and f.same_as:
+            return blank(fields.RECORD, f.same_as)
+        return {k.path.rsplit(".", 1)[-1]: blank(table, k.path) for k in fields.children(table, path) if k.required}
+    if f.type == "array":
+        return []
+    if f.type == "map":
+        return {"unified": "/x"} if f.path == "paths" else {}
+    return example(table, path)
+
+
+_TABLES = {"cgroup": fields.RECORD, "pod": fields.RECORD, "gpu": fields.GPU_RECORD, "event": fields.EVENT}
+_EVENT = {"kind": "memory_growth", "severity": "warning", "message": "m", "resolves": None}
+
+
+def _merge(base, overrides):
+    for key, value in overrides.items():
+        if isinstance(value, dict) and isinstance(base.get(key), dict) and key not in ("labels", "paths", "evidence"):
+            _merge(base[key], value)
+        else:
+            base[key] = value
+    return base
+
+
+def record(record_type="cgroup", **overrides):
+    """A record of type `record_type` valid against its schema: every key, null (or empty) but for
+    `overrides` (merged into the objects they name; None or a list replaces)."""
+    from contract import validate
+
+    base = blank(_TABLES[record_type])
+    base.update(type=record_type, cgroup="/x", ts="2026-11-29T20:10:12.807Z", host="h")
+    if record_type == "gpu":
+        del base["cgroup"]
+    if record_type == "event":
+        base.update(_EVENT)
+    out = _merge(base, overrides)
+    validate(out)
+    return out

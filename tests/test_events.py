@@ -77,12 +77,15 @@ def test_oom_kill_once_per_episode():
     assert "Killed" in e["message"] and "trainer" in e["message"]
 
 
-def test_oom_burst_is_one_episode_with_a_total():
+def test_oom_burst_every_rise_is_an_event():
+    # without the kernel log, each tick's rise is one event with its count: no kill folded
+    # into another (the log, when readable, makes it one event per process)
     d = EventDetector(window_s=2)
-    seq = [[rec(t=i * 0.5, oom=min(max(0, i - 4), 3))] for i in range(30)]
+    seq = [[rec(t=i * 0.5, oom=[0, 0, 1, 2, 2, 5, 5, 5][min(i, 7)])] for i in range(30)]
     ev = run(d, seq)
-    assert kinds(ev) == [("oom_kill", None), ("resolved", "oom_kill")]
-    assert ev[1]["evidence"]["kills"] == 3
+    assert kinds(ev) == [("oom_kill", None)] * 3
+    assert [e["evidence"]["kills"] for e in ev] == [1, 1, 3]
+    assert [e["evidence"]["source"] for e in ev] == ["counter"] * 3
 
 
 def test_oom_first_sight_and_new_life_are_not_kills():

@@ -10,7 +10,7 @@ import pytest
 from contract import ROOT, validate
 from fieldtable import example
 
-from cgstat import fields, schema
+from cgstat import fields, records, schema
 from cgstat.outputs import prometheus as prom
 from cgstat.outputs import table
 
@@ -19,10 +19,10 @@ parser = pytest.importorskip("prometheus_client.parser")
 TABLES = {"cgroup": fields.RECORD, "gpu": fields.GPU_RECORD, "event": fields.EVENT}
 
 
-@pytest.mark.parametrize("name", sorted(fields.SCHEMA_FILES))
+@pytest.mark.parametrize("name", sorted(fields.SCHEMA_FILES) + ["records.py"])
 def test_schema_files_are_made_from_the_table(name):
     path = os.path.join(ROOT, "cgstat", name)
-    want = schema.text(name)
+    want = schema.records_text() if name == "records.py" else schema.text(name)
     if os.environ.get("CGSTAT_REGEN_SCHEMA"):
         with open(path, "w", encoding="utf-8") as f:
             f.write(want)
@@ -162,3 +162,55 @@ def test_docs_prometheus_lists_every_family_in_order():
     doc = open(os.path.join(ROOT, "docs", "prometheus.md"), encoding="utf-8").read()
     rows = re.findall(r"^\| `(\w+)` \| (\w+) \|", _section(doc, "## Every series"), re.M)
     assert rows == [(f.name, f.kind) for f in fields.FAMILIES]
+
+
+# -- the TypedDicts -------------------------------------------------------------------------
+
+_PY = {"int": "int", "float": "float", "str": "str", "bool": "bool", "enum": "str"}
+
+
+def _hints(cls):
+    """A TypedDict's annotations as text (typing makes them ForwardRefs, 3.7's stand-in keeps str)."""
+    return {k: getattr(v, "__forward_arg__", v) for k, v in cls.__annotations__.items()}
+
+
+def _check_typeddict(cls, table_, path, seen):
+    """cls has the keys of the fields below `path`, in order, each of the field's type."""
+    seen.add(cls.__name__)
+    kids = [k for k in fields.children(table_, path) if not k.path.endswith(("[]", "{}"))]
+    hints = _hints(cls)
+    assert list(hints) == [k.path.rsplit(".", 1)[-1] for k in kids], (cls.__name__, path)
+    for k in kids:
+        hint = hints[k.path.rsplit(".", 1)[-1]]
+        nested = k.path
+        if k.type == "const":
+            want = type(dict(k.schema)["const"]).__name__
+        elif k.type in _PY:
+            want = _PY[k.type]
+        elif k.type == "map":
+            (item,) = fields.children(table_, k.path)
+            want = "Dict[str, %s]" % _PY[item.type]
+        elif k.type == "object" and not k.closed:
+            want = "Evidence"  # an open object: Dict[str, Any]
+        else:  # an object, or an array of objects or text: its TypedDict checked in turn
+            if k.type == "array":
+                (item,) = fields.children(table_, k.path)
+                nested = item.path
+            inner = re.sub(r"^(Optional\[)?(List\[)?(\w+)\]*$", r"\3", hint)
+            want = inner if k.type == "object" else "List[%s]" % inner
+            if inner != "str" and (k.same_as or fields.children(table_, nested)):  # an event's container: any
+                sub_table = fields.RECORD if k.same_as else table_
+                _check_typeddict(getattr(records, inner), sub_table, k.same_as or nested, seen)
+        if k.nullable and k.type != "const":
+            want = "Optional[%s]" % want
+        assert hint == want, (cls.__name__, k.path, hint, want)
+
+
+def test_typeddicts_follow_the_field_table():
+    seen = set()
+    for cls, table_ in ((records.CgroupRecord, fields.RECORD), (records.GpuRecord, fields.GPU_RECORD),
+                        (records.EventRecord, fields.EVENT)):
+        _check_typeddict(cls, table_, "", seen)
+    declared = {name for name, v in vars(records).items()
+                if isinstance(v, type) and v.__module__ == records.__name__ and name != "TypedDict"}
+    assert declared == seen, declared ^ seen

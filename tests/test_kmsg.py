@@ -372,3 +372,24 @@ def test_real_kernel_kill_in_a_forging_folder(tmp_path):
     want = g.rel("memory") + "/docker/" + "d" * 64 + ",task=y"
     assert k.task_memcg == want and k.oom_memcg == want
     assert (k.task, k.limit_bytes, k.summary) == ("python3", 32 << 20, True)
+
+
+def test_a_passed_descriptor_must_be_the_kernel_log():
+    r, w = os.pipe()
+    try:
+        with pytest.raises(kmsg.KmsgUnavailable) as exc:
+            KmsgFollower(fd=r)
+        assert "not /dev/kmsg" in exc.value.reason
+    finally:
+        os.close(r)
+        os.close(w)
+    if not os.access(kmsg.KMSG, os.R_OK):
+        return
+    fd = os.open(kmsg.KMSG, os.O_RDONLY)
+    try:
+        f = KmsgFollower(fd=fd)
+        f.read()
+        f.close()
+        os.fstat(fd)  # still open: it is systemd's, not the follower's
+    finally:
+        os.close(fd)

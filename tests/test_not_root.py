@@ -56,6 +56,21 @@ def open_tmp():
     shutil.rmtree(path, ignore_errors=True)
 
 
+DROP = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
+
+
+def _as_nobody(tmp_path):
+    """The environment and an interpreter of this Python version that user 65534 may run:
+    ours may live in a private home (pyenv under /root), the distribution's is world-readable."""
+    env = {"PATH": os.environ.get("PATH", ""), "PYTHONPATH": str(tmp_path / "site")}
+    candidates = [os.path.realpath(sys.executable), "/usr/bin/python%d.%d" % sys.version_info[:2]]
+    python = next((c for c in candidates if subprocess.run(
+        DROP + [c, "-c", "import cgstat.cli"], env=env, cwd=str(tmp_path), capture_output=True).returncode == 0), None)
+    if python is None:
+        pytest.skip("no Python %d.%d that another user may run" % sys.version_info[:2])
+    return env, python
+
+
 def test_unreadable_state_and_cgroup_files(open_tmp):
     tmp_path = open_tmp
     tree = tmp_path / "t1"
@@ -64,16 +79,8 @@ def test_unreadable_state_and_cgroup_files(open_tmp):
     os.chmod(tree / "var/lib/docker/containers", 0o700)  # as dockerd leaves it
     (stat,) = glob.glob(str(tree / "sys/fs/cgroup/system.slice/docker-5113*.scope/memory.stat"))
     os.chmod(stat, 0o600)
-    env = {"PATH": os.environ.get("PATH", ""), "PYTHONPATH": str(tmp_path / "site")}
-    drop = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
-    # An interpreter of this Python version that the other user may run: ours may live
-    # in a private home (pyenv under /root), the distribution's is world-readable.
-    candidates = [os.path.realpath(sys.executable), "/usr/bin/python%d.%d" % sys.version_info[:2]]
-    python = next((c for c in candidates if subprocess.run(
-        drop + [c, "-c", "import cgstat.cli"], env=env, cwd=str(tmp_path), capture_output=True).returncode == 0), None)
-    if python is None:
-        pytest.skip("no Python %d.%d that another user may run" % sys.version_info[:2])
-    proc = subprocess.run(drop + [python, "-m", "cgstat", "once", "--window", "0", "--host-root", str(tree)],
+    env, python = _as_nobody(tmp_path)
+    proc = subprocess.run(DROP + [python, "-m", "cgstat", "once", "--window", "0", "--host-root", str(tree)],
                           capture_output=True, cwd=str(tmp_path), timeout=60, env=env)
     assert proc.returncode == 0, proc.stderr
     err = proc.stderr.decode()
@@ -89,3 +96,80 @@ def test_unreadable_state_and_cgroup_files(open_tmp):
     assert a["cpu"]["limit_cores"] == 0.5 and a["pids"]["limit"] == 50
     podman = [r for r in records if r["container"] and r["container"]["runtime"] == "podman"]
     assert podman[0]["container"]["name"] == "jupyter"  # what could be read still is
+
+
+def _oom_group(realcg_env):
+    import realcg
+
+    g = realcg.TestGroup(realcg_env)
+    g.set_memory_limit(32 << 20)
+    g.start([sys.executable, "-c", "import time; time.sleep(600)"], stdout=subprocess.DEVNULL)
+    return g
+
+
+def _kmsg_lines(err: str):
+    return [line for line in err.splitlines() if "/dev/kmsg" in line]
+
+
+@pytest.mark.realcg
+def test_kernel_log_unreadable_one_line_and_the_same_figures(open_tmp, realcg_env):
+    """kernel.dmesg_restrict=1 here: another user can't open /dev/kmsg. One line says what
+    that costs; exit 0; the records are what root's run gives."""
+    if not os.path.exists("/dev/kmsg"):
+        pytest.skip("no /dev/kmsg")
+    env, python = _as_nobody(open_tmp)
+    g = _oom_group(realcg_env)
+    try:
+        args = ["-m", "cgstat", "stream", "--interval", "0.5", "--count", "2", "--all", "--match", g.name]
+        mine = subprocess.run(DROP + [python] + args, capture_output=True, cwd=str(open_tmp), timeout=120, env=env)
+        root = subprocess.run([sys.executable] + args, capture_output=True, cwd=ROOT, timeout=120)
+    finally:
+        g.destroy()
+    assert mine.returncode == 0 and root.returncode == 0, mine.stderr
+    (line,) = _kmsg_lines(mine.stderr.decode())
+    assert "OOM kills of cgroups removed before the next tick can't be seen" in line
+    assert "counters are still reported" in line
+    assert _kmsg_lines(root.stderr.decode()) == []
+
+    def figures(out):
+        recs = [json.loads(x) for x in out.splitlines()]
+        for r in recs:
+            validate(r)
+        return sorted((r["cgroup"], r["memory"]["limit_bytes"], r["memory"]["oom_kills_total"],
+                       r["pids"]["current"]) for r in recs if r.get("type") == "cgroup")
+
+    assert figures(mine.stdout) == figures(root.stdout)
+    assert (g.cgroup, 32 << 20, 0, 1) in figures(mine.stdout)
+
+
+@pytest.mark.realcg
+def test_kernel_log_passed_as_a_descriptor_needs_no_privilege(open_tmp, realcg_env):
+    """What the systemd units do (systemd/cgstat-kmsg.socket): root opens /dev/kmsg and
+    passes it as fd 3 named "kmsg"; user 65534, without CAP_SYSLOG, reads the kills from it."""
+    if not os.access("/dev/kmsg", os.R_OK):
+        pytest.skip("cannot read /dev/kmsg")
+    env, python = _as_nobody(open_tmp)
+    g = _oom_group(realcg_env)
+    # $LISTEN_PID names the process the descriptors are for: cgstat's own, set as it starts
+    inner = [python, "-c", "import os, runpy, sys; os.environ['LISTEN_PID'] = str(os.getpid()); "
+             "sys.argv[0] = 'cgstat'; runpy.run_module('cgstat', run_name='__main__')",
+             "stream", "--interval", "0.5", "--count", "6", "--all", "--match", g.name]
+    env = dict(env, LISTEN_FDS="1", LISTEN_FDNAMES="kmsg")
+    # the shell (root) opens the log at fd 3, then drops to the other user
+    proc = subprocess.Popen(["sh", "-c", 'exec 3</dev/kmsg && exec "$@"', "sh"] + DROP + inner,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=str(open_tmp), env=env)
+    try:
+        first = proc.stdout.readline()  # the first tick: following the log by now
+        assert first, proc.stderr.read()
+        killer = g.start([sys.executable, "-c", "x = bytearray(200 << 20)"], stdout=subprocess.DEVNULL)
+        assert killer.wait(60) == -9
+        out, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        g.destroy()
+    assert proc.returncode == 0, err
+    lines = [json.loads(x) for x in [first] + out.splitlines()]
+    kills = [e for e in lines if e.get("kind") == "oom_kill" and e["evidence"].get("pid") == killer.pid]
+    assert len(kills) == 1 and kills[0]["evidence"]["limit_bytes"] == 32 << 20
+    assert _kmsg_lines(err.decode()) == []

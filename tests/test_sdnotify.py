@@ -199,3 +199,21 @@ def test_stream_notifies_ready_then_watchdog_each_tick_then_stopping(receiver) -
     assert got[0].splitlines()[0] == "READY=1", got  # first, after the first sample
     assert sum("WATCHDOG=1" in m.splitlines() for m in got) >= 3, got  # one per tick
     assert "STOPPING=1" in got[-1].splitlines(), got
+
+
+def test_listen_fd_by_name(monkeypatch):
+    from cgstat.sdnotify import listen_fd
+
+    monkeypatch.setenv("LISTEN_PID", str(os.getpid()))
+    monkeypatch.setenv("LISTEN_FDS", "2")
+    monkeypatch.setenv("LISTEN_FDNAMES", "other:kmsg")
+    assert listen_fd("kmsg") == 4 and listen_fd("other") == 3 and listen_fd("none") is None
+    monkeypatch.setenv("LISTEN_FDS", "1")  # fewer descriptors than names: only those passed
+    assert listen_fd("kmsg") is None
+    monkeypatch.setenv("LISTEN_FDS", "2")
+    monkeypatch.setenv("LISTEN_PID", str(os.getpid() + 1))  # meant for another process (a parent)
+    assert listen_fd("kmsg") is None
+    monkeypatch.setenv("LISTEN_PID", "+%d" % os.getpid())
+    assert listen_fd("kmsg") is None
+    monkeypatch.delenv("LISTEN_PID")
+    assert listen_fd("kmsg") is None

@@ -77,6 +77,8 @@ def verify(tmp_path: Path, dropins: dict[str, str] | None = None, unit: Path = U
     unit_dir = root / "etc/systemd/system"
     unit_dir.mkdir(parents=True)
     shutil.copy(UNIT, unit_dir / UNIT.name)
+    for socket_unit in (UNIT.parent).glob("*.socket"):  # the kernel log the services are passed
+        shutil.copy(socket_unit, unit_dir / socket_unit.name)
     for name, text in (dropins or {}).items():
         dropin_dir = unit_dir / f"{UNIT.name}.d"
         dropin_dir.mkdir(exist_ok=True)
@@ -88,8 +90,10 @@ def verify(tmp_path: Path, dropins: dict[str, str] | None = None, unit: Path = U
         stub.write_text("#!/bin/sh\nexit 0\n")
         stub.chmod(0o755)
 
+    sockets = [f"/etc/systemd/system/{p.name}" for p in sorted(UNIT.parent.glob("*.socket"))
+               if ("Service=%s" % UNIT.name) in p.read_text()]
     proc = subprocess.run(
-        [ANALYZE, "verify", f"--root={root}", f"/etc/systemd/system/{UNIT.name}"],
+        [ANALYZE, "verify", f"--root={root}", f"/etc/systemd/system/{UNIT.name}"] + sockets,
         capture_output=True,
         text=True,
         timeout=60,
@@ -98,7 +102,8 @@ def verify(tmp_path: Path, dropins: dict[str, str] | None = None, unit: Path = U
     output = proc.stdout + proc.stderr
     assert proc.returncode == 0, output
     # verify exits 0 on unknown keys and unparsable values: it only warns. Fail on those.
-    complaints = [line for line in output.splitlines() if UNIT.name in line]
+    names = [UNIT.name] + [Path(x).name for x in sockets]
+    complaints = [line for line in output.splitlines() if any(n in line for n in names)]
     assert not complaints, output
     return output
 
@@ -274,3 +279,27 @@ def test_fd_limit_leaves_room_for_every_kept_descriptor() -> None:
         (limit,) = values("LimitNOFILE", unit)
         soft = int(limit.split(":")[0])
         assert min(handles.DEFAULT_CAP, soft // 4 * 3 - 64, soft - 256) == handles.DEFAULT_CAP
+
+
+def kmsg_socket(unit: Path = UNIT) -> Path:
+    """The socket unit that passes the service /dev/kmsg (its Sockets=)."""
+    (name,) = values("Sockets", unit)
+    return unit.parent / name
+
+
+def test_kernel_log_comes_as_a_descriptor_not_a_privilege() -> None:
+    """The OOM reports need /dev/kmsg: PID 1 opens it (a ListenSpecial= socket unit) and
+    passes it as "kmsg"; the service itself keeps ProtectKernelLogs=yes and no CAP_SYSLOG."""
+    for unit in (UNIT, UNIT.parent / "cgstat-serve.service"):
+        sock = kmsg_socket(unit)
+        socket_values = [(k, v) for s, k, v in unit_settings(sock) if s == "Socket"]
+        assert ("ListenSpecial", "/dev/kmsg") in socket_values
+        assert ("FileDescriptorName", "kmsg") in socket_values  # what cgstat/sdnotify.listen_fd asks for
+        assert ("Service", unit.name) in socket_values
+        assert ("Unit", "PartOf", unit.name) in unit_settings(sock)
+        unit_keys = [(s, k, v) for s, k, v in unit_settings(unit) if s == "Unit"]
+        assert ("Unit", "Wants", sock.name) in unit_keys and ("Unit", "After", sock.name) in unit_keys
+        assert values("ProtectKernelLogs", unit) == ["yes"]
+        caps = " ".join(values("CapabilityBoundingSet", unit) + values("AmbientCapabilities", unit))
+        assert "CAP_SYSLOG" not in caps and "CAP_SYS_ADMIN" not in caps
+        assert not any("kmsg" in v for v in values("DeviceAllow", unit))

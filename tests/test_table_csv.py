@@ -10,7 +10,10 @@ import subprocess
 import sys
 
 import pytest
+from contract import validate
+from fieldtable import blank, example, record
 
+from cgstat import fields
 from cgstat.outputs.formats import make_sink
 from cgstat.outputs.table import (
     CSV_COLUMNS,
@@ -38,7 +41,10 @@ MiB = 1024 * 1024
 def records():
     out = subprocess.run([sys.executable, "-m", "cgstat", "once", "--host-root", FIXTURE, "--window", "0"],
                          cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, check=True).stdout
-    return [json.loads(line) for line in out.splitlines()]
+    records = [json.loads(line) for line in out.splitlines()]
+    for r in records:
+        validate(r)
+    return records
 
 
 @pytest.mark.parametrize("value,want", [
@@ -76,31 +82,26 @@ def test_table_from_recorded_tree(records):
 
 
 def test_table_cells_null_network_and_gpu():
-    r = {"type": "cgroup", "cgroup": "/x", "unit": None, "container": None, "cpu": {"percent": 50.1234},
-         "memory": {"working_set_bytes": None}, "io": {}, "pids": {"current": 3},
-         "network": {"rx_bytes_total": 1500, "tx_bytes_total": 2 * 10 ** 9},
-         "gpu": {"memory_bytes": 3 * 2 ** 30, "sm_percent": 12.5, "devices": [], "processes": []}}
+    r = record(cpu={"percent": 50.1234}, pids={"current": 3},
+               network=dict(example(fields.RECORD, "network"), rx_bytes_total=1500, tx_bytes_total=2 * 10 ** 9),
+               gpu={"memory_bytes": 3 * 2 ** 30, "sm_percent": 12.5, "devices": [], "processes": []})
     assert table_row(r) == ["--", "/x", "50.12%", "-- / --", "--", "1.5kB / 2GB", "--", "3", "3GiB", "12.50%"]
-    r.pop("network")
-    r["gpu"] = None
+    r = record(cpu={"percent": 50.1234}, pids={"current": 3})  # no network namespace read, GPUs off
     assert table_row(r)[5] == "--" and table_row(r)[8:] == ["--", "--"]
-    r["container"] = {"id": "ab" * 32, "short_id": "ab" * 6, "name": "web"}
+    r = record(container=dict(blank(fields.RECORD, "container", True), id="ab" * 32, short_id="ab" * 6, name="web"))
     assert table_row(r)[:2] == ["abababababab", "web"]
 
 
 def test_table_min_width_and_events():
     text = render_table([["a", "1"]], header=("N", "V"))
     assert text == "N" + " " * 9 + "V\n" + "a" + " " * 9 + "1\n"
-    ev = {"type": "event", "kind": "oom_kill", "severity": "critical", "cgroup": "/x\x1b[2J",
-          "container": None, "message": "killed\nforged line"}
+    ev = record("event", kind="oom_kill", severity="critical", cgroup="/x\x1b[2J", message="killed\nforged line")
     out = format_table([ev])
     assert "\x1b" not in out and out.count("\n") == 2 and "! critical oom_kill /x\\x1b[2J: killed\\x0aforged line" in out
 
 
 def hostile(name):
-    return {"type": "cgroup", "ts": "t", "host": "h", "cgroup": "/docker/x", "unit": None,
-            "container": {"name": name, "runtime": "docker"}, "cpu": {}, "memory": {}, "io": {}, "pids": {},
-            "errors": []}
+    return record(cgroup="/docker/x", container=dict(blank(fields.RECORD, "container", True), name=name, runtime="docker"))
 
 
 @pytest.mark.parametrize("name", ["=HYPERLINK(\"http://x\",\"y\")", "+1+1", "-2+3", "@SUM(A1)", "\tx", "\rx",
@@ -123,10 +124,8 @@ def test_csv_numbers_stay_numbers():
 
 
 def test_csv_equal_width_on_recorded_tree_and_events(records):
-    ev = {"schema": 1, "type": "event", "ts": "t", "host": "h", "kind": "memory_growth", "severity": "warning",
-          "cgroup": "/x", "container": None, "message": "grows, \"fast\"", "evidence": {"bytes_per_second": 1.0},
-          "resolves": None, "since": "t"}
-    gpu_dev = {"schema": 1, "type": "gpu", "gpu": {"index": 0}, "processes": []}
+    ev = record("event", message="grows, \"fast\"", evidence={"bytes_per_second": 1.0})
+    gpu_dev = record("gpu", gpu={"index": 0})
     text = csv_header() + csv_rows(records + [ev, gpu_dev])
     rows = list(csv.reader(io.StringIO(text, newline="")))
     assert rows[0] == list(CSV_COLUMNS)

@@ -17,6 +17,9 @@ import sys
 import time
 
 import pytest
+from fieldtable import blank, example, record
+
+from cgstat import fields
 
 from cgstat.outputs import top as T
 from cgstat.outputs.table import display_name
@@ -108,14 +111,17 @@ HOSTILE = "evil\x1b[2J\x1b]0;pwned\x07\n\u202etxt.exe\u009b31m\r"
 
 
 def _record(name, cgroup, cpu=None, ws=None, limit_cores=None, gpu=None, network=None, read_rate=None):
-    return {"schema": 1, "type": "cgroup", "ts": "2026-11-29T20:10:12.807Z", "host": "h\x1b[31m",
-            "cgroup": cgroup, "interval_s": 1.0, "unit": None,
-            "container": {"name": name} if name is not None else None,
-            "cpu": {"percent": cpu, "limit_cores": limit_cores},
-            "memory": {"working_set_bytes": ws, "limit_bytes": 64 << 20, "percent": None},
-            "io": {"read_bytes_per_second": read_rate, "write_bytes_per_second": 0.0 if read_rate is not None else None,
-                   "read_bytes_total": 0, "write_bytes_total": 0},
-            "pids": {"current": 3}, "gpu": gpu, "network": network, "errors": []}
+    container = dict(blank(fields.RECORD, "container", True), name=name) if name is not None else None
+    if gpu is not None:
+        gpu = dict(blank(fields.RECORD, "gpu", True), **gpu)
+    if network is not None:
+        network = dict(example(fields.RECORD, "network"), **network)
+    return record(host="h\x1b[31m", cgroup=cgroup, interval_s=1.0, container=container,
+                  cpu={"percent": cpu, "limit_cores": limit_cores},
+                  memory={"working_set_bytes": ws, "limit_bytes": 64 << 20},
+                  io={"read_bytes_per_second": read_rate, "write_bytes_per_second": 0.0 if read_rate is not None else None,
+                      "read_bytes_total": 0, "write_bytes_total": 0},
+                  pids={"current": 3}, gpu=gpu, network=network)
 
 
 class _Detector:
@@ -127,8 +133,7 @@ class _Detector:
 
 
 def _event(cgroup, kind, severity="warning", resolves=None, message="msg"):
-    return {"type": "event", "kind": kind, "severity": severity, "cgroup": cgroup, "container": None,
-            "message": message, "resolves": resolves}
+    return record("event", kind=kind, severity=severity, cgroup=cgroup, message=message, resolves=resolves)
 
 
 def _model(records, sort="cpu", events=()):

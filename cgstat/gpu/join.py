@@ -17,10 +17,11 @@ partial sum would understate.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Dict, Iterable, List, Optional, Tuple
+from typing import Dict, Iterable, List, Optional, Tuple
 
 from cgstat.gpu.sample import GpuProcess
 from cgstat.kernel.procs import Owner
+from cgstat.records import GpuUse
 
 
 @dataclass(frozen=True)
@@ -50,7 +51,7 @@ def _sum(values: List[Optional[int]]) -> Optional[int]:
     return None if any(v is None for v in values) else sum(v for v in values if v is not None)
 
 
-def cgroup_gpu(processes: Tuple[Attributed, ...]) -> Dict[str, Any]:
+def cgroup_gpu(processes: Tuple[Attributed, ...]) -> GpuUse:
     """The `gpu` object of a cgroup record (no process: zeros and empty lists)."""
     procs = [a.process for a in processes]
     return {

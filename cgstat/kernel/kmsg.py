@@ -36,6 +36,7 @@ from __future__ import annotations
 import errno
 import os
 import re
+import stat
 from typing import Callable, Iterator, List, NamedTuple, Optional, Tuple
 
 from cgstat.text import decode_bytes
@@ -351,26 +352,56 @@ class KmsgFollower:
 
     `after_seq`: start after this record (a saved position; the records up to it are
     skipped, and if the oldest left is past it the ones in between count as lost); None
-    starts at the end. Raises KmsgUnavailable when the log can't be opened.
+    starts at the end: with `numbered`, by reading the backlog through unparsed, so that
+    `last_seq` says where the end was even if nothing is written before it is saved (a
+    cron run's state). `fd`: /dev/kmsg already open (passed by systemd: checked to be
+    that device, char 1:11, and kept open by close()). Raises KmsgUnavailable when the
+    log can't be opened.
     """
 
     def __init__(self, path: str = KMSG, after_seq: Optional[int] = None,
-                 read_one: Optional[Callable[[], bytes]] = None):
+                 read_one: Optional[Callable[[], bytes]] = None, numbered: bool = False,
+                 fd: Optional[int] = None):
         self.parser = OomParser()
         self.last_seq = after_seq
         self.fd: Optional[int] = None
         self._open = True
+        self._own = True
         if read_one is not None:  # records from elsewhere (tests, a recorded log)
             self._read_one = read_one
             return
+        self._own = fd is None
         try:
-            self.fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-            os.lseek(self.fd, 0, os.SEEK_END if after_seq is None else os.SEEK_SET)
+            if fd is None:
+                self.fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+            else:
+                st = os.fstat(fd)
+                if not stat.S_ISCHR(st.st_mode) or (os.major(st.st_rdev), os.minor(st.st_rdev)) != (1, 11):
+                    raise KmsgUnavailable(f"descriptor {fd} passed as the kernel log is not /dev/kmsg")
+                os.set_blocking(fd, False)
+                self.fd = fd
+            os.lseek(self.fd, 0, os.SEEK_END if after_seq is None and not numbered else os.SEEK_SET)
         except OSError as exc:
             self.close()
             raise KmsgUnavailable(_why(exc, path)) from None
         fd = self.fd
         self._read_one = lambda: os.read(fd, READ_SIZE)
+        if after_seq is None and numbered:
+            self._skip_backlog()
+
+    def _skip_backlog(self) -> None:
+        while True:
+            try:
+                raw = self._read_one()
+            except BlockingIOError:
+                return
+            except OSError as exc:
+                if exc.errno in (errno.EPIPE, errno.EINTR):
+                    continue
+                return
+            head = raw.split(b",", 2)
+            if len(head) == 3 and head[1].isdigit():
+                self.last_seq = int(head[1])
 
     def read(self, limit: int = MAX_RECORDS_PER_READ) -> Batch:
         """Every record written since the last read (at most `limit`), parsed."""
@@ -409,9 +440,9 @@ class KmsgFollower:
 
     def close(self) -> None:
         self._open = False
-        if self.fd is not None:
+        if self.fd is not None and self._own:
             os.close(self.fd)
-            self.fd = None
+        self.fd = None
 
 
 def _why(exc: OSError, path: str) -> str:

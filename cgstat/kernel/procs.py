@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import Any, Dict, List, Optional
+from typing import Dict, List, Optional
 
 from cgstat.kernel import parse
 from cgstat.kernel.hierarchy import Layout
 from cgstat.kernel.hostfs import HostFS, read_bytes, read_text
+from cgstat.records import Container
 
 
 @dataclass(frozen=True)
@@ -24,7 +25,7 @@ class Owner:
 
     name: Optional[str]  # /proc/<pid>/comm
     cgroup: Optional[str]  # its cgroup path as records name cgroups, null when unattributed
-    container: Optional[Dict[str, Any]]  # the record's container object, null when none
+    container: Optional[Container]  # the record's container object, null when none
 
 
 UNKNOWN = Owner(None, None, None)  # exited, or not in our PID namespace: no cgroup claims it

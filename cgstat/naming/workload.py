@@ -28,6 +28,7 @@ from cgstat.naming.paths import PathInfo, classify, container_root
 from cgstat.naming.pids import PidCgroups, PidMapper, start_ticks
 from cgstat.naming.runtimes.daemons import DaemonConfig, Daemons
 from cgstat.naming.runtimes.identities import Identities
+from cgstat.records import Container, Pod
 
 
 class Workload(NamedTuple):
@@ -36,8 +37,8 @@ class Workload(NamedTuple):
 
     kind: str  # the record's type: "cgroup", or "pod" for a Kubernetes pod's cgroup
     unit: Optional[str]  # decoded systemd unit of the last path component
-    container: Optional[Dict[str, Any]]  # the record's container object (null: none)
-    pod: Optional[Dict[str, Any]]  # the record's pod object (null: not in a pod)
+    container: Optional[Container]  # the record's container object (null: none)
+    pod: Optional[Pod]  # the record's pod object (null: not in a pod)
     sandbox: bool  # a pod's sandbox ("pause") container
     device_names: Dict[str, Optional[str]]  # MAJ:MIN -> block device name, for its IO rows
 

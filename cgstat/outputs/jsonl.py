@@ -26,10 +26,11 @@ import collections
 import errno
 import os
 import stat
-from typing import Any, Callable, Deque, Dict, Iterable, Iterator, List, Optional
+from typing import Callable, Deque, Iterable, Iterator, List, Optional
 
 from cgstat.errors import CgstatError, file_kind, os_reason
 from cgstat.kernel.hostfs import close_quietly
+from cgstat.records import JsonObject
 from cgstat.text import dumps_record, quote
 
 _PENDING_MAX_BYTES = 16 * 1024 * 1024
@@ -99,7 +100,7 @@ class JsonLinesSink:
     def close(self) -> None:
         pass
 
-    def chunks(self, records: Iterable[Dict[str, Any]], quiet: bool = False) -> Iterator[bytes]:
+    def chunks(self, records: Iterable[JsonObject], quiet: bool = False) -> Iterator[bytes]:
         """The batch as whole lines, in pieces of about _CHUNK_BYTES; `quiet`: no warning
         for a record dropped (the batch serialised again for the backlog, see FileSink)."""
         lines: List[bytes] = []
@@ -122,11 +123,11 @@ class JsonLinesSink:
             lines.append(b"")
             yield b"\n".join(lines)
 
-    def serialise(self, records: Iterable[Dict[str, Any]]) -> bytes:
+    def serialise(self, records: Iterable[JsonObject]) -> bytes:
         """The batch as one bytes object of whole lines (for tests and callers that want it)."""
         return b"".join(self.chunks(list(records)))
 
-    def write(self, records: Iterable[Dict[str, Any]]) -> None:
+    def write(self, records: Iterable[JsonObject]) -> None:
         """Write this batch, after whatever earlier batches failed to go out.
 
         The batch is serialised and written a chunk at a time (about 256 KiB), so its bytes

@@ -33,9 +33,10 @@ import calendar
 import copy
 import math
 import re
-from typing import Any, Dict, Iterable, List, Optional, Set, Tuple
+from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Set, Tuple, cast
 
 from cgstat import fields
+from cgstat.records import CgroupRecord, Container, GpuRecord, GpuUse, IoDevice, Pod, Sampled
 
 TEXT = "text"
 OPENMETRICS = "openmetrics"
@@ -173,6 +174,10 @@ _PSI = tuple((res, _BY_FIELD["pressure.%s.some_seconds_total" % res], _BY_FIELD[
 
 DEFAULT_CPU_PERIOD_US = 100000  # the kernel's default CFS period
 
+# What a record without a container or pod object reads (never changed)
+_NO_CONTAINER = cast(Container, {})
+_NO_POD = cast(Pod, {})
+
 
 # --------------------------------------------------------------------------- labels
 
@@ -186,15 +191,15 @@ def _labels(pairs: Iterable[Tuple[str, Any]]) -> str:
     return ",".join(out)
 
 
-def base_labels(record: Dict[str, Any]) -> str:
+def base_labels(record: CgroupRecord) -> str:
     """id, name, image, namespace, pod, container, container_label_* of a cgroup record.
 
     As the kubelet's cAdvisor: `container` is the Kubernetes container name (empty for a
     pod-level cgroup and outside Kubernetes), `name` the runtime's name (else its ID).
     Empty values are left out, which PromQL reads the same as `label=""`.
     """
-    container = record.get("container") or {}
-    pod = record.get("pod") or container.get("pod") or {}
+    container = record.get("container") or _NO_CONTAINER
+    pod = record.get("pod") or container.get("pod") or _NO_POD
     name = container.get("name") or container.get("id")
     pairs: List[Tuple[str, Any]] = [
         ("id", record.get("cgroup")),
@@ -309,9 +314,9 @@ class _Workload:
 
     __slots__ = ("identity", "base", "brace", "cpu_total", "info", "devices", "interfaces")
 
-    def __init__(self, record: Dict[str, Any], identity: Tuple[Any, ...]):
-        container = record.get("container") or {}
-        pod = record.get("pod") or container.get("pod") or {}
+    def __init__(self, record: CgroupRecord, identity: Tuple[Any, ...]):
+        container = record.get("container") or _NO_CONTAINER
+        pod = record.get("pod") or container.get("pod") or _NO_POD
         keep = _text_or_none(record.get("type"), record.get("unit"), container.get("runtime"),
                              container.get("id"), container.get("name"), container.get("image"),
                              pod.get("namespace"), pod.get("name"), pod.get("qos"))
@@ -349,7 +354,7 @@ class LabelCache:
         self.workloads: Dict[str, _Workload] = {}
 
 
-def _workload(record: Dict[str, Any], last: Dict[str, _Workload], kept: Dict[str, _Workload]) -> _Workload:
+def _workload(record: CgroupRecord, last: Dict[str, _Workload], kept: Dict[str, _Workload]) -> _Workload:
     """The record's workload from the last tick if it is the same, else a new one."""
     key = record.get("cgroup")
     identity = (record.get("type"), record.get("unit"), record.get("container"), record.get("pod"))
@@ -363,7 +368,7 @@ def _workload(record: Dict[str, Any], last: Dict[str, _Workload], kept: Dict[str
     return workload
 
 
-def _device_braces(base: str, dev: Dict[str, Any], known: Dict[Any, Tuple[bytes, ...]],
+def _device_braces(base: str, dev: IoDevice, known: Dict[Any, Tuple[bytes, ...]],
                    seen: Dict[Any, Tuple[bytes, ...]]) -> Tuple[bytes, ...]:
     """A block device's braces: for its IO counters, then blkio Read, Write, Discard.
 
@@ -377,7 +382,7 @@ def _device_braces(base: str, dev: Dict[str, Any], known: Dict[Any, Tuple[bytes,
     return braces
 
 
-def _new_device_braces(base: str, dev: Dict[str, Any]) -> Tuple[bytes, ...]:
+def _new_device_braces(base: str, dev: IoDevice) -> Tuple[bytes, ...]:
     majmin = str(dev.get("device") or "")
     major, _, minor = majmin.partition(":")
     dname = dev.get("name")
@@ -387,7 +392,7 @@ def _new_device_braces(base: str, dev: Dict[str, Any]) -> Tuple[bytes, ...]:
     return (_brace(base, dlabel),) + tuple(_brace(base, blk + '"' + op + '"') for op, _ in _BLKIO_OPS)
 
 
-def _cgroup_samples(record: Dict[str, Any], out: List[List[bytes]], fmt: str, timestamps: bool,
+def _cgroup_samples(record: CgroupRecord, out: List[List[bytes]], fmt: str, timestamps: bool,
                     workload: _Workload) -> None:
     millis = ts_millis(record.get("ts")) if timestamps else None
     end = _ts_suffix(millis, fmt).encode()
@@ -464,7 +469,7 @@ def _cgroup_samples(record: Dict[str, Any], out: List[List[bytes]], fmt: str, ti
         _container_gpu(gpu, add_gpu)
 
 
-def _container_gpu(gpu: Dict[str, Any], add) -> None:
+def _container_gpu(gpu: GpuUse, add: Callable[[int, Any, str], None]) -> None:
     per_gpu: Dict[Tuple[str, str], List[Any]] = {}
     processes = gpu.get("processes")
     if not isinstance(processes, list):
@@ -472,9 +477,8 @@ def _container_gpu(gpu: Dict[str, Any], add) -> None:
     for p in processes:
         if not isinstance(p, dict):
             continue
-        index = p.get("gpu_index")
-        uuid = p.get("gpu_uuid")
-        key = ("" if index is None else str(index), uuid or "")
+        gpu_index = p.get("gpu_index")
+        key = ("" if gpu_index is None else str(gpu_index), p.get("gpu_uuid") or "")
         sums: List[Any] = per_gpu.setdefault(key, [None, None])
         mem: Any = p.get("memory_bytes")
         sm: Any = p.get("sm_percent")
@@ -493,7 +497,7 @@ def _container_gpu(gpu: Dict[str, Any], add) -> None:
         add(F_CGPU_SM, sm, extra)
 
 
-def _gpu_samples(record: Dict[str, Any], out: List[List[bytes]], fmt: str, timestamps: bool) -> None:
+def _gpu_samples(record: GpuRecord, out: List[List[bytes]], fmt: str, timestamps: bool) -> None:
     gpu = record.get("gpu")
     if not isinstance(gpu, dict):
         return
@@ -517,12 +521,13 @@ def _gpu_samples(record: Dict[str, Any], out: List[List[bytes]], fmt: str, times
         add(F_GPU_PROCS, len(processes))
         unattributed = 0
         for p in processes:
-            if isinstance(p, dict) and p.get("cgroup") is None and _num(p.get("memory_bytes")) is not None:
-                unattributed += p["memory_bytes"]
+            memory: Any = p.get("memory_bytes") if isinstance(p, dict) and p.get("cgroup") is None else None
+            if _num(memory) is not None:
+                unattributed += memory
         add(F_GPU_UNATTR, unattributed)
 
 
-def _self_samples(self_metrics: Dict[str, Any], records: List[Dict[str, Any]], out: List[List[bytes]]) -> None:
+def _self_samples(self_metrics: Dict[str, Any], records: Sequence[Sampled], out: List[List[bytes]]) -> None:
     def add(family: int, value: Any, labels: str = "") -> None:
         text = _num(value)
         if text is not None:
@@ -554,8 +559,70 @@ def _self_samples(self_metrics: Dict[str, Any], records: List[Dict[str, Any]], o
         add(F_RECORD_ERRORS, errors[code], 'error="%s"' % escape_value(code))
 
 
-def render(records: List[Dict[str, Any]], fmt: str = TEXT, self_metrics: Optional[Dict[str, Any]] = None,
-           timestamps: bool = True, cache: Optional[LabelCache] = None) -> bytes:
+F_OOM = _INDEX["container_oom_events_total"]
+RETAIN_OOM_S = 900.0  # how long a gone cgroup's OOM-kill counter is still exposed
+
+
+class OomRetention:
+    """The OOM-kill counters (container_oom_events_total) of cgroups that are gone, kept
+    `keep_s` after the last tick that had them, so that a kill that ended its container
+    (runc removes the cgroup as its init dies) is still there for an alert rule.
+
+    `update(records, kills, now_ts)` once per tick: `kills` are the tick's kernel-log kills
+    (naming/kills.py NamedKill). A cgroup that had a record last tick and has none now
+    keeps its last value; a kill the log reports for a cgroup with no record this tick (gone,
+    or never read: killed in its first second) adds 1, from 0 when there was no series (the
+    series then first appears at 1: the alert rule handles that, deploy/prometheus/rules.yml).
+    The value never changes otherwise, so increase() over any range counts only the real
+    kills; when the series ends it just goes stale, which increase() doesn't read as a reset,
+    and a cgroup that comes back under the same labels starts from its own counter (read as
+    a reset, counted from 0). Memory: one entry per cgroup gone within keep_s, the last
+    tick's records (held by the exporter anyway).
+    """
+
+    def __init__(self, keep_s: float = RETAIN_OOM_S):
+        self.keep_s = keep_s
+        self._last: Dict[str, Any] = {}  # path -> last tick's record
+        self._kept: Dict[str, List[Any]] = {}  # path -> [labels, value, until (monotonic)]
+
+    def update(self, records: Sequence[Sampled], kills: Iterable[Any], now: float) -> List[Tuple[str, int]]:
+        """(labels, value) of every kept series this tick."""
+        current: Dict[str, Any] = {}
+        for rec in records:
+            r: Any = rec  # a cgroup, pod or GPU record
+            if isinstance(r, dict) and r.get("type") in ("cgroup", "pod") and isinstance(r.get("cgroup"), str):
+                current[r["cgroup"]] = r
+        kept = self._kept
+        for path, r in self._last.items():
+            if path not in current:
+                value = _oom_total(r)
+                if value is not None and path not in kept:
+                    kept[path] = [base_labels(r), value, now + self.keep_s]
+        for k in kills:
+            where = getattr(k, "cgroup", None)
+            if not isinstance(where, str) or where in current:
+                continue  # a live cgroup's own counter has it
+            entry = kept.get(where)
+            if entry is None:
+                like: Any = {"cgroup": where, "container": k.container, "pod": k.pod}  # what labels need of a record
+                entry = kept[where] = [base_labels(like), 0, 0.0]
+            entry[1] += 1
+            entry[2] = now + self.keep_s
+        for path in [p for p, e in kept.items() if p in current or e[2] <= now]:
+            del kept[path]
+        self._last = current
+        return [(e[0], e[1]) for e in kept.values()]
+
+
+def _oom_total(record: Any) -> Optional[int]:
+    mem = record.get("memory")
+    value = mem.get("oom_kills_total") if isinstance(mem, dict) else None
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def render(records: Sequence[Sampled], fmt: str = TEXT, self_metrics: Optional[Dict[str, Any]] = None,
+           timestamps: bool = True, cache: Optional[LabelCache] = None,
+           retained: Iterable[Tuple[str, int]] = ()) -> bytes:
     """The exposition of one tick.
 
     `records`: the Sampler's records (types cgroup, pod, gpu; anything else is skipped).
@@ -564,6 +631,8 @@ def render(records: List[Dict[str, Any]], fmt: str = TEXT, self_metrics: Optiona
     renders the record-derived ones only. `timestamps`: stamp cgroup and GPU samples with
     their record's `ts`. `cache`: the labels of the last tick's workloads, used and
     replaced by this tick's (the same bytes as without it, made in less time).
+    `retained`: (labels, value) of the OOM-kill counters of gone cgroups (OomRetention),
+    written without a timestamp (the scrape's time: the series stays current while kept).
     """
     if fmt not in CONTENT_TYPES:
         raise ValueError("unknown exposition format %r" % (fmt,))
@@ -576,11 +645,15 @@ def render(records: List[Dict[str, Any]], fmt: str = TEXT, self_metrics: Optiona
             continue
         kind = record.get("type")
         if kind == "cgroup" or kind == "pod":
-            _cgroup_samples(record, out, fmt, timestamps, _workload(record, last, kept))
+            workload = cast(CgroupRecord, record)
+            _cgroup_samples(workload, out, fmt, timestamps, _workload(workload, last, kept))
         elif kind == "gpu":
-            _gpu_samples(record, out, fmt, timestamps)
+            _gpu_samples(cast(GpuRecord, record), out, fmt, timestamps)
     if cache is not None:
         cache.workloads = kept  # one reference swap: a render in another thread sees either
+    oom_name = FAMILIES[F_OOM].name
+    for labels, value in retained:
+        out[F_OOM].append(("%s{%s} %d\n" % (oom_name, labels, value)).encode("utf-8", "backslashreplace"))
     parts: List[bytes] = []
     for family, pieces in zip(FAMILIES, out):
         if pieces:

@@ -15,13 +15,14 @@ SIGTERM/SIGINT end it with exit 0.
 from __future__ import annotations
 
 import time
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, Iterable, Optional, Sequence
 
 from cgstat import __version__
 from cgstat.errors import CgstatError
 from cgstat.outputs import prometheus
 from cgstat.outputs.http import DEFAULT_LISTEN, MetricsServer, address_note
 from cgstat.pipeline.diagnostics import Warner
+from cgstat.records import Sampled
 
 
 class Exporter:
@@ -38,6 +39,7 @@ class Exporter:
         self.ticks = 0
         self.render_s: Optional[float] = None
         self.labels = prometheus.LabelCache()  # the last tick's workloads' labels, rendered
+        self.retention = prometheus.OomRetention()  # gone cgroups' OOM-kill counters
         try:
             self.server = MetricsServer(listen, stale_after_s=stale_after_s,
                                         on_error=lambda m: self.warner.warn("http", m))
@@ -53,8 +55,10 @@ class Exporter:
             self.warner.once("listen", note)
         self.address = "[%s]:%d" % (host, port) if ":" in host else "%s:%d" % (host, port)
 
-    def publish(self, records: List[Dict[str, Any]], tick_seconds: Optional[float] = None) -> None:
-        """Render `records` (one tick) and make them what /metrics serves from now on."""
+    def publish(self, records: Sequence[Sampled], tick_seconds: Optional[float] = None,
+                kills: Iterable[Any] = ()) -> None:
+        """Render `records` (one tick) and make them what /metrics serves from now on.
+        `kills`: the tick's kernel-log OOM kills (Sampler.kills), for the gone cgroups' counters."""
         began = time.monotonic()
         self.ticks += 1
         own: Dict[str, Any] = {
@@ -66,10 +70,11 @@ class Exporter:
         }
         stamps = self.timestamps
         labels = self.labels
-        text = prometheus.render(records, prometheus.TEXT, own, stamps, labels)
+        retained = self.retention.update(records, kills, began)
+        text = prometheus.render(records, prometheus.TEXT, own, stamps, labels, retained)
 
         def openmetrics() -> bytes:  # made on the first scrape that asks, in the server thread
-            return prometheus.render(records, prometheus.OPENMETRICS, own, stamps, labels)
+            return prometheus.render(records, prometheus.OPENMETRICS, own, stamps, labels, retained)
 
         self.server.publish(text, openmetrics)
         self.render_s = time.monotonic() - began

@@ -26,11 +26,12 @@ from __future__ import annotations
 
 import os
 import unicodedata
-from typing import Any, Dict, Iterable, Iterator, List, Optional, Sequence
+from typing import Any, Iterable, Iterator, List, Optional, Sequence, cast
 
 from cgstat import fields
 from cgstat.outputs.jsonl import FileSink, StdoutSink
 from cgstat.pipeline.record import number_at, value_at
+from cgstat.records import CgroupRecord, EventRecord, JsonObject
 from cgstat.text import escape_controls
 
 # -- docker's units (github.com/docker/go-units, size.go) ------------------------------------
@@ -69,16 +70,17 @@ def percent(value: Optional[float]) -> str:
 
 # -- reading a record ------------------------------------------------------------------------
 
-def display_name(record: Dict[str, Any]) -> str:
+def display_name(record: CgroupRecord) -> str:
     """The container's name, else the systemd unit, else the cgroup path; controls escaped.
 
     A pod-level record (`type: "pod"`) is named `namespace/pod` when the pod is known.
     """
-    name = value_at(record, "container", "name")
-    if not name and record.get("type") == "pod" and value_at(record, "pod", "name"):
-        name = "%s/%s" % (value_at(record, "pod", "namespace") or "", value_at(record, "pod", "name"))
-    name = name or record.get("unit") or record.get("cgroup") or "--"
-    return escape_controls(str(name))
+    container = record["container"]
+    name = container["name"] if container is not None else None
+    pod = record["pod"]
+    if not name and record["type"] == "pod" and pod is not None and pod["name"]:
+        name = "%s/%s" % (pod["namespace"] or "", pod["name"])
+    return escape_controls(str(name or record["unit"] or record["cgroup"] or "--"))
 
 
 def text_width(text: str) -> int:
@@ -97,35 +99,38 @@ TABLE_HEADER = ("CONTAINER ID", "NAME", "CPU %", "MEM USAGE / LIMIT", "MEM %", "
                 "GPU SM %")
 
 
-def container_id(record: Dict[str, Any]) -> str:
+def container_id(record: CgroupRecord) -> str:
     """docker's CONTAINER ID: the first 12 hex digits of a container's ID, else "--"."""
-    short = value_at(record, "container", "short_id")
+    container = record["container"]
+    short = container["short_id"] if container is not None else None
     return escape_controls(str(short)) if short else "--"
 
 
-def table_row(record: Dict[str, Any]) -> List[str]:
+def table_row(record: CgroupRecord) -> List[str]:
     """The cells of one record, formatted as docker stats formats them."""
-    ws = number_at(record, "memory", "working_set_bytes")
-    limit = number_at(record, "memory", "limit_bytes")
-    mem_pct = number_at(record, "memory", "percent")
+    memory = record["memory"]
+    ws = number_at(memory["working_set_bytes"])
+    limit = number_at(memory["limit_bytes"])
+    mem_pct = number_at(memory["percent"])
     if limit is None and ws and mem_pct:
         limit = ws * 100.0 / mem_pct  # docker shows the host's memory for an unlimited container
     mem = "-- / --" if ws is None else "%s / %s" % (bytes_size(ws), bytes_size(limit))
-    net = record.get("network")
-    if isinstance(net, dict):
-        net_io = "%s / %s" % (human_size(number_at(net.get("rx_bytes_total"))),
-                              human_size(number_at(net.get("tx_bytes_total"))))
+    net = record["network"]
+    if net is not None:
+        net_io = "%s / %s" % (human_size(number_at(net["rx_bytes_total"])),
+                              human_size(number_at(net["tx_bytes_total"])))
     else:
         net_io = "--"
-    rd, wr = number_at(record, "io", "read_bytes_total"), number_at(record, "io", "write_bytes_total")
+    io = record["io"]
+    rd, wr = number_at(io["read_bytes_total"]), number_at(io["write_bytes_total"])
     block = "--" if rd is None and wr is None else "%s / %s" % (human_size(rd), human_size(wr))
-    pids = number_at(record, "pids", "current")
-    gpu = record.get("gpu")
+    pids = number_at(record["pids"]["current"])
+    gpu = record["gpu"]
     gpu_mem = gpu_sm = "--"
-    if isinstance(gpu, dict):
-        gpu_mem = bytes_size(number_at(gpu.get("memory_bytes")))
-        gpu_sm = percent(number_at(gpu.get("sm_percent")))
-    return [container_id(record), display_name(record), percent(number_at(record, "cpu", "percent")), mem, percent(mem_pct), net_io,
+    if gpu is not None:
+        gpu_mem = bytes_size(number_at(gpu["memory_bytes"]))
+        gpu_sm = percent(number_at(gpu["sm_percent"]))
+    return [container_id(record), display_name(record), percent(number_at(record["cpu"]["percent"])), mem, percent(mem_pct), net_io,
             block, "--" if pids is None else "%d" % pids, gpu_mem, gpu_sm]
 
 
@@ -147,21 +152,27 @@ def render_table(rows: Sequence[Sequence[str]], header: Sequence[str] = TABLE_HE
     return "\n".join(lines) + "\n"
 
 
-def _is_workload(record: Any) -> bool:
+def _is_workload(record: object) -> bool:
     return isinstance(record, dict) and record.get("type") in ("cgroup", "pod")
 
 
-def format_table(records: Iterable[Dict[str, Any]]) -> str:
-    """One batch: the table, then one line per event ("! severity kind name: message")."""
+def _is_event(record: object) -> bool:
+    return isinstance(record, dict) and record.get("type") == "event"
+
+
+def event_line(event: EventRecord) -> str:
+    """An event under the table: "! severity kind name: message"."""
+    container = event["container"]
+    who = (container["name"] if container is not None else None) or event["cgroup"] or "--"
+    return "! %s %s %s: %s\n" % (escape_controls(str(event["severity"])), escape_controls(str(event["kind"])),
+                                 escape_controls(str(who)), escape_controls(str(event["message"])))
+
+
+def format_table(records: Iterable[JsonObject]) -> str:
+    """One batch: the table, then one line per event."""
     records = list(records)
-    rows = [table_row(r) for r in records if _is_workload(r)]
-    text = render_table(rows)
-    for e in records:
-        if isinstance(e, dict) and e.get("type") == "event":
-            who = value_at(e, "container", "name") or e.get("cgroup") or "--"
-            text += "! %s %s %s: %s\n" % (escape_controls(str(e.get("severity"))), escape_controls(str(e.get("kind"))),
-                                          escape_controls(str(who)), escape_controls(str(e.get("message"))))
-    return text
+    text = render_table([table_row(cast(CgroupRecord, r)) for r in records if _is_workload(r)])
+    return text + "".join(event_line(cast(EventRecord, e)) for e in records if _is_event(e))
 
 
 # -- CSV --------------------------------------------------------------------------------------
@@ -191,13 +202,15 @@ def csv_cell(value: Any) -> str:
     return csv_text(str(value))
 
 
-def csv_values(record: Dict[str, Any]) -> List[Any]:
-    """The CSV_COLUMNS values of one record (cgroup, pod or event)."""
+def csv_values(record: JsonObject) -> List[Any]:
+    """The CSV_COLUMNS values of one record (cgroup, pod or event): a record field by its
+    path (the paths are the field table's), or what the column makes (fields.CSV_MADE)."""
     event = record.get("type") == "event"
     values: List[Any] = []
     for col in CSV_COLUMNS:
         if col == "name":
-            v = display_name(record) if not event else (value_at(record, "container", "name") or record.get("cgroup"))
+            v = display_name(cast(CgroupRecord, record)) if not event else (
+                value_at(record, "container", "name") or record.get("cgroup"))
         elif col.startswith("event."):
             v = record.get(col[6:]) if event else None
         elif col == "gpu.devices":
@@ -224,11 +237,11 @@ def csv_header() -> str:
     return ",".join(CSV_COLUMNS) + "\r\n"
 
 
-def csv_rows(records: Iterable[Dict[str, Any]]) -> str:
+def csv_rows(records: Iterable[JsonObject]) -> str:
     """RFC 4180 rows (CRLF) for the cgroup, pod and event records of a batch."""
     out = []
     for r in records:
-        if _is_workload(r) or (isinstance(r, dict) and r.get("type") == "event"):
+        if _is_workload(r) or _is_event(r):
             out.append(",".join(csv_cell(v) for v in csv_values(r)))
     return "\r\n".join(out) + "\r\n" if out else ""
 
@@ -240,10 +253,10 @@ class _TableFormat:
 
     _batches = 0
 
-    def chunks(self, records: Iterable[Dict[str, Any]], quiet: bool = False) -> Iterator[bytes]:
+    def chunks(self, records: Iterable[JsonObject], quiet: bool = False) -> Iterator[bytes]:
         yield self.serialise(records)  # one piece: the columns are laid out over the batch
 
-    def serialise(self, records: Iterable[Dict[str, Any]]) -> bytes:
+    def serialise(self, records: Iterable[JsonObject]) -> bytes:
         text = format_table(records)
         if self._batches:
             text = "\n" + text
@@ -259,10 +272,10 @@ class _CsvFormat:
     def _output_empty(self) -> bool:
         return True
 
-    def chunks(self, records: Iterable[Dict[str, Any]], quiet: bool = False) -> Iterator[bytes]:
+    def chunks(self, records: Iterable[JsonObject], quiet: bool = False) -> Iterator[bytes]:
         yield self.serialise(records)  # one piece: the header is decided per batch
 
-    def serialise(self, records: Iterable[Dict[str, Any]]) -> bytes:
+    def serialise(self, records: Iterable[JsonObject]) -> bytes:
         text = csv_rows(records)
         if self._header_due and self._output_empty():
             text = csv_header() + text

@@ -51,7 +51,7 @@ import collections
 import os
 import sys
 import time
-from typing import Any, Callable, Deque, Dict, List, NamedTuple, Optional, Sequence, Tuple
+from typing import Any, Callable, Deque, Dict, List, NamedTuple, Optional, Sequence, Tuple, cast
 
 from cgstat.outputs.jsonl import ReaderGone, SinkError, StdoutSink
 from cgstat.outputs.table import human_size, render_table, table_row, text_width
@@ -59,6 +59,7 @@ from cgstat.pipeline.events import EventDetector, Thresholds
 from cgstat.pipeline.record import number_at, value_at
 from cgstat.pipeline.sampler import Sampler
 from cgstat.pipeline.schedule import Schedule, _Wake
+from cgstat.records import CgroupRecord, EventRecord, Sampled
 from cgstat.text import escape_controls
 
 FIRST_SCREEN_S = 0.5  # the warm-up before the first screen (at most one interval)
@@ -122,38 +123,40 @@ def _sum(*values: Optional[float]) -> Optional[float]:
     return sum(known) if known else None
 
 
-def make_row(record: Dict[str, Any], open_kinds: Dict[str, str]) -> Row:
+def make_row(record: CgroupRecord, open_kinds: Dict[str, str]) -> Row:
     """One workload's row; `open_kinds` is kind -> severity of its open event episodes."""
     cid, name, cpu, mem, mem_pct, _net, _block, pids, gpu_mem, gpu_sm = table_row(record)
-    rd = number_at(record, "io", "read_bytes_per_second")
-    wr = number_at(record, "io", "write_bytes_per_second")
-    net = record.get("network")
+    io = record["io"]
+    rd = number_at(io["read_bytes_per_second"])
+    wr = number_at(io["write_bytes_per_second"])
+    net = record["network"]
     rx = tx = None
-    if isinstance(net, dict):
-        rx, tx = number_at(net.get("rx_bytes_per_second")), number_at(net.get("tx_bytes_per_second"))
+    if net is not None:
+        rx, tx = number_at(net["rx_bytes_per_second"]), number_at(net["tx_bytes_per_second"])
         net_cell = _rate_pair(rx, tx)
     else:
         net_cell = "--"
     marks = ",".join(EVENT_MARKS.get(k, escape_controls(str(k))) for k in sorted(open_kinds))
-    gpu = record.get("gpu")
+    gpu = record["gpu"]
     gpu_keys = None
-    if isinstance(gpu, dict):
-        gpu_keys = (number_at(gpu.get("memory_bytes")), number_at(gpu.get("sm_percent")))
+    if gpu is not None:
+        gpu_keys = (number_at(gpu["memory_bytes"]), number_at(gpu["sm_percent"]))
         if gpu_keys == (None, None):
             gpu_keys = None
+    cpu_figures = record["cpu"]
     keys = {
-        "cpu": number_at(record, "cpu", "percent"),
-        "memory": number_at(record, "memory", "working_set_bytes"),
+        "cpu": number_at(cpu_figures["percent"]),
+        "memory": number_at(record["memory"]["working_set_bytes"]),
         "gpu": gpu_keys,
         "io": None if rd is None and wr is None and rx is None and tx is None
         else (_sum(rd, wr) or 0.0, _sum(rx, tx) or 0.0),
-        "pids": number_at(record, "pids", "current"),
+        "pids": number_at(record["pids"]["current"]),
         "name": name.lower(),
     }
     worst = max(open_kinds.values(), key=lambda s: _SEVERITY_RANK.get(s, 0)) if open_kinds else None
-    cells = [name, cid, cpu, _cpu_limit(number_at(record, "cpu", "limit_cores")), mem, mem_pct, net_cell,
+    cells = [name, cid, cpu, _cpu_limit(number_at(cpu_figures["limit_cores"])), mem, mem_pct, net_cell,
              _rate_pair(rd, wr), pids, gpu_mem, gpu_sm, marks or ""]
-    return Row(str(record.get("cgroup")), cells, keys, worst)
+    return Row(record["cgroup"], cells, keys, worst)
 
 
 def _none_low(v: Any) -> Tuple[int, Any]:
@@ -186,10 +189,10 @@ class Model:
         self.tick_events: List[str] = []  # this tick's event lines
         self.status = ""  # the latest warning
 
-    def update(self, records: List[Dict[str, Any]], now: Optional[float] = None) -> None:
+    def update(self, records: Sequence[Sampled], now: Optional[float] = None) -> None:
         events = self.detector.observe(records) if self.detector is not None else []
-        workloads = [r for r in records if isinstance(r, dict) and r.get("type") in ("cgroup", "pod")]
-        present = {r.get("cgroup") for r in workloads}
+        workloads = [cast(CgroupRecord, r) for r in records if r["type"] in ("cgroup", "pod")]
+        present = {r["cgroup"] for r in workloads}
         self.open = {cg: kinds for cg, kinds in self.open.items() if cg in present}
         stamp = time.strftime("%H:%M:%S", time.localtime(now if now is not None else time.time()))
         self.tick_events = []
@@ -204,7 +207,7 @@ class Model:
             line = event_line(e)
             self.tick_events.append(line)
             self.log.append("%s %s" % (stamp, line))
-        self.rows = [make_row(r, self.open.get(str(r.get("cgroup")), {})) for r in workloads]
+        self.rows = [make_row(r, self.open.get(r["cgroup"], {})) for r in workloads]
         self.ts = now if now is not None else time.time()
         self.ticks += 1
 
@@ -217,7 +220,7 @@ class Model:
             self.host or "--", when, interval_s, len(self.rows), self.sort)
 
 
-def event_line(e: Dict[str, Any]) -> str:
+def event_line(e: EventRecord) -> str:
     """'! severity kind name: message', as `--format table` lists events; controls escaped."""
     who = value_at(e, "container", "name") or e.get("cgroup") or "--"
     kind = e.get("kind")
@@ -575,7 +578,7 @@ def run_top(sampler: Sampler, interval_s: float, sort: str = "cpu", events: bool
 
 
 def _ticks(sampler: Sampler, schedule: Schedule, interval_s: float, count: Optional[int],
-           show: Callable[[List[Dict[str, Any]]], None]) -> None:
+           show: Callable[[List[Sampled]], None]) -> None:
     """The warm-up, the first screen after min(interval, FIRST_SCREEN_S), then the Schedule."""
     sampler.warm_up()
     done = 0
@@ -612,7 +615,7 @@ def _run_screen(sampler: Sampler, model: Model, screen: _Screen, interval_s: flo
 
     schedule = _KeyedSchedule(interval_s, warner, wait_key).install_signals()
 
-    def show(records: List[Dict[str, Any]]) -> None:
+    def show(records: List[Sampled]) -> None:
         model.update(records)
         screen.draw()
 
@@ -640,7 +643,7 @@ def _run_plain(sampler: Sampler, model: Model, interval_s: float, count: Optiona
     schedule = Schedule(interval_s, sampler.warner).install_signals()
     shown = [0]
 
-    def show(records: List[Dict[str, Any]]) -> None:
+    def show(records: List[Sampled]) -> None:
         model.update(records)
         text = plain_frame(model, interval_s)
         if shown[0]:

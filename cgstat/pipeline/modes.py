@@ -7,11 +7,12 @@ own beyond that order of events.
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, Any, Dict, Iterable, List, Optional
+from typing import TYPE_CHECKING, Iterable, List, Optional, Sequence
 
 from cgstat import sdnotify
 from cgstat.outputs.jsonl import JsonLinesSink, ReaderGone, SinkError, StdoutSink
 from cgstat.pipeline.schedule import Schedule, watchdog_heartbeat_s
+from cgstat.records import JsonObject
 
 if TYPE_CHECKING:  # the state file and events are imported by the runs that use them
     from cgstat.outputs.serve import Exporter
@@ -71,9 +72,10 @@ def _stream_tick(sampler: Sampler, sink: Optional[JsonLinesSink], events: Option
     records die when this returns (a loop variable would keep them through the next tick).
     """
     if exporter is None and sink is not None:
-        stream: Iterable[Dict[str, Any]] = sampler.records()
+        stream: Iterable[JsonObject] = sampler.records()
         if events is not None:
-            stream = events.watch(stream)  # type: ignore[assignment]  # records, then the tick's events
+            # records, then the tick's events (the kernel log's kills are read after the records)
+            stream = events.watch(stream, kills=lambda: sampler.kills)
         try:
             sink.write(stream)
         except SinkError as exc:
@@ -82,12 +84,13 @@ def _stream_tick(sampler: Sampler, sink: Optional[JsonLinesSink], events: Option
     began = time.monotonic()
     records = sampler.tick()
     if exporter is not None:
-        exporter.publish(records, time.monotonic() - began)
+        exporter.publish(records, time.monotonic() - began, sampler.kills)
+    batch: Sequence[JsonObject] = records
     if events is not None:
-        records = records + events.observe(records)  # a new list: the exporter keeps the first
+        batch = [*records, *events.observe(records, kills=sampler.kills)]  # a new list: the exporter keeps the first
     if sink is not None:
         try:
-            sink.write(records)
+            sink.write(batch)
         except SinkError as exc:
             sampler.warner.warn("sink", str(exc))
 
@@ -111,14 +114,20 @@ def run_once(sampler: Sampler, sink: JsonLinesSink, state_path: Optional[str], w
                 previous, why = state.load(sampler.host.boot_id, sampler.clock.monotonic())
                 if why:
                     sampler.warner.warn("state", why)
+                # The kernel log since the last run of this boot (a first run starts at its
+                # end; another boot's state: from this boot's first record).
+                if events:
+                    seq = state.kernel_log_seq
+                    sampler.follow_kernel_log(seq if seq is not None else (-1 if state.other_boot else None), numbered=True)
                 records, current = sampler.render(sampler.collect(), previous)
+                batch: Sequence[JsonObject] = records
                 if events:
                     # what two runs can judge (an OOM kill between them), from what the
-                    # previous run kept
-                    records = records + judge_runs(state.extras if not why else {}, records)
-                sink.write(records)
+                    # previous run kept and the kernel log
+                    batch = [*records, *judge_runs(state.extras if not why else {}, records, kills=sampler.kills)]
+                sink.write(batch)
                 state.save(sampler.host.boot_id, sampler.fs.root, sampler.clock.monotonic(), current,
-                           state_extras(records))
+                           state_extras(records), sampler.kernel_log_seq)
         else:
             if window_s > 0:
                 sampler.warm_up()

@@ -15,9 +15,10 @@ keep it between cron runs.
 
 from __future__ import annotations
 
-from typing import Any, Dict, NamedTuple, Optional, Tuple
+from typing import Dict, NamedTuple, Optional, Tuple
 
 from cgstat.kernel.netns import NetworkResult, NetworkSample
+from cgstat.records import Network
 
 # name -> (rx_bytes, tx_bytes, rx_packets, tx_packets)
 IfRow = Tuple[int, int, int, int]
@@ -90,11 +91,7 @@ def network_rates(prev: Optional[NetworkCounters], cur: Optional[NetworkCounters
     return NetworkRates(dt, r[0], r[1], r[2], r[3])
 
 
-_IF_FIELDS = ("rx_bytes_total", "tx_bytes_total", "rx_packets_total", "tx_packets_total",
-              "rx_errors_total", "tx_errors_total", "rx_dropped_total", "tx_dropped_total")
-
-
-def network_record(result: Optional[NetworkResult], rates: NetworkRates = NO_NETWORK_RATES) -> Optional[Dict[str, Any]]:
+def network_record(result: Optional[NetworkResult], rates: NetworkRates = NO_NETWORK_RATES) -> Optional[Network]:
     """The record's `network` object (issue 13's shape), or None. When None, the caller
     adds result.problem to the record's `errors`."""
     if result is None or result.network is None:
@@ -111,8 +108,12 @@ def network_record(result: Optional[NetworkResult], rates: NetworkRates = NO_NET
         "tx_dropped_total": s.tx_dropped_total,
         "rx_bytes_per_second": _round(rates.rx_bytes_per_second),
         "tx_bytes_per_second": _round(rates.tx_bytes_per_second),
-        "interfaces": [dict([("name", i.name)] + [(f, getattr(i, f)) for f in _IF_FIELDS])
-                       for i in s.interfaces],
+        "interfaces": [{
+            "name": i.name, "rx_bytes_total": i.rx_bytes_total, "tx_bytes_total": i.tx_bytes_total,
+            "rx_packets_total": i.rx_packets_total, "tx_packets_total": i.tx_packets_total,
+            "rx_errors_total": i.rx_errors_total, "tx_errors_total": i.tx_errors_total,
+            "rx_dropped_total": i.rx_dropped_total, "tx_dropped_total": i.tx_dropped_total,
+        } for i in s.interfaces],
         "netns": s.netns,
         "shared": s.shared,
     }

@@ -9,14 +9,16 @@ from __future__ import annotations
 
 import math
 import time
-from typing import TYPE_CHECKING, Any, Dict, Iterable, List, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Iterable, List, Optional, Tuple
 
+from cgstat import records
 from cgstat.kernel.host import HostInfo
 from cgstat.kernel.netns import NetworkResult
 from cgstat.kernel.sample import MemoryEvents, PressureSample, Problem, Sample, SwapEvents
 from cgstat.naming.workload import Workload
 from cgstat.pipeline.network import network_record
 from cgstat.pipeline.rates import NO_IO_RATES, Rates
+from cgstat.records import CgroupRecord, GpuRecord, GpuUse, IoDevice, Pressure, Psi, RecordError
 
 if TYPE_CHECKING:  # GPU records are built only with GPUs: a run without any never loads them
     from cgstat.gpu.join import Attributed
@@ -58,7 +60,7 @@ def rfc3339(wall_s: float) -> str:
 
 
 def build(sample: Sample, rates: Rates, workload: Workload, host: HostInfo,
-          gpu: Optional[Dict[str, Any]] = None, network: Optional[NetworkResult] = None) -> Dict[str, Any]:
+          gpu: Optional[GpuUse] = None, network: Optional[NetworkResult] = None) -> CgroupRecord:
     """A cgroup (or pod) record; `gpu` is its GPU object (cgstat/gpu/join.py), None when
     GPU metrics are off; `network` what its network namespace's counters were (None: not
     read, as for a recorded tree)."""
@@ -73,7 +75,7 @@ def build(sample: Sample, rates: Rates, workload: Workload, host: HostInfo,
     if mem.working_set_bytes is not None and denominator:
         mem_percent = mem.working_set_bytes / denominator * 100.0
 
-    devices: Optional[List[Dict[str, Any]]] = None
+    devices: Optional[List[IoDevice]] = None
     rows = io.devices
     read_bytes: Optional[int]
     write_bytes: Optional[int]
@@ -107,7 +109,7 @@ def build(sample: Sample, rates: Rates, workload: Workload, host: HostInfo,
             })
 
     psi = sample.pressure.get  # the record has every resource of kernel/sample.PRESSURE_RESOURCES
-    pressure = {"cpu": _pressure(psi("cpu")), "memory": _pressure(psi("memory")), "io": _pressure(psi("io"))}
+    pressure: Pressure = {"cpu": _pressure(psi("cpu")), "memory": _pressure(psi("memory")), "io": _pressure(psi("io"))}
 
     return {
         "schema": SCHEMA_VERSION,
@@ -200,7 +202,7 @@ def build(sample: Sample, rates: Rates, workload: Workload, host: HostInfo,
     }
 
 
-def _pressure(p: Optional[PressureSample]) -> Optional[Dict[str, Optional[float]]]:
+def _pressure(p: Optional[PressureSample]) -> Optional[Psi]:
     if p is None:
         return None
     return {
@@ -211,23 +213,23 @@ def _pressure(p: Optional[PressureSample]) -> Optional[Dict[str, Optional[float]
     }
 
 
-def _events(e: Optional[MemoryEvents]) -> Optional[Dict[str, Optional[int]]]:
+def _events(e: Optional[MemoryEvents]) -> Optional[records.MemoryEvents]:
     if e is None:
         return None
     return {"low": e.low, "high": e.high, "max": e.max, "oom": e.oom, "oom_kill": e.oom_kill,
             "oom_group_kill": e.oom_group_kill}
 
 
-def _swap_events(e: Optional[SwapEvents]) -> Optional[Dict[str, Optional[int]]]:
+def _swap_events(e: Optional[SwapEvents]) -> Optional[records.MemorySwapEvents]:
     return None if e is None else {"high": e.high, "max": e.max, "fail": e.fail}
 
 
-def _problems(problems: Iterable[Problem]) -> List[Dict[str, str]]:
+def _problems(problems: Iterable[Problem]) -> List[RecordError]:
     return [{"source": p.source, "error": p.error, "detail": p.detail} for p in problems]
 
 
 def build_gpu(device: GpuDevice, processes: Iterable[Attributed], host: HostInfo, wall_s: float,
-              interval_s: Optional[float]) -> Dict[str, Any]:
+              interval_s: Optional[float]) -> GpuRecord:
     """A `type: "gpu"` record: one GPU (or MIG device) and every process NVML lists on it."""
     return {
         "schema": SCHEMA_VERSION,

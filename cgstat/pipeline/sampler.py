@@ -10,7 +10,9 @@ time, as its record is made.
 
 `Sampler` is also the Python API (`cgstat.Sampler`): `tick()` returns the records of one
 tick (the first tick's rates are null), `records()` makes the same records one at a time,
-`close()` releases what it holds.
+`close()` releases what it holds. After a tick's records, `kills` holds the OOM kills the
+kernel log reported since the tick before (kernel/kmsg.py), named (naming/kills.py): the
+log is read after the cgroups, so a kill counted in a record is in the same tick's log.
 """
 
 from __future__ import annotations
@@ -27,8 +29,10 @@ from cgstat.kernel.discover import Discoverer
 from cgstat.kernel.hierarchy import detect
 from cgstat.kernel.host import HostClock, host_root_note, read_host
 from cgstat.kernel.hostfs import HostFS
+from cgstat.kernel.kmsg import KmsgFollower, KmsgUnavailable
 from cgstat.kernel.sample import Sample
 from cgstat.kernel.tree import Cgroup
+from cgstat.naming.kills import KillNamer, NamedKill
 from cgstat.naming.paths import PathInfo, classify
 from cgstat.naming.runtimes.daemons import DaemonConfig
 from cgstat.naming.pids import pid_namespace_note
@@ -36,7 +40,8 @@ from cgstat.naming.workload import Namer, Workload
 from cgstat.pipeline.diagnostics import Warner
 from cgstat.pipeline.rates import Counters, counters, derive
 from cgstat.pipeline.record import build, build_gpu
-from cgstat.pipeline.select import Selected, compile_match, select
+from cgstat.pipeline.select import Selected, compile_match, select, would_select
+from cgstat.records import Sampled
 from cgstat.text import quote
 
 if TYPE_CHECKING:  # imported where used: a run without GPUs or network namespaces never loads them
@@ -56,14 +61,19 @@ class Sampler:
     (string or compiled) on cgroup paths. `max_user_cgroups`: cgroups walked per user's
     delegated subtree. `follow`: walk the folders once and follow them with inotify (a
     long run); False walks them on every tick (a one-shot, where watching every folder
-    would be work for nothing). `daemons`: Docker's data root and socket when given
-    (--docker-data-root, --docker-host), else found (naming/runtimes/daemons.py). Raises CgstatError (one line) when the host can't be read.
+    would be work for nothing). `kernel_log`: follow the kernel log's OOM reports from now
+    on (default: on the live kernel when following; `follow_kernel_log()` starts it later, or
+    a KmsgFollower given here is read instead). `daemons`: Docker's data root and socket
+    when given (--docker-data-root, --docker-host), else found (naming/runtimes/daemons.py).
+    Raises CgstatError (one line) when the host
+    can't be read.
     """
 
     def __init__(self, host_root: str = "/", all: bool = False,
                  match: Union[None, str, Pattern[str]] = None, warner: Optional[Warner] = None,
                  read_state: bool = True, max_user_cgroups: Optional[int] = 1000, gpu: bool = True,
-                 follow: bool = True, daemons: DaemonConfig = DaemonConfig()):
+                 follow: bool = True, kernel_log: Union[None, bool, KmsgFollower] = None,
+                 daemons: DaemonConfig = DaemonConfig()):
         if isinstance(match, str):
             try:
                 match = compile_match(match)
@@ -103,12 +113,42 @@ class Sampler:
         self._classified: Dict[str, PathInfo] = {}
         # Last tick's cgroups, what their paths say, and the selection made of them.
         self._tree: Tuple[List[Cgroup], List[Tuple[Cgroup, PathInfo]], Optional[Tuple[Selected, str]]] = ([], [], None)
+        self.kills: List[NamedKill] = []  # the last tick's OOM kills from the kernel log
+        self._kmsg: Optional[KmsgFollower] = None
+        self._kill_namer = KillNamer(self.layout, self.namer)
+        if isinstance(kernel_log, KmsgFollower):
+            self._kmsg = kernel_log
+        elif kernel_log or (kernel_log is None and follow and self.host.live):
+            self.follow_kernel_log()
         note = pid_namespace_note(self.fs)
         if note:
             self.warner.once("pidns", note)
         note = host_root_note(self.fs)
         if note:
             self.warner.once("hostroot", note)
+
+    def follow_kernel_log(self, after_seq: Optional[int] = None, numbered: bool = False) -> bool:
+        """Read the kernel log's OOM reports from now on (after record `after_seq` when given:
+        a position saved by an earlier run of this boot; `numbered`: know where "now" is
+        even before a record comes, see KmsgFollower). False, said once, when it can't be
+        read (not root, kernel.dmesg_restrict) or the host is a recording (no log: nothing said)."""
+        if not self.host.live:
+            return False
+        from cgstat import sdnotify
+
+        try:
+            # under systemd the units pass /dev/kmsg open (systemd/cgstat-kmsg*.socket)
+            self._kmsg = KmsgFollower(after_seq=after_seq, numbered=numbered, fd=sdnotify.listen_fd("kmsg"))
+        except KmsgUnavailable as exc:
+            self.warner.once("kmsg", f"{exc.reason}: OOM kills of cgroups removed before the next tick "
+                             "can't be seen, nor who was killed; the OOM-kill counters are still reported")
+            return False
+        return True
+
+    @property
+    def kernel_log_seq(self) -> Optional[int]:
+        """The last kernel log record read (None: not following, or nothing read yet)."""
+        return None if self._kmsg is None else self._kmsg.last_seq
 
     def collect(self) -> Collected:
         """Read every selected cgroup once, and the GPUs; say who each workload is."""
@@ -132,6 +172,12 @@ class Sampler:
             self._classified = {cg.path: known.get(cg.path) or classify(cg.path) for cg in cgroups}
             classified = [(cg, self._classified[cg.path]) for cg in cgroups]
             selection = None
+            if self._kmsg is not None and last[1]:
+                # named while the naming stage still knows them: a kill the log reports
+                # after its cgroup went keeps the name it had
+                now = set(map(id, cgroups))
+                self._kill_namer.note_gone([(cg, info) for cg, info in last[1] if id(cg) not in now],
+                                           [cg.path for cg, _ in last[2][0]] if last[2] else ())
         named = namer.begin_tick(classified)
         if named is not classified:
             # candidates a runtime knows are containers: what select() sees, this tick
@@ -199,13 +245,13 @@ class Sampler:
         return None if result is None else result.network
 
     def render(self, tick: Collected,
-               previous: Dict[str, Counters]) -> Tuple[List[Dict[str, Any]], Dict[str, Counters]]:
+               previous: Dict[str, Counters]) -> Tuple[List[Sampled], Dict[str, Counters]]:
         """The records (cgroups, then GPUs), and the counters to compare the next tick with."""
         current: Dict[str, Counters] = {}
         return list(self._render(tick, previous, current)), current
 
     def _render(self, tick: Collected, previous: Dict[str, Counters],
-                current: Dict[str, Counters]) -> Iterator[Dict[str, Any]]:
+                current: Dict[str, Counters]) -> Iterator[Sampled]:
         """The records one by one; fills `current` with the counters as it goes."""
         subtrees: Dict[str, Any] = {}
         if tick.gpu is not None:
@@ -222,6 +268,7 @@ class Sampler:
             rates = derive(previous.get(path), c, cpus)
             gpu = cgroup_gpu(subtrees.get(path, ())) if tick.gpu is not None else None
             yield build(sample, rates, workload, host, gpu, net)
+        self._read_kills()
         if tick.gpu is not None:
             interval = None if self._gpu_read_s is None else tick.gpu_time_s - self._gpu_read_s
             self._gpu_read_s = tick.gpu_time_s
@@ -229,6 +276,27 @@ class Sampler:
             for device in tick.gpu.devices:
                 on_it = [a for a in tick.attributed if _on(a, device)]
                 yield build_gpu(device, on_it, host, wall, interval)
+
+    def _read_kills(self) -> None:
+        """The kernel log since the last tick: this tick's OOM kills, named (after the
+        cgroups were read: see the module docstring)."""
+        self.kills = []
+        follower = self._kmsg
+        if follower is None:
+            return
+        batch = follower.read()
+        if batch.lost:
+            self.warner.warn("kmsg-lost", f"kernel log: {batch.lost} records were overwritten before cgstat "
+                             "read them; OOM kills among them are counted only by the cgroups' counters")
+        if not batch.kills:
+            return
+        _, classified, selection = self._tree
+        match, all_cgroups = self.match, self.all_cgroups
+        named = self._kill_namer.name(
+            batch.kills, classified, [cg.path for cg, _ in selection[0]] if selection else (),
+            lambda path, info: would_select(path, info, all_cgroups, match))
+        # A kill the log can't place (a storm) is kept unless --match asked for a subset.
+        self.kills = [k for k in named if k.selected and (k.named_by != "none" or match is None)]
 
     def warm_up(self) -> None:
         """A tick that only advances the counters (no records are built)."""
@@ -239,11 +307,11 @@ class Sampler:
             if paused:
                 gc.enable()
 
-    def tick(self) -> List[Dict[str, Any]]:
+    def tick(self) -> List[Sampled]:
         """The records of one tick, with rates since the previous tick (null on the first)."""
         return list(self.records())
 
-    def records(self) -> Iterator[Dict[str, Any]]:
+    def records(self) -> Iterator[Sampled]:
         """The records of one tick, as tick() returns them, made one at a time as each
         cgroup is read: a consumer that keeps none (stream writing each to its output)
         holds one record of a tick, not all of them (~3.7 KiB each). The counters advance
@@ -263,6 +331,8 @@ class Sampler:
         self.previous = {}
         self.discoverer.close()
         self.namer.close()
+        if self._kmsg is not None:
+            self._kmsg.close()
         if self._gateway is not None:
             self._gateway.close()
 

@@ -54,6 +54,15 @@ def select(classified: Selected, all_cgroups: bool = False,
                  "units were found (--all for every cgroup)")
 
 
+def would_select(path: str, info: PathInfo, all_cgroups: bool = False,
+                 match: Optional[Pattern[str]] = None) -> bool:
+    """Whether a cgroup that is not in this tick's tree (gone, or never seen: an OOM kill
+    the kernel log reports) is one `select` would report."""
+    if match is not None:
+        return match.search(path) is not None
+    return all_cgroups or _is_workload(info)
+
+
 def compile_match(pattern: Optional[str]) -> Optional[Pattern[str]]:
     """Compile --match; raises ValueError with a readable reason."""
     if pattern is None:

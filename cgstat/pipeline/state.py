@@ -104,6 +104,8 @@ class StateFile:
         self._tmp: Optional[Tuple[int, str]] = None
         self._data = b""
         self.extras: Dict[str, Any] = {}  # what the previous run kept for events (judge_runs)
+        self.kernel_log_seq: Optional[int] = None  # the last kernel log record the previous run read
+        self.other_boot = False  # the state is of another boot: this boot's log is all new
 
     def __enter__(self) -> "StateFile":
         try:
@@ -202,10 +204,21 @@ class StateFile:
             except (orjson.JSONDecodeError, AttributeError):
                 extras = None
             self.extras = extras if isinstance(extras, dict) else {}
+        try:
+            obj = orjson.loads(self._data) if self._data.strip() else {}
+        except orjson.JSONDecodeError:
+            obj = None
+        if isinstance(obj, dict) and obj.get("version") == STATE_VERSION and "boot_id" in obj:
+            self.other_boot = obj["boot_id"] != boot_id
+        if why is None and isinstance(obj, dict):
+            seq = obj.get("kernel_log_seq")
+            # only from this boot (parse_state checked the boot id): a new boot's log numbers afresh
+            self.kernel_log_seq = seq if isinstance(seq, int) and not isinstance(seq, bool) and seq >= 0 else None
         return counters, why
 
     def save(self, boot_id: Optional[str], host_root: str, now_s: float,
-             cgroups: Dict[str, Counters], extras: Optional[Dict[str, Any]] = None) -> None:
+             cgroups: Dict[str, Counters], extras: Optional[Dict[str, Any]] = None,
+             kernel_log_seq: Optional[int] = None) -> None:
         assert self._tmp is not None, "save() once, inside the with block"
         fd, tmp = self._tmp
         self._tmp = None
@@ -217,6 +230,7 @@ class StateFile:
             "time_s": now_s,
             "cgroups": {k: v.to_json() for k, v in cgroups.items()},
             "events": extras or {},  # per cgroup, what the next run needs to judge events
+            "kernel_log_seq": kernel_log_seq,  # where the next run reads the kernel log from (this boot)
         }
         try:
             with os.fdopen(fd, "wb") as f:

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import os
 import time
-from typing import Any, Callable, Dict, Iterable, List, Optional, Set, Tuple
+from typing import Callable, Dict, Iterable, List, Optional, Set, Tuple
 
 from cgstat.kernel import parse
 from cgstat.kernel.hostfs import HostFS, ReadError, read_text
@@ -30,6 +30,7 @@ from cgstat.naming.runtimes.dockerapi import DockerAPI
 from cgstat.naming.runtimes.entry import HEX64, ContainerEntry, Key
 from cgstat.naming.runtimes.trust import Budget, LookupPass, homes_of, owners_for, passwd_homes
 from cgstat.naming.runtimes.watch import StateWatch
+from cgstat.records import Container, Pod
 
 _RETRY_UNKNOWN_S = 60.0  # an ID no state named is looked up again after this long
 _BUDGET_S = 1.0  # reading runtime state, per lookup pass
@@ -343,7 +344,7 @@ class Identities:
                 comms.append(text.strip())
         return bool(comms) and all(c == "pause" for c in comms)
 
-    def pod(self, info: PathInfo) -> Optional[Dict[str, Any]]:
+    def pod(self, info: PathInfo) -> Optional[Pod]:
         if not info.pod_uid:
             return None
         # The kubelet's folders name system pods only: a pod-like cgroup a user made in
@@ -352,7 +353,7 @@ class Identities:
         return {"uid": info.pod_uid, "name": ns_name[1] if ns_name else None,
                 "namespace": ns_name[0] if ns_name else None, "qos": info.qos}
 
-    def container(self, info: PathInfo) -> Optional[Dict[str, Any]]:
+    def container(self, info: PathInfo) -> Optional[Container]:
         if info.kind != "container":
             return None
         cid = info.id or ""
@@ -366,7 +367,7 @@ class Identities:
         if pod is not None and name is None:
             name = self._only_container_name(info)
         name = name or entry.name or (None if is_hex else cid)
-        out = {
+        out: Container = {
             "runtime": info.runtime or entry.runtime,
             "id": cid,
             "short_id": cid[:12] if is_hex else None,

@@ -9,7 +9,8 @@ its history afresh), and a bounded window of named samples; vanished cgroups are
 `judge_runs` judges what two separate runs can (`once --state`).
 
 Modules: rules (one class per rule, the registry), window (the named sample and its
-storage), case (what a rule judges), detector (the tick), runs (two runs), event (the record).
+storage), case (what a rule judges), detector (the tick), runs (two runs), event (the record),
+kills (the oom_kill events: the OOM counters' rises and the kernel log's kills, one per kill).
 """
 
 from cgstat.pipeline.events.detector import EventDetector

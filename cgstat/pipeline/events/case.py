@@ -4,10 +4,12 @@ window, with the verbs that raise and resolve an episode; and each cgroup's hist
 from __future__ import annotations
 
 import math
-from typing import Any, Dict, List, Mapping, Optional, Tuple
+from typing import Any, Dict, List, Mapping, Optional
 
 from cgstat.pipeline.events.event import Episode, duration, make_event, who
+from cgstat.pipeline.events.kills import Rise
 from cgstat.pipeline.events.window import Sample, Window
+from cgstat.records import EventRecord
 
 
 class History:
@@ -28,11 +30,11 @@ class Case:
     """One cgroup record being judged. `window` is the history the sustained rules judge
     (read it, never change it), or None while it does not cover enough of the window."""
 
-    __slots__ = ("record", "t", "sample", "before", "window", "history", "events", "hierarchical")
+    __slots__ = ("record", "t", "sample", "before", "window", "history", "events", "oom_rises")
 
     def __init__(self, record: Mapping[str, Any], t: float, sample: Sample, before: Optional[Sample],
-                 window: Optional[Window], history: History, events: List[Dict[str, Any]],
-                 hierarchical: List[Tuple[str, Dict[str, Any]]]):
+                 window: Optional[Window], history: History, events: List[EventRecord],
+                 oom_rises: List[Rise]):
         self.record = record
         self.t = t
         self.sample = sample
@@ -40,24 +42,18 @@ class Case:
         self.window = window
         self.history = history
         self.events = events
-        self.hierarchical = hierarchical
+        self.oom_rises = oom_rises  # the tick's OOM-kill counter rises (events/kills.py makes their events)
 
     def episode(self, kind: str) -> Optional[Episode]:
         """The open episode of `kind`, or None."""
         return self.history.open.get(kind)
 
-    def raise_(self, kind: str, severity: str, message: str, evidence: Dict[str, Any],
-               hierarchical: bool = False) -> Episode:
-        """Open an episode with its event. hierarchical: the condition comes from a counter
-        every ancestor counts too (v2 memory.events), so of a tick's events of this kind only
-        the deepest cgroup's is kept."""
+    def raise_(self, kind: str, severity: str, message: str, evidence: Dict[str, Any]) -> Episode:
+        """Open an episode with its event."""
         r = self.record
         ev = make_event(r, kind, severity, message, evidence)
         ep = self.history.open[kind] = Episode(r.get("ts"), self.t, evidence)
-        if hierarchical:
-            self.hierarchical.append((r["cgroup"], ev))
-        else:
-            self.events.append(ev)
+        self.events.append(ev)
         return ep
 
     def resolve(self, kind: str, what: str, evidence: Dict[str, Any]) -> None:

@@ -1,17 +1,26 @@
 """EventDetector: runs the rules (rules.py) over each tick's records, keeping each cgroup's
-history between ticks and forgetting the cgroups that vanish."""
+history between ticks and forgetting the cgroups that vanish; at the end of a tick, the OOM
+counters' rises and the kernel log's kills make the oom_kill events (kills.py)."""
 
 from __future__ import annotations
 
 import math
-from typing import Any, Dict, Iterable, Iterator, List, Mapping, Optional, Set, Tuple
+import time
+from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, Iterator, List, Mapping, Optional, Set, Union
 
 from cgstat.pipeline.events.case import Case, History
-from cgstat.pipeline.events.event import deepest_only
+from cgstat.pipeline.events.kills import OomLedger, Rise
 from cgstat.pipeline.events.rules import CGROUP_RULES, GPU_RULES, GpuRule
 from cgstat.pipeline.events.thresholds import Thresholds
 from cgstat.pipeline.events.window import Sample
+from cgstat.pipeline.record import rfc3339
+from cgstat.records import EventRecord, JsonObject
 from cgstat.timestamps import parse_ts
+
+if TYPE_CHECKING:
+    from cgstat.naming.kills import NamedKill
+
+    Kills = Union[None, List[NamedKill], Callable[[], List[NamedKill]]]
 
 _new_sample = tuple.__new__  # Sample(...) without the Python-level __new__: once per cgroup per tick
 
@@ -26,13 +35,14 @@ def _number(value: Any) -> Optional[float]:
 class _Tick:
     """What observe() gathers over one tick's records."""
 
-    __slots__ = ("events", "seen", "gpu_records", "hierarchical")
+    __slots__ = ("events", "seen", "gpu_records", "oom_rises", "stamp")
 
     def __init__(self) -> None:
-        self.events: List[Dict[str, Any]] = []
+        self.events: List[EventRecord] = []
         self.seen: Set[str] = set()
         self.gpu_records: List[Mapping[str, Any]] = []
-        self.hierarchical: List[Tuple[str, Dict[str, Any]]] = []
+        self.oom_rises: List[Rise] = []
+        self.stamp: Optional[Mapping[str, Any]] = None  # a record of the tick (its ts and host)
 
 
 class EventDetector:
@@ -49,28 +59,34 @@ class EventDetector:
         self._rules = [rule(thresholds) for rule in CGROUP_RULES]
         self._cgroups: Dict[str, History] = {}
         self._gpu_rules = self._fresh_gpu_rules()
+        self._oom = OomLedger()
+        self._host: Any = None  # the last host seen, for a tick whose cgroups are all gone
 
     def _fresh_gpu_rules(self) -> List[GpuRule]:
         return [rule(self.th) for rule in GPU_RULES]
 
-    def observe(self, records: Iterable[Mapping[str, Any]], now: Optional[float] = None) -> List[Dict[str, Any]]:
-        """The events of one tick (possibly none), given that tick's records."""
+    def observe(self, records: Iterable[Mapping[str, Any]], now: Optional[float] = None,
+                kills: Kills = None) -> List[EventRecord]:
+        """The events of one tick (possibly none), given that tick's records. `kills`: the
+        tick's OOM kills from the kernel log (Sampler.kills), or a function giving them."""
         now = None if now is None else float(now)  # a sample's time is a float (Window)
         tick = _Tick()
         for r in records:
             self._feed(tick, r, now)
-        return self._end(tick)
+        return self._end(tick, kills)
 
-    def watch(self, records: Iterable[Mapping[str, Any]], now: Optional[float] = None) -> Iterator[Mapping[str, Any]]:
+    def watch(self, records: Iterable[Mapping[str, Any]], now: Optional[float] = None,
+              kills: Kills = None) -> Iterator[JsonObject]:
         """observe() for a tick whose records come one at a time: each record, observed as
         it passes, then the events of the tick. Holds no record once it has passed (GPU
-        device records, few, until the end of the tick)."""
+        device records, few, until the end of the tick). `kills` as for observe(); a
+        function is called once the records are through (the sampler reads the log then)."""
         now = None if now is None else float(now)  # a sample's time is a float (Window)
         tick = _Tick()
         for r in records:
             self._feed(tick, r, now)
             yield r
-        yield from self._end(tick)
+        yield from self._end(tick, kills)
 
     def forget(self) -> None:
         """Drop every history and open episode (e.g. after the sampler was reset)."""
@@ -88,11 +104,19 @@ class EventDetector:
         if path in tick.seen:
             return
         tick.seen.add(path)
+        if tick.stamp is None:
+            tick.stamp = r
         self._observe_cgroup(path, r, now, tick)
 
-    def _end(self, tick: _Tick) -> List[Dict[str, Any]]:
+    def _end(self, tick: _Tick, kills: Kills = None) -> List[EventRecord]:
         events, seen = tick.events, tick.seen
-        events.extend(deepest_only(tick.hierarchical))
+        found = (kills() if callable(kills) else kills) or []
+        stamp = tick.stamp
+        if stamp is not None:
+            self._host = stamp.get("host")
+        if tick.oom_rises or found:
+            ts = stamp.get("ts") if stamp is not None else rfc3339(time.time())
+            events.extend(self._oom.judge(tick.oom_rises, found, ts, self._host))
         for path in [p for p in self._cgroups if p not in seen]:
             del self._cgroups[path]  # vanished: its episodes end with it, silently
         if tick.gpu_records:
@@ -147,6 +171,6 @@ class EventDetector:
             ts = samples.ts
         # The window the sustained rules judge, the same for every rule: none changes it.
         window = samples if len(ts) >= 2 and ts[-1] - ts[0] >= th.coverage * th.window_s else None
-        case = Case(r, t, sample, before, window, h, tick.events, tick.hierarchical)
+        case = Case(r, t, sample, before, window, h, tick.events, tick.oom_rises)
         for rule in self._rules:
             rule.judge(case)

@@ -3,7 +3,9 @@ its messages are made of."""
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, Mapping, Optional, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Tuple, TypeVar
+
+from cgstat.records import EventRecord
 
 EVENT_SCHEMA = 1
 
@@ -14,7 +16,7 @@ _UNSET = object()
 
 def make_event(r: Mapping[str, Any], kind: str, severity: str, message: str, evidence: Dict[str, Any],
                cgroup: Any = _UNSET, container: Any = _UNSET, resolves: Optional[str] = None,
-               since: Any = None) -> Dict[str, Any]:
+               since: Any = None) -> EventRecord:
     """One event record, stamped with the record it was judged on."""
     return {
         "schema": EVENT_SCHEMA,
@@ -70,16 +72,11 @@ def cap(msg: str, limit: int = 600) -> str:
     return msg if len(msg) <= limit else msg[:limit - 1] + "…"
 
 
-def oom_message(r: Mapping[str, Any], kills: int, limit: Optional[float], ws_before: Optional[float]) -> str:
-    return cap("%s: the kernel OOM-killed %s in it (memory limit %s, working set before %s): a process that "
-               "dies with \"Killed\" (exit 137) was this; raise the memory limit or lower what it holds "
-               "(batch size, workers, caches)." % (
-                   who(r), "a process" if kills == 1 else "%d processes" % kills,
-                   "none" if limit is None else mib(limit), mib(ws_before)))
+T = TypeVar("T")
 
 
-def deepest_only(raised: List[Tuple[str, Dict[str, Any]]]) -> List[Dict[str, Any]]:
-    """The events of (cgroup path, event) pairs whose cgroup has no descendant among them: a
+def deepest_only(raised: List[Tuple[str, T]]) -> List[T]:
+    """The items of (cgroup path, item) pairs whose cgroup has no descendant among them: a
     hierarchical counter (v2 memory.events: an OOM kill counts in every ancestor) moves in
     every ancestor of the cgroup where it happened."""
     paths = [p for p, _ in raised]

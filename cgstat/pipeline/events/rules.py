@@ -11,10 +11,12 @@ from __future__ import annotations
 from typing import Any, Dict, List, Mapping, Tuple, Type
 
 from cgstat.pipeline.events.case import Case
-from cgstat.pipeline.events.event import Episode, cap, duration, make_event, mib, oom_message, who
+from cgstat.pipeline.events.event import Episode, cap, duration, make_event, mib, who
+from cgstat.pipeline.events.kills import Rise
 from cgstat.pipeline.events.thresholds import Thresholds
 from cgstat.pipeline.events.window import fit_line
 from cgstat.pipeline.record import number_at
+from cgstat.records import EventRecord
 
 
 class CgroupRule:
@@ -38,43 +40,24 @@ class GpuRule:
     def __init__(self, th: Thresholds):
         self.th = th
 
-    def judge(self, gpu_records: List[Mapping[str, Any]], events: List[Dict[str, Any]]) -> None:
+    def judge(self, gpu_records: List[Mapping[str, Any]], events: List[EventRecord]) -> None:
         raise NotImplementedError
 
 
 class OomKill(CgroupRule):
-    """The OOM-kill counter went up between two samples of the same cgroup; kills within
-    oom_quiet_s of the last belong to the same episode."""
+    """The OOM-kill counter went up between two samples of the same cgroup: the rise is
+    kept for the end of the tick, where it and the kernel log's kills make one event per
+    kill (events/kills.py)."""
 
     kind = "oom_kill"
 
     def judge(self, c: Case) -> None:
         s, before = c.sample, c.before
-        ep = c.episode(self.kind)
         kills_now = s.oom_kills_total
         kills_before = before.oom_kills_total if before is not None else None
         if before is not None and kills_now is not None and kills_before is not None and kills_now > kills_before:
-            kills = int(kills_now - kills_before)
-            if ep is None:
-                evidence = {"kills": kills, "oom_kills_total": int(kills_now), "limit_bytes": s.limit_bytes,
-                            "working_set_bytes_before": before.working_set_bytes,
-                            "working_set_bytes": s.working_set_bytes}
-                ep = c.raise_(self.kind, "critical",
-                              oom_message(c.record, kills, s.limit_bytes, before.working_set_bytes),
-                              evidence, hierarchical=True)
-                ep.extra["kills"] = kills
-            else:
-                ep.extra["kills"] += kills
-            ep.extra["last"] = c.t
-            return
-        if ep is not None and c.t - ep.extra["last"] >= self.th.oom_quiet_s:
-            total = ep.extra["kills"]
-            if total > ep.evidence["kills"]:
-                # More kills followed the first: say how many in all when the burst ends.
-                c.resolve(self.kind, "A burst of %d OOM kills" % total,
-                          {"kills": total, "oom_kills_total": s.oom_kills_total})
-            else:
-                c.end(self.kind)  # a single kill needs no second word
+            c.oom_rises.append(Rise(c.record["cgroup"], int(kills_now - kills_before), int(kills_now), c.record,
+                                    s.limit_bytes, before.working_set_bytes, s.working_set_bytes))
 
 
 class MemoryNearLimit(CgroupRule):
@@ -224,7 +207,7 @@ class GpuProcessOutsideContainer(GpuRule):
         super().__init__(th)
         self.open: Dict[Tuple[str, int], Episode] = {}
 
-    def judge(self, gpu_records: List[Mapping[str, Any]], events: List[Dict[str, Any]]) -> None:
+    def judge(self, gpu_records: List[Mapping[str, Any]], events: List[EventRecord]) -> None:
         present: Dict[Tuple[str, int], Tuple[Mapping[str, Any], Mapping[str, Any]]] = {}
         for g in gpu_records:
             dev: Mapping[str, Any] = g["gpu"] if isinstance(g.get("gpu"), dict) else {}

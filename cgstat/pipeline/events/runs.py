@@ -1,13 +1,20 @@
-"""What two separate runs can judge (`once --state`): OOM kills between the runs and a
-working set that crossed the near-limit line; and what a run keeps for the next."""
+"""What two separate runs can judge (`once --state`): OOM kills between the runs (the
+counters' rises and the kernel log's kills since the last run, kills.py) and a working set
+that crossed the near-limit line; and what a run keeps for the next."""
 
 from __future__ import annotations
 
-from typing import Any, Dict, Iterable, List, Mapping, Optional, Tuple
+import time
+from typing import TYPE_CHECKING, Any, Dict, Iterable, List, Mapping, Optional
 
-from cgstat.pipeline.events.event import cap, deepest_only, make_event, mib, oom_message, who
+from cgstat.pipeline.events.event import cap, make_event, mib, who
+from cgstat.pipeline.events.kills import OomLedger, Rise
 from cgstat.pipeline.events.thresholds import Thresholds
-from cgstat.pipeline.record import number_at
+from cgstat.pipeline.record import number_at, rfc3339
+from cgstat.records import EventRecord
+
+if TYPE_CHECKING:
+    from cgstat.naming.kills import NamedKill
 
 
 def state_extras(records: Iterable[Mapping[str, Any]]) -> Dict[str, Dict[str, Any]]:
@@ -22,21 +29,25 @@ def state_extras(records: Iterable[Mapping[str, Any]]) -> Dict[str, Dict[str, An
 
 
 def judge_runs(previous: Mapping[str, Mapping[str, Any]], records: Iterable[Mapping[str, Any]],
-               thresholds: Optional[Thresholds] = None) -> List[Dict[str, Any]]:
+               thresholds: Optional[Thresholds] = None, kills: Optional[List[NamedKill]] = None) -> List[EventRecord]:
     """Events two separate runs can judge: `previous` maps cgroup path -> what state_extras
-    kept last time (a full record is accepted too); `records` are this run's.
+    kept last time (a full record is accepted too); `records` are this run's; `kills`: the
+    kernel log's OOM kills since the last run (Sampler.kills), also of cgroups gone since.
 
-    - oom_kill: the OOM-kill counter went up between the runs (only for a record with a
-      non-null interval_s, i.e. the same life of the cgroup as last time);
+    - oom_kill: one per kill the log reports, and the OOM-kill counter that went up between
+      the runs for the kills the log didn't (only for a record with a non-null interval_s,
+      i.e. the same life of the cgroup as last time): events/kills.py;
     - memory_near_limit: above the line now and not above it last time (or no figure then).
     No resolved notices: there is no episode across cron runs to end.
     """
     th = thresholds or Thresholds()
-    events: List[Dict[str, Any]] = []
-    oom: List[Tuple[str, Dict[str, Any]]] = []
+    events: List[EventRecord] = []
+    rises: List[Rise] = []
+    stamp: Optional[Mapping[str, Any]] = None
     for r in records:
         if r.get("type") not in ("cgroup", "pod") or not isinstance(r.get("cgroup"), str):
             continue
+        stamp = stamp or r
         p = previous.get(r["cgroup"])
         if isinstance(p, Mapping) and "memory" in p:
             p = state_extras([p]).get(r["cgroup"])
@@ -45,14 +56,8 @@ def judge_runs(previous: Mapping[str, Mapping[str, Any]], records: Iterable[Mapp
         if isinstance(p, Mapping) and r.get("interval_s") is not None:
             before = p.get("oom_kills_total")
             if isinstance(kills_now, (int, float)) and isinstance(before, (int, float)) and kills_now > before:
-                kills = int(kills_now - before)
-                oom.append((r["cgroup"], make_event(r, "oom_kill", "critical",
-                                                    oom_message(r, kills, limit, p.get("working_set_bytes")),
-                                                    {"kills": kills, "oom_kills_total": int(kills_now),
-                                                     "limit_bytes": limit,
-                                                     "working_set_bytes_before": p.get("working_set_bytes"),
-                                                     "working_set_bytes": ws,
-                                                     "interval_s": r.get("interval_s")})))
+                rises.append(Rise(r["cgroup"], int(kills_now - before), int(kills_now), r, limit,
+                                  p.get("working_set_bytes"), ws))
         if ws is not None and limit:
             pct = ws / limit * 100.0
             was = None
@@ -64,5 +69,7 @@ def judge_runs(previous: Mapping[str, Mapping[str, Any]], records: Iterable[Mapp
                     "raise the limit or reduce the working set." % (who(r), pct, mib(ws), mib(limit))),
                     {"working_set_bytes": ws, "limit_bytes": limit, "percent": round(pct, 2),
                      "threshold_percent": th.near_limit_percent}))
-    events.extend(deepest_only(oom))
+    if rises or kills:
+        ts = stamp.get("ts") if stamp is not None else rfc3339(time.time())
+        events.extend(OomLedger().judge(rises, kills or [], ts, stamp.get("host") if stamp is not None else None))
     return events
