@@ -111,14 +111,21 @@ def test_unreadable_docker_state_is_said_once(tmp_path):
     _host(root)
     for cid in (CID, OTHER):
         v2_cgroup(root, f"/system.slice/docker-{cid}.scope")
-    err = io.StringIO()
-    agent = Sampler(root, warner=Warner(err), daemons=DaemonConfig("/nowhere", "unix:///nowhere.sock"))
-    for _ in range(3):
-        records = list(agent.tick())
-    assert all(r["container"]["name"] is None for r in records if r.get("container"))
-    lines = [line for line in err.getvalue().splitlines() if "Docker containers" in line]
-    assert len(lines) == 1 and lines[0].startswith("cgstat: 2 Docker containers"), err.getvalue()
-    assert "/nowhere" in lines[0] and "--docker-data-root" in lines[0] and "DOCKER_HOST" in lines[0]
+
+    def warnings(config):
+        err = io.StringIO()
+        agent = Sampler(root, warner=Warner(err), daemons=config)
+        for _ in range(3):
+            records = list(agent.tick())
+        assert all(r["container"]["name"] is None for r in records if r.get("container"))
+        return [line for line in err.getvalue().splitlines() if "Docker containers" in line]
+
+    # no Docker on this host (no data root, no socket): nothing to set, nothing said
+    assert warnings(DaemonConfig()) == []
+    os.makedirs(os.path.join(root, "srv/docker"))  # a data root, but not theirs
+    lines = warnings(DaemonConfig("/srv/docker", "unix:///nowhere.sock"))
+    assert len(lines) == 1 and lines[0].startswith("cgstat: 2 Docker containers"), lines
+    assert "/srv/docker" in lines[0] and "--docker-data-root" in lines[0] and "DOCKER_HOST" in lines[0]
 
 
 @pytest.mark.parametrize("inotify", [True, False])

@@ -8,8 +8,8 @@ unnamed. A bare 64-hex folder under no runtime's known parent (paths.py's "candi
 a container only when one of these knows its ID (`promote`). An ID seen for the first time
 is looked up at once (a container that lives 1.5 s is named); one still unknown is retried
 every _RETRY_UNKNOWN_S; a pass stops reading after _BUDGET_S (said once). When Docker's
-own cgroups (docker-<id>.scope, /docker/<id>) get no name, one warning says where cgstat
-looked and what to set. A Docker entry is re-read when its config.v2.json changes (a
+own cgroups (docker-<id>.scope, /docker/<id>) get no name on a host with Docker (a data
+root or socket exists), one warning says where cgstat looked and what to set. A Docker entry is re-read when its config.v2.json changes (a
 rename; watch.py tells which, on each tick, without reading them). Entries of containers that are gone are forgotten (retain). Reads itself
 only /proc/<pid>/comm of a pod's members and their cgroup.procs (pause detection).
 """
@@ -126,6 +126,11 @@ class Identities:
         self._watch.close()
         self._docker_files.clear()
 
+    def _docker_present(self) -> bool:
+        """A Docker data root or socket exists (the ones known or found, or the given ones)."""
+        roots = [self.fs.path(root) for root in self.daemons.docker_roots()]
+        return any(os.path.exists(p) for p in roots + self._sockets())
+
     def _sockets(self) -> List[str]:
         given = self.daemons.config.docker_host is not None
         return [s if given else self.fs.path(s) for s in self.daemons.docker_sockets()]
@@ -167,7 +172,9 @@ class Identities:
                 if entry:
                     lookup.found[(None, cid)] = entry
         unnamed = sorted(cid for cid, runtime in system.items() if runtime == "docker" and (None, cid) not in lookup.found)
-        if unnamed and self.warn is not None:
+        # (only where Docker is there at all: a host without it, or a recording of one,
+        # has nothing to set; a bare runc container at /docker/<id> is not Docker's)
+        if unnamed and self.warn is not None and self._docker_present():
             self.warn("docker-state", f"{len(unnamed)} Docker containers (e.g. {unnamed[0][:12]}) have no "
                       f"readable state ({self.daemons.where()}): their names, images and labels are "
                       "missing; give dockerd's data root with --docker-data-root, or its socket with "
