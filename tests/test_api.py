@@ -57,7 +57,8 @@ def test_import_cgstat_stays_cheap():
                     reason="no live cgroup filesystem")
 def test_follow_false_watches_nothing_and_once_and_pid_ask_for_it(monkeypatch):
     from cgstat import cli
-    from cgstat.pipeline import modes, sampler as sampler_mod
+    from cgstat.app import once as once_mod, pid as pid_mod, stream as stream_mod
+    from cgstat.pipeline import sampler as sampler_mod
     from cgstat.pipeline.diagnostics import Warner
 
     followed = cgstat.Sampler(match="^/$", warner=Warner(io.StringIO()))
@@ -79,9 +80,9 @@ def test_follow_false_watches_nothing_and_once_and_pid_ask_for_it(monkeypatch):
         return real(*args, **kwargs)
 
     monkeypatch.setattr(sampler_mod, "Sampler", spy)
-    monkeypatch.setattr(modes, "run_once", lambda *a, **k: 0)
-    monkeypatch.setattr(modes, "run_pid", lambda *a, **k: 0)
-    monkeypatch.setattr(modes, "run_stream", lambda *a, **k: 0)
+    monkeypatch.setattr(once_mod, "run_once", lambda *a, **k: 0)
+    monkeypatch.setattr(pid_mod, "run_pid", lambda *a, **k: 0)
+    monkeypatch.setattr(stream_mod, "run_stream", lambda *a, **k: 0)
     for argv in (["once", "--window", "0"], ["pid", "1"], ["stream", "--count", "1"]):
         with pytest.raises(SystemExit):
             cli.main(["--match", "^/$"] + argv)

@@ -82,7 +82,7 @@ def test_daemonset_manifest():
     assert args[args.index("--listen") + 1] == "0.0.0.0:%d" % PORT
     sc = c["securityContext"]
     assert sc["readOnlyRootFilesystem"] is True and sc["allowPrivilegeEscalation"] is False
-    assert sc["capabilities"] == {"drop": ["ALL"], "add": ["DAC_READ_SEARCH"]}
+    assert sc["capabilities"] == {"drop": ["ALL"], "add": ["DAC_READ_SEARCH", "SYSLOG"]}
     assert not sc.get("privileged")
     assert {"requests", "limits"} <= set(c["resources"])
     assert c["ports"][0]["containerPort"] == PORT
@@ -94,6 +94,9 @@ def test_daemonset_manifest():
     volumes = {v["name"]: v for v in spec["volumes"]}
     assert all(m["name"] in volumes for m in c["volumeMounts"])
     assert volumes["sys"]["hostPath"]["path"] == "/sys" and volumes["proc"]["hostPath"]["path"] == "/proc"
+    # the kernel log (OOM reports), read-only, as cAdvisor mounts it
+    assert mounts["/dev/kmsg"]["readOnly"] is True
+    assert volumes[mounts["/dev/kmsg"]["name"]]["hostPath"] == {"path": "/dev/kmsg", "type": "CharDevice"}
     env = {e["name"]: e["value"] for e in c["env"]}
     assert env["NVIDIA_VISIBLE_DEVICES"] == "all"
     ann = ds["spec"]["template"]["metadata"]["annotations"]

@@ -8,6 +8,7 @@ import sys
 import time
 
 import pytest
+from fieldtable import record
 
 from cgstat.pipeline.events import KINDS, EventDetector, Thresholds, fit_line, judge_runs, state_extras
 from cgstat.timestamps import parse_ts
@@ -30,13 +31,11 @@ def rec(path="/docker/abc", t=0.0, interval=0.5, ws=100 * MiB, limit=1024 * MiB,
     whole = 1795000000 + int(t)
     ms = int(round((t - int(t)) * 1000))
     ts = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(whole)) + ".%03dZ" % ms
-    return {"schema": 1, "type": typ, "ts": ts, "host": "h", "cgroup": path, "interval_s": interval,
-            "unit": None, "pod": None,
-            "container": {"runtime": "docker", "id": "a" * 64, "short_id": "a" * 12, "name": name} if name else None,
-            "cpu": {"usage_seconds_total": cpu_s, "percent": None, "limit_cores": cores, "periods_total": periods,
-                    "throttled_periods_total": throttled},
-            "memory": {"working_set_bytes": ws, "limit_bytes": limit, "oom_kills_total": oom},
-            "gpu": gpu}
+    return record(typ, ts=ts, cgroup=path, interval_s=interval,
+                  container={"runtime": "docker", "id": "a" * 64, "short_id": "a" * 12, "name": name} if name else None,
+                  cpu={"usage_seconds_total": cpu_s, "percent": None, "limit_cores": cores, "periods_total": periods,
+                       "throttled_periods_total": throttled},
+                  memory={"working_set_bytes": ws, "limit_bytes": limit, "oom_kills_total": oom}, gpu=gpu)
 
 
 def run(detector, seq):

@@ -1,4 +1,4 @@
-"""`cgstat top` (cgstat/outputs/top.py).
+"""`cgstat top` (cgstat/outputs/top.py draws, cgstat/app/top.py runs).
 
 - Through a pipe on a recorded tree: plain periodic tables (a recorded tree gives the same
   sample every tick, so rates are "--"): structure, names, sort order, count, a closed pipe.
@@ -39,7 +39,7 @@ def _env():
 
 def _top_code(sampler_args, interval, extra=""):
     return ("import sys\n"
-            "from cgstat.outputs.top import run_top\n"
+            "from cgstat.app.top import run_top\n"
             "from cgstat.pipeline.sampler import Sampler\n"
             "sys.exit(run_top(Sampler(%s), %r%s))\n" % (sampler_args, interval, extra))
 
@@ -124,21 +124,13 @@ def _record(name, cgroup, cpu=None, ws=None, limit_cores=None, gpu=None, network
                   pids={"current": 3}, gpu=gpu, network=network)
 
 
-class _Detector:
-    def __init__(self, batches):
-        self.batches = list(batches)
-
-    def observe(self, records):
-        return self.batches.pop(0) if self.batches else []
-
-
 def _event(cgroup, kind, severity="warning", resolves=None, message="msg"):
     return record("event", kind=kind, severity=severity, cgroup=cgroup, message=message, resolves=resolves)
 
 
 def _model(records, sort="cpu", events=()):
-    m = T.Model(sort, _Detector(events), host="h\x1b[31m")
-    m.update(records, now=0.0)
+    m = T.Model(sort, host="h\x1b[31m")
+    m.update(records, events[0] if events else (), now=0.0)
     return m
 
 
@@ -217,13 +209,9 @@ def test_sorting_and_formatting():
 
 
 def test_events_mark_rows_until_resolved():
-    m = T.Model("cpu", _Detector([
-        [_event("/a", "cpu_throttled"), _event("/b", "oom_kill", "critical")],
-        [],
-        [_event("/a", "resolved", "info", resolves="cpu_throttled")],
-    ]), host="h")
+    m = T.Model("cpu", host="h")
     recs = _records()[:2]
-    m.update(recs, now=0.0)
+    m.update(recs, [_event("/a", "cpu_throttled"), _event("/b", "oom_kill", "critical")], now=0.0)
     rows = {r.cells[0]: r for r in m.rows}
     assert rows["burner"].cells[-1] == "throttled" and rows["burner"].severity == "warning"
     assert rows["holder"].cells[-1] == "oom" and rows["holder"].severity == "critical"
@@ -231,9 +219,9 @@ def test_events_mark_rows_until_resolved():
     styles = {t.split()[0]: s for t, s in lines[2:4]}
     assert styles == {"burner": T.WARNING, "holder": T.CRITICAL}
     assert any("! warning cpu_throttled /a: msg" in t for t, _ in lines)  # the event list
-    m.update(recs, now=1.0)
+    m.update(recs, [], now=1.0)
     assert {r.cells[0]: r.cells[-1] for r in m.rows}["burner"] == "throttled"  # still open
-    m.update(recs, now=2.0)
+    m.update(recs, [_event("/a", "resolved", "info", resolves="cpu_throttled")], now=2.0)
     rows = {r.cells[0]: r for r in m.rows}
     assert rows["burner"].cells[-1] == "" and rows["burner"].severity is None
     assert "! info resolved cpu_throttled /a: msg" in m.tick_events

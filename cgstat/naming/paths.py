@@ -1,25 +1,7 @@
 """What a cgroup path says about its workload: container, pod, runtime monitor, systemd unit.
 
-Pure functions over the path alone (no I/O). Patterns, by runtime and cgroup driver:
-- Docker:      /system.slice/docker-<64hex>.scope (systemd), /docker/<64hex> (cgroupfs)
-- containerd:  .../cri-containerd-<64hex>.scope (Kubernetes, systemd driver),
-               /system.slice/nerdctl-<64hex>.scope, /nerdctl/<64hex>
-- CRI-O:       crio-<64hex>.scope or crio-<64hex>; crio-conmon-<64hex>.scope is its monitor
-- Podman:      libpod-<64hex>.scope (systemd), /libpod_parent/libpod-<64hex> (cgroupfs);
-               libpod-conmon-<64hex>.scope (cgroupfs: <parent>/conmon) is the monitor;
-               rootless Podman on v2 puts the processes in a nested "container" child of
-               the scope, part of the container
-- LXC:         lxc.payload.<name> (lxc.monitor.<name> is the monitor), older /lxc/<name>
-- Kubernetes:  pods kubepods-<qos>-pod<uid with _>.slice / kubepods-pod<uid>.slice
-               (systemd), /kubepods/<qos>/pod<uid> and /kubepods/pod<uid> (cgroupfs);
-               a container directly under a pod folder as a bare <64hex> (cgroupfs driver:
-               the runtime is not in the path)
-- Elsewhere:   a bare <64hex> under any other parent (dockerd --cgroup-parent, ctr
-               --cgroup, CI runners, Nomad) is only a "candidate": a user can make such a
-               folder, so it is a container only once a runtime's state knows that ID
-               (naming/workload.Namer promotes it)
-- systemd:     *.service, *.scope, *.slice, *.socket, *.mount, *.swap with \\xNN escapes
-               (systemd.unit(5), "String Escaping for Inclusion in Unit Names")
+Pure functions over the path alone (no I/O). The patterns, by runtime and cgroup
+driver: classify()'s docstring.
 """
 
 from __future__ import annotations
@@ -146,6 +128,27 @@ def user_subtree_uid(path: str) -> Optional[int]:
 
 
 def classify(path: str) -> PathInfo:
+    """What `path` (a cgroup path as records name it) says. Patterns, by runtime and driver:
+    - Docker:      /system.slice/docker-<64hex>.scope (systemd), /docker/<64hex> (cgroupfs)
+    - containerd:  .../cri-containerd-<64hex>.scope (Kubernetes, systemd driver),
+                   /system.slice/nerdctl-<64hex>.scope, /nerdctl/<64hex>
+    - CRI-O:       crio-<64hex>.scope or crio-<64hex>; crio-conmon-<64hex>.scope is its monitor
+    - Podman:      libpod-<64hex>.scope (systemd), /libpod_parent/libpod-<64hex> (cgroupfs);
+                   libpod-conmon-<64hex>.scope (cgroupfs: <parent>/conmon) is the monitor;
+                   rootless Podman on v2 puts the processes in a nested "container" child of
+                   the scope, part of the container
+    - LXC:         lxc.payload.<name> (lxc.monitor.<name> is the monitor), older /lxc/<name>
+    - Kubernetes:  pods kubepods-<qos>-pod<uid with _>.slice / kubepods-pod<uid>.slice
+                   (systemd), /kubepods/<qos>/pod<uid> and /kubepods/pod<uid> (cgroupfs);
+                   a container directly under a pod folder as a bare <64hex> (cgroupfs driver:
+                   the runtime is not in the path)
+    - Elsewhere:   a bare <64hex> under any other parent (dockerd --cgroup-parent, ctr
+                   --cgroup, CI runners, Nomad) is only a "candidate": a user can make such
+                   a folder, so it is a container only once a runtime's state knows that ID
+                   (naming/workload.Namer promotes it)
+    - systemd:     *.service, *.scope, *.slice, *.socket, *.mount, *.swap with \\xNN escapes
+                   (systemd.unit(5), "String Escaping for Inclusion in Unit Names")
+    """
     info = _classify(path)
     uid = user_subtree_uid(path)
     if uid is None:

@@ -32,8 +32,8 @@ from cgstat.records import Container, Pod
 
 
 class Workload(NamedTuple):
-    """Who one cgroup's workload is, as its record says it (a tuple: one per record per
-    tick, and a frozen dataclass's __init__ costs ~1 us more)."""
+    """Who one cgroup's workload is, as its record says it (a NamedTuple: one is made per
+    record per tick)."""
 
     kind: str  # the record's type: "cgroup", or "pod" for a Kubernetes pod's cgroup
     unit: Optional[str]  # decoded systemd unit of the last path component

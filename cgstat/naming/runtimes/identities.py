@@ -25,7 +25,7 @@ from cgstat.kernel.hostfs import HostFS, ReadError, read_text
 from cgstat.naming.paths import PathInfo
 from cgstat.naming.runtimes import cri, docker, kubelet, storage
 from cgstat.naming.runtimes.daemons import CONTAINERD_TASKS, Daemons
-from cgstat.naming.runtimes.dockerapi import BUDGET_S as _API_BUDGET_S
+from cgstat.naming.runtimes.dockerapi import BUDGET_S as API_BUDGET_S
 from cgstat.naming.runtimes.dockerapi import DockerAPI
 from cgstat.naming.runtimes.entry import HEX64, ContainerEntry, Key
 from cgstat.naming.runtimes.trust import Budget, LookupPass, homes_of, owners_for, passwd_homes
@@ -163,7 +163,7 @@ class Identities:
                 if not lookup.budget.left():
                     break
                 self._lookup_user(lookup, uid, {cid for u, cid in todo if u == uid}, passwd)
-        api_deadline = time.monotonic() + _API_BUDGET_S
+        api_deadline = time.monotonic() + API_BUDGET_S
         for cid, runtime in sorted(system.items()):
             # Only Docker's own cgroups (docker-<id>.scope, /docker/<id>) and bare IDs
             # outside users' subtrees: those are the only IDs dockerd can know.

@@ -4,7 +4,7 @@ window, with the verbs that raise and resolve an episode; and each cgroup's hist
 from __future__ import annotations
 
 import math
-from typing import Any, Dict, List, Mapping, Optional
+from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 from cgstat.pipeline.events.event import Episode, duration, make_event, who
 from cgstat.pipeline.events.kills import Rise
@@ -30,11 +30,11 @@ class Case:
     """One cgroup record being judged. `window` is the history the sustained rules judge
     (read it, never change it), or None while it does not cover enough of the window."""
 
-    __slots__ = ("record", "t", "sample", "before", "window", "history", "events", "oom_rises")
+    __slots__ = ("record", "t", "sample", "before", "window", "history", "events", "oom_rises", "hierarchical")
 
     def __init__(self, record: Mapping[str, Any], t: float, sample: Sample, before: Optional[Sample],
                  window: Optional[Window], history: History, events: List[EventRecord],
-                 oom_rises: List[Rise]):
+                 oom_rises: List[Rise], hierarchical: List[Tuple[str, EventRecord]]):
         self.record = record
         self.t = t
         self.sample = sample
@@ -43,17 +43,24 @@ class Case:
         self.history = history
         self.events = events
         self.oom_rises = oom_rises  # the tick's OOM-kill counter rises (events/kills.py makes their events)
+        self.hierarchical = hierarchical  # events of counters every ancestor counts too (raise_)
 
     def episode(self, kind: str) -> Optional[Episode]:
         """The open episode of `kind`, or None."""
         return self.history.open.get(kind)
 
-    def raise_(self, kind: str, severity: str, message: str, evidence: Dict[str, Any]) -> Episode:
-        """Open an episode with its event."""
+    def raise_(self, kind: str, severity: str, message: str, evidence: Dict[str, Any],
+               hierarchical: bool = False) -> Episode:
+        """Open an episode with its event. hierarchical: the condition comes from a counter
+        the cgroup's ancestors count too (pids.events from kernel 6.13), so of a tick's
+        events of this kind only the deepest cgroup's is kept (at the end of the tick)."""
         r = self.record
         ev = make_event(r, kind, severity, message, evidence)
         ep = self.history.open[kind] = Episode(r.get("ts"), self.t, evidence)
-        self.events.append(ev)
+        if hierarchical:
+            self.hierarchical.append((r["cgroup"], ev))
+        else:
+            self.events.append(ev)
         return ep
 
     def resolve(self, kind: str, what: str, evidence: Dict[str, Any]) -> None:

@@ -3,20 +3,29 @@
 A cgroup rule's `judge(case)` is called for every cgroup record of every tick; a GPU rule's
 `judge(gpu_records, events)` once per tick with that tick's `type: "gpu"` records, keeping
 its own state. A new rule is one class here, added to CGROUP_RULES or GPU_RULES, plus its
-kind in cgstat/event.schema.json and docs/diagnostics.md.
+kind in cgstat/event.schema.json and docs/diagnostics.md. The rules on a GPU's own health
+(XIDs, throttling, ECC, row remapping) and the GPU rules' base class are in gpu.py.
 """
 
 from __future__ import annotations
 
 from typing import Any, Dict, List, Mapping, Tuple, Type
 
+from cgstat import fields
 from cgstat.pipeline.events.case import Case
 from cgstat.pipeline.events.event import Episode, cap, duration, make_event, mib, who
+from cgstat.pipeline.events.gpu import GPU_DEVICE_RULES, GpuRule
 from cgstat.pipeline.events.kills import Rise
 from cgstat.pipeline.events.thresholds import Thresholds
-from cgstat.pipeline.events.window import fit_line
+from cgstat.pipeline.events.window import FIELD, fit_line
 from cgstat.pipeline.record import number_at
 from cgstat.records import EventRecord
+
+# the record fields read by path (fields.keys: a path not in the table fails at import)
+_PIDS_CURRENT = fields.keys("pids.current")
+_PIDS_LIMIT = fields.keys("pids.limit")
+
+_HIGH = FIELD["memory_high_events"]
 
 
 class CgroupRule:
@@ -28,19 +37,6 @@ class CgroupRule:
         self.th = th
 
     def judge(self, c: Case) -> None:
-        raise NotImplementedError
-
-
-class GpuRule:
-    """Judges a tick's GPU device records; holds its own episodes (a fresh one is made when
-    GPU metrics go away)."""
-
-    kind = ""
-
-    def __init__(self, th: Thresholds):
-        self.th = th
-
-    def judge(self, gpu_records: List[Mapping[str, Any]], events: List[EventRecord]) -> None:
         raise NotImplementedError
 
 
@@ -58,6 +54,83 @@ class OomKill(CgroupRule):
         if before is not None and kills_now is not None and kills_before is not None and kills_now > kills_before:
             c.oom_rises.append(Rise(c.record["cgroup"], int(kills_now - kills_before), int(kills_now), c.record,
                                     s.limit_bytes, before.working_set_bytes, s.working_set_bytes))
+
+
+class MemoryHighThrottled(CgroupRule):
+    """Held at memory.high: the cgroup's own `high` count (memory.events.local) rose over
+    the window and in the newest tick. Above memory.high the kernel makes every allocation
+    reclaim first and puts the task to sleep (mem_cgroup_handle_over_high): a slowdown with
+    no OOM kill and nothing in the job's log. Resolved once a whole window passes without."""
+
+    kind = "memory_high_throttled"
+
+    def judge(self, c: Case) -> None:
+        window = c.window
+        if window is None:
+            return
+        first, last = window.vs[0][_HIGH], window.vs[-1][_HIGH]
+        if first is None or last is None or last < first:  # unknown, or a counter reset
+            return
+        if self.kind in c.history.open:
+            if last == first:
+                c.resolve(self.kind, "Throttling at memory.high", {"memory_high_events_total": int(last)})
+            return
+        before = c.before.memory_high_events if c.before is not None else None
+        if last == first or before is None or last <= before:
+            return
+        s = c.sample
+        times = int(last - first)
+        span = window.span_s()
+        msg = ("%s was held at its memory.high (%s, using %s) %d times over the last %s: the kernel throttles "
+               "it and makes it reclaim its own memory, a slowdown with no OOM kill; raise memory.high "
+               "(systemd MemoryHigh=, Kubernetes memoryThrottlingFactor) or lower what it holds "
+               "(caches, batch size, workers)." % (
+                   who(c.record), "unknown" if s.memory_high_bytes is None else mib(s.memory_high_bytes),
+                   mib(s.working_set_bytes), times, duration(span)))
+        c.raise_(self.kind, "warning", cap(msg),
+                 {"memory_high_events": times, "memory_high_events_total": int(last),
+                  "high_bytes": s.memory_high_bytes, "working_set_bytes": s.working_set_bytes,
+                  "window_s": round(span, 3)})
+
+
+class PidsLimitHit(CgroupRule):
+    """Forks refused at a pids.max: the pids.events max count went up between two samples
+    of the same cgroup. Further refusals within pids_quiet_s of the last belong to the same
+    episode, whose total the resolved notice gives. On kernels from 6.13 the v2 count is
+    hierarchical (its ancestors count it too): of a tick's events only the deepest is kept."""
+
+    kind = "pids_limit_hit"
+
+    def judge(self, c: Case) -> None:
+        s, before = c.sample, c.before
+        ep = c.episode(self.kind)
+        now = s.pids_limit_failures
+        then = before.pids_limit_failures if before is not None else None
+        if now is not None and then is not None and now > then:
+            failures = int(now - then)
+            if ep is None:
+                limit = number_at(c.record, *_PIDS_LIMIT)
+                msg = ("%s: %d fork%s refused because the cgroup reached its pids.max%s: new processes and "
+                       "threads fail with EAGAIN (\"Resource temporarily unavailable\", \"can't start new "
+                       "thread\"); raise the pids limit (docker --pids-limit, Kubernetes podPidsLimit) or find "
+                       "what spawns so many (a fork loop, a thread per request)." % (
+                           who(c.record), failures, "" if failures == 1 else "s",
+                           "" if limit is None else " (%d)" % limit))
+                ep = c.raise_(self.kind, "warning", cap(msg),
+                              {"failures": failures, "pids_events_max_total": int(now), "limit": limit,
+                               "current": number_at(c.record, *_PIDS_CURRENT)}, hierarchical=True)
+                ep.extra["failures"] = failures
+            else:
+                ep.extra["failures"] += failures
+            ep.extra["last"] = c.t
+            return
+        if ep is not None and c.t - ep.extra["last"] >= self.th.pids_quiet_s:
+            total = ep.extra["failures"]
+            if total > ep.evidence["failures"]:
+                c.resolve(self.kind, "Fork failures at the pids limit",
+                          {"failures": total, "pids_events_max_total": now})
+            else:
+                c.end(self.kind)
 
 
 class MemoryNearLimit(CgroupRule):
@@ -243,7 +316,8 @@ class GpuProcessOutsideContainer(GpuRule):
 
 
 # Every rule, in the order a tick's events come in (a cgroup's events in this order).
-CGROUP_RULES: List[Type[CgroupRule]] = [OomKill, MemoryNearLimit, MemoryGrowth, CpuThrottled, GpuIdleCpuBound]
-GPU_RULES: List[Type[GpuRule]] = [GpuProcessOutsideContainer]
+CGROUP_RULES: List[Type[CgroupRule]] = [OomKill, MemoryNearLimit, MemoryGrowth, CpuThrottled, GpuIdleCpuBound,
+                                         MemoryHighThrottled, PidsLimitHit]
+GPU_RULES: List[Type[GpuRule]] = [GpuProcessOutsideContainer] + GPU_DEVICE_RULES
 
 KINDS = tuple(r.kind for r in CGROUP_RULES) + tuple(r.kind for r in GPU_RULES) + ("resolved",)

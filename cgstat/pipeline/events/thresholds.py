@@ -24,6 +24,9 @@ class Thresholds:
     cpu_at_limit_fraction: CPU counts as "at its limit" at >= this share of limit_cores.
     gpu_idle_sm_percent: SM % (summed over the container's GPUs, 100 = one GPU) at or under
         which a GPU counts as idle; gpu_busy_sm_percent ends such an episode.
+    pids_quiet_s: further fork failures at a pids limit within this many seconds of the
+        previous one belong to the same episode (no new event; the total comes with the
+        resolved notice); default: the window.
     max_samples: cap on the history kept per cgroup (thinned, never truncated).
     """
 
@@ -35,7 +38,7 @@ class Thresholds:
                  throttled_min_periods: int = 5, sustained_share: float = 0.75,
                  cpu_at_limit_fraction: float = 0.9,
                  gpu_idle_sm_percent: float = 5.0, gpu_busy_sm_percent: float = 20.0,
-                 max_samples: int = 1024):
+                 pids_quiet_s: Optional[float] = None, max_samples: int = 1024):
         if not window_s > 0:
             raise ValueError("window_s must be > 0")
         self.window_s = float(window_s)
@@ -53,6 +56,7 @@ class Thresholds:
         self.cpu_at_limit_fraction = cpu_at_limit_fraction
         self.gpu_idle_sm_percent = gpu_idle_sm_percent
         self.gpu_busy_sm_percent = max(gpu_busy_sm_percent, gpu_idle_sm_percent)
+        self.pids_quiet_s = self.window_s if pids_quiet_s is None else float(pids_quiet_s)
         self.max_samples = max(16, int(max_samples))
 
     def as_dict(self) -> Dict[str, Any]:

@@ -23,12 +23,15 @@ class Sample(NamedTuple):
     cpu_limit_cores: Optional[float]
     gpu_sm_percent: Optional[float]
     gpu_processes: Optional[int]
+    memory_high_events: Optional[float] = None  # memory.events.local high (v2; else memory.events high)
+    memory_high_bytes: Optional[float] = None
+    pids_limit_failures: Optional[float] = None  # pids.events max
 
 
 # A stored sample's values are a plain tuple in Sample's order: a tuple subclass costs 8
 # bytes more a sample and stays tracked by the garbage collector (a tuple of numbers is
 # untracked), ~1 MiB and a longer full collection per 1,000 cgroups' minute of 1 s ticks.
-_FIELD = {name: i for i, name in enumerate(Sample._fields)}
+_FIELD = FIELD = {name: i for i, name in enumerate(Sample._fields)}
 _USAGE = _FIELD["cpu_usage_seconds_total"]
 _PERIODS = _FIELD["cpu_periods_total"]
 _THROTTLED = _FIELD["cpu_throttled_periods_total"]
