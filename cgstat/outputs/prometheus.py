@@ -1,36 +1,18 @@
-"""The Prometheus exposition of one tick: records (the Sampler's dicts) in, bytes out.
+"""The Prometheus exposition of one tick: records in, bytes out, in text format 0.0.4 or
+OpenMetrics 1.0 (counter families named without `_total` in `# HELP`/`# TYPE`, `_info`
+gauges as `info` families, timestamps in seconds, `# EOF`).
 
-The families (names, help, labels, the field each reads) are declared in cgstat/fields.py;
-this module renders them.
-
-Two formats from the same samples:
-
-- Prometheus text format 0.0.4 (`text/plain; version=0.0.4`): what every scraper reads.
-- OpenMetrics 1.0 (`application/openmetrics-text; version=1.0.0`): a counter family is
-  named without its `_total` suffix in `# HELP`/`# TYPE` (its samples keep it), `_info`
-  gauges are `info` families, timestamps are in seconds, and the body ends in `# EOF`.
-
-Names follow cAdvisor (google/cadvisor, metrics/prometheus.go) for every meaning
-cAdvisor has, with its units and labels (`id` = cgroup path, `name`, `image`, and the
-kubelet's `namespace`, `pod`, `container`; the container's labels as
-`container_label_<key>`), so dashboards and rules written for cAdvisor run unchanged.
-What cAdvisor lacks is under `cgstat_` (GPU per container, per process and per device,
-the OOM invocations, the exporter's own health). docs/prometheus.md lists every series.
-
-Rules:
-
-- Raw counters, never rates: the query side computes `rate()`.
-- A null in the record (unknown, unsupported, no limit) gives no sample; never a fake 0.
-- Samples of cgroups carry the time the cgroup was read (the record's `ts`), so
-  `rate()` is exact however the scrape and the tick are phased (cAdvisor does the same).
-- Names are hostile: the labels are escaped and bounded by prometheus_labels.py, which
-  also keeps a workload's rendered labels from tick to tick.
-- Python 3.7 syntax, standard library only.
+The families are declared in cgstat/fields.py and rendered here; docs/prometheus.md
+lists every one (tests/test_fields.py checks it against FAMILIES). Names, units and
+labels follow cAdvisor (google/cadvisor, metrics/prometheus.go) wherever cAdvisor has the
+meaning, so its dashboards and rules run unchanged; the rest is under `cgstat_`. Raw
+counters, never rates; a null gives no sample, never a fake 0; a cgroup's samples carry
+the time it was read (the record's `ts`), so `rate()` is exact whatever the scrape's
+phase. Labels are escaped and bounded by prometheus_labels.py.
 """
 
 from __future__ import annotations
 
-import calendar
 import math
 from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, cast
 
@@ -47,6 +29,7 @@ from cgstat.outputs.prometheus_labels import (
     workload_labels,
 )
 from cgstat.records import CgroupRecord, GpuRecord, GpuUse, Sampled
+from cgstat.timestamps import ts_millis
 
 TEXT = "text"
 OPENMETRICS = "openmetrics"
@@ -159,33 +142,6 @@ _PSI = tuple((res, _BY_FIELD["pressure.%s.some_seconds_total" % res], _BY_FIELD[
 DEFAULT_CPU_PERIOD_US = 100000  # the kernel's default CFS period
 
 # --------------------------------------------------------------------------- time
-
-_EPOCH_CACHE: Dict[str, int] = {}
-
-
-def ts_millis(ts: Any) -> Optional[int]:
-    """'2026-11-29T20:10:12.807Z' as Unix milliseconds; None when not in that form."""
-    if not isinstance(ts, str) or len(ts) < 20 or ts[4] != "-" or ts[10] != "T":
-        return None
-    head = ts[:19]
-    seconds = _EPOCH_CACHE.get(head)
-    if seconds is None:
-        try:
-            seconds = calendar.timegm((int(ts[0:4]), int(ts[5:7]), int(ts[8:10]),
-                                       int(ts[11:13]), int(ts[14:16]), int(ts[17:19]), 0, 0, 0))
-        except ValueError:
-            return None
-        if len(_EPOCH_CACHE) > 4096:
-            _EPOCH_CACHE.clear()
-        _EPOCH_CACHE[head] = seconds
-    millis = 0
-    if len(ts) >= 23 and ts[19] == ".":
-        try:
-            millis = int(ts[20:23])
-        except ValueError:
-            millis = 0
-    return seconds * 1000 + millis
-
 
 def _ts_suffix(millis: Optional[int], fmt: str) -> str:
     if millis is None:

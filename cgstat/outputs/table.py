@@ -28,41 +28,12 @@ import os
 import unicodedata
 from typing import Any, Iterable, Iterator, List, Optional, Sequence, cast
 
-from cgstat import fields
+from cgstat import fields, names
 from cgstat.outputs.jsonl import FileSink, StdoutSink
 from cgstat.pipeline.record import number_at, value_at
 from cgstat.records import CgroupRecord, EventRecord, JsonObject
 from cgstat.text import escape_controls
-
-# -- docker's units (github.com/docker/go-units, size.go) ------------------------------------
-
-_BINARY = ("B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB", "ZiB", "YiB")
-_DECIMAL = ("B", "kB", "MB", "GB", "TB", "PB", "EB", "ZB", "YB")
-
-
-def _scaled(size: float, base: float, names: Sequence[str]):
-    i = 0
-    while size >= base and i < len(names) - 1:
-        size /= base
-        i += 1
-    return size, names[i]
-
-
-def bytes_size(size: Optional[float]) -> str:
-    """docker's units.BytesSize: 1024-based, 4 significant digits ("24.65MiB", "64MiB")."""
-    if size is None:
-        return "--"
-    value, unit = _scaled(float(size), 1024.0, _BINARY)
-    return "%.4g%s" % (value, unit)
-
-
-def human_size(size: Optional[float], precision: int = 3) -> str:
-    """docker's units.HumanSizeWithPrecision: 1000-based ("1.2MB", "0B")."""
-    if size is None:
-        return "--"
-    value, unit = _scaled(float(size), 1000.0, _DECIMAL)
-    return "%.*g%s" % (precision, value, unit)
-
+from cgstat.units import bytes_size, human_size
 
 def percent(value: Optional[float]) -> str:
     return "--" if value is None else "%.2f%%" % value
@@ -71,16 +42,8 @@ def percent(value: Optional[float]) -> str:
 # -- reading a record ------------------------------------------------------------------------
 
 def display_name(record: CgroupRecord) -> str:
-    """The container's name, else the systemd unit, else the cgroup path; controls escaped.
-
-    A pod-level record (`type: "pod"`) is named `namespace/pod` when the pod is known.
-    """
-    container = record["container"]
-    name = container["name"] if container is not None else None
-    pod = record["pod"]
-    if not name and record["type"] == "pod" and pod is not None and pod["name"]:
-        name = "%s/%s" % (pod["namespace"] or "", pod["name"])
-    return escape_controls(str(name or record["unit"] or record["cgroup"] or "--"))
+    """names.display_name, controls escaped."""
+    return escape_controls(names.display_name(record))
 
 
 def text_width(text: str) -> int:

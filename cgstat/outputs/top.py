@@ -15,10 +15,11 @@ import sys
 import time
 from typing import Any, Callable, Deque, Dict, List, NamedTuple, Optional, Sequence, Tuple, cast
 
-from cgstat.outputs.table import human_size, render_table, table_row, text_width
+from cgstat.outputs.table import render_table, table_row, text_width
 from cgstat.pipeline.record import number_at, value_at
 from cgstat.records import CgroupRecord, EventRecord, Sampled
 from cgstat.text import escape_controls
+from cgstat.units import human_size
 
 _EVENT_LINES = 5  # latest events listed under the table (when there is room)
 _MIN_ROWS = 3  # rows kept on screen before the event list gets any line

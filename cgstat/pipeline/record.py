@@ -7,8 +7,6 @@ unknown is None (JSON null), never a fake 0.
 
 from __future__ import annotations
 
-import math
-import time
 from typing import TYPE_CHECKING, Any, Dict, Iterable, List, Optional, Tuple
 
 from cgstat import records
@@ -18,8 +16,10 @@ from cgstat.kernel.sample import MemoryEvents, PressureSample, Problem, Sample, 
 from cgstat.naming.workload import Workload
 from cgstat.pipeline.network import network_record
 from cgstat.pipeline.rates import NO_IO_RATES, Rates
+from cgstat.numbers import finite
 from cgstat.records import (CgroupRecord, GpuGpm, GpuRecord, GpuRemappedRows, GpuRetiredPages, GpuUse, IoDevice,
                             Pressure, Psi, RecordError)
+from cgstat.timestamps import rfc3339
 
 if TYPE_CHECKING:  # GPU records are built only with GPUs: a run without any never loads them
     from cgstat.gpu.join import Attributed
@@ -42,23 +42,7 @@ def value_at(record: Any, *keys: str) -> Any:
 
 def number_at(record: Any, *keys: str) -> Optional[float]:
     """The finite number at record[k1][k2]..., else None (null, missing, not a number)."""
-    value = value_at(record, *keys)
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        return None
-    return value
-
-
-_second: Tuple[int, str] = (-1, "")  # the last second formatted: a tick's records share it
-
-
-def rfc3339(wall_s: float) -> str:
-    global _second
-    whole = int(wall_s)
-    ms = int((wall_s - whole) * 1000)
-    last = _second  # one read, one write: a thread beside this one at worst formats again
-    if last[0] != whole:
-        last = _second = (whole, time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(whole)))
-    return f"{last[1]}.{ms:03d}Z"
+    return finite(value_at(record, *keys))
 
 
 def build(sample: Sample, rates: Rates, workload: Workload, host: HostInfo,

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import os
 import stat
-import tempfile
 from typing import Optional
 
+from cgstat.atomic import write_atomic
 from cgstat.errors import CgstatError, file_kind, os_reason
 from cgstat.outputs.report.accumulate import ReportData, read_stream
 from cgstat.outputs.report.page import GENERATOR, render
@@ -59,19 +59,8 @@ def build_report(input_path: str, output_path: str, title: Optional[str] = None,
     check_output(output_path)
     d = read_stream(input_path, points, max_workloads, max_summary, max_markers)
     text = render(d, title or "cgstat report: %s" % os.path.basename(input_path), point_budget)
-    folder = os.path.dirname(os.path.abspath(output_path))
     try:
-        fd, tmp = tempfile.mkstemp(prefix=".cgstat-report-", suffix=".tmp", dir=folder)
+        # names and labels may come from root-only runtime state: mode 0600
+        write_atomic(output_path, text.encode("utf-8", "backslashreplace"), ".cgstat-report-")
     except OSError as exc:
-        raise CgstatError("cannot write %s: %s" % (escape_controls(output_path), exc.strerror or exc)) from None
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(text.encode("utf-8", "backslashreplace"))
-        os.chmod(tmp, 0o600)  # names and labels may come from root-only runtime state
-        os.replace(tmp, output_path)
-    except OSError as exc:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
         raise CgstatError("cannot write %s: %s" % (escape_controls(output_path), exc.strerror or exc)) from None

@@ -16,6 +16,7 @@ import orjson
 
 from cgstat import fields
 from cgstat.errors import CgstatError
+from cgstat.names import display_name
 from cgstat.outputs.report.source import BAD_LINE, lines
 from cgstat.pipeline.record import number_at
 from cgstat.text import escape_controls
@@ -155,7 +156,7 @@ class Workload:
     def __init__(self, index: int, cgroup: str, record: Dict[str, Any], charted: bool):
         self.index = index
         self.cgroup = cgroup
-        self.name = _label(record)
+        self.name = display_name(record)
         self.kind = _kind(record)
         self.charted = charted
         self.buckets: Optional[Buckets] = Buckets() if charted else None
@@ -178,18 +179,6 @@ class Workload:
         self.events: List[Tuple[float, str, str, str, Optional[str]]] = []  # t, kind, severity, message, resolves
         self.events_dropped = 0
         self.event_counts: Dict[str, int] = {}
-
-
-def _label(r: Dict[str, Any]) -> str:
-    c = r.get("container")
-    if isinstance(c, dict) and c.get("name"):
-        return str(c["name"])
-    pod = r.get("pod")
-    if r.get("type") == "pod" and isinstance(pod, dict) and pod.get("name"):
-        return "%s/%s" % (pod.get("namespace") or "", pod["name"])
-    if r.get("unit"):
-        return str(r["unit"])
-    return str(r.get("cgroup"))
 
 
 def _kind(r: Dict[str, Any]) -> str:
@@ -294,8 +283,8 @@ class ReportData:
         w = self._get(r)
         if w is None:
             return
-        if w.name == w.cgroup and _label(r) != w.cgroup:
-            w.name = _label(r)  # named later (state file appeared)
+        if w.name == w.cgroup and display_name(r) != w.cgroup:
+            w.name = display_name(r)  # named later (state file appeared)
         w.samples += 1
         if w.first_t is None:
             w.first_t = t
@@ -332,22 +321,10 @@ class ReportData:
         b = w.buckets
         assert b is not None  # charted
         b.grow(i + 1)
-        if cpu is not None:
-            b.cpu.add(i, cpu)
-        if cores is not None:
-            b.cpu_limit.add(i, cores * 100.0)
-        if ws is not None:
-            b.ws.add(i, ws)
-        if limit is not None:
-            b.mem_limit.add(i, limit)
-        if rd is not None:
-            b.rd.add(i, rd)
-        if wr is not None:
-            b.wr.add(i, wr)
-        if sm is not None:
-            b.sm.add(i, sm)
-        if gmem is not None:
-            b.gmem.add(i, gmem)
+        for series, v in ((b.cpu, cpu), (b.cpu_limit, None if cores is None else cores * 100.0), (b.ws, ws),
+                          (b.mem_limit, limit), (b.rd, rd), (b.wr, wr), (b.sm, sm), (b.gmem, gmem)):
+            if v is not None:
+                series.add(i, v)
 
     def _event(self, r: Dict[str, Any], t: float) -> None:
         self.events += 1

@@ -8,20 +8,11 @@ import time
 from typing import Any, Optional
 
 from cgstat.text import escape_controls
+from cgstat.units import binary_size as size
 
 
 def esc(text: Any) -> str:
     return html.escape(escape_controls(str(text)), quote=True)
-
-
-def size(v: Optional[float]) -> str:
-    if v is None:
-        return "–"
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if abs(v) < 1024 or unit == "TiB":
-            return ("%.0f %s" if unit == "B" else "%.1f %s") % (v, unit)
-        v /= 1024.0
-    return "–"
 
 
 def rate(v: Optional[float]) -> str:

@@ -4,7 +4,6 @@ counters' rises and the kernel log's kills make the oom_kill events (kills.py)."
 
 from __future__ import annotations
 
-import math
 import time
 from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, Iterator, List, Mapping, Optional, Set, Tuple, Union
 
@@ -14,7 +13,8 @@ from cgstat.pipeline.events.kills import OomLedger, Rise
 from cgstat.pipeline.events.rules import CGROUP_RULES, GPU_RULES, GpuRule
 from cgstat.pipeline.events.thresholds import Thresholds
 from cgstat.pipeline.events.window import Sample
-from cgstat.pipeline.record import rfc3339
+from cgstat.numbers import finite
+from cgstat.timestamps import rfc3339
 from cgstat.records import EventRecord, JsonObject
 from cgstat.timestamps import parse_ts
 
@@ -25,13 +25,6 @@ if TYPE_CHECKING:
     Late = Union[None, List[LateCount], Callable[[], List[LateCount]]]
 
 _new_sample = tuple.__new__  # Sample(...) without the Python-level __new__: once per cgroup per tick
-
-
-def _number(value: Any) -> Optional[float]:
-    """record.number_at's rule for one value: a finite number, else None."""
-    if value is None or isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        return None
-    return value
 
 
 class _Tick:
@@ -146,7 +139,7 @@ class EventDetector:
     def _observe_cgroup(self, path: str, r: Mapping[str, Any], now: Optional[float], tick: _Tick) -> None:
         th = self.th
         h = self._cgroups.get(path)
-        interval = _number(r.get("interval_s"))
+        interval = finite(r.get("interval_s"))
         if h is None or interval is None:  # first sample, or a new life of the cgroup
             h = self._cgroups[path] = History()
             h.t = now if now is not None else (parse_ts(r.get("ts")) or 0.0)
@@ -156,25 +149,25 @@ class EventDetector:
         gpu = r.get("gpu")
         sm = gprocs = None
         if isinstance(gpu, dict):
-            sm = _number(gpu.get("sm_percent"))
+            sm = finite(gpu.get("sm_percent"))
             procs = gpu.get("processes")
             gprocs = len(procs) if isinstance(procs, list) else None
         # number_at's rules (a finite number, else None), one lookup of each object
         mem, cpu, pids = r.get("memory"), r.get("cpu"), r.get("pids")
         high = high_bytes = None
         if isinstance(mem, dict):
-            ws, limit, kills = (_number(mem.get("working_set_bytes")), _number(mem.get("limit_bytes")),
-                                _number(mem.get("oom_kills_total")))
+            ws, limit, kills = (finite(mem.get("working_set_bytes")), finite(mem.get("limit_bytes")),
+                                finite(mem.get("oom_kills_total")))
             events = mem.get("events_local") or mem.get("events")
             if events.__class__ is dict:
-                high, high_bytes = _number(events.get("high")), _number(mem.get("high_bytes"))
+                high, high_bytes = finite(events.get("high")), finite(mem.get("high_bytes"))
         else:
             ws = limit = kills = None
-        forks = _number(pids.get("events_max_total")) if isinstance(pids, dict) else None
+        forks = finite(pids.get("events_max_total")) if isinstance(pids, dict) else None
         if isinstance(cpu, dict):
             usage, periods, throttled, cores = (
-                _number(cpu.get("usage_seconds_total")), _number(cpu.get("periods_total")),
-                _number(cpu.get("throttled_periods_total")), _number(cpu.get("limit_cores")))
+                finite(cpu.get("usage_seconds_total")), finite(cpu.get("periods_total")),
+                finite(cpu.get("throttled_periods_total")), finite(cpu.get("limit_cores")))
         else:
             usage = periods = throttled = cores = None
         values = (ws, limit, kills, usage, periods, throttled, cores, sm, gprocs, high, high_bytes, forks)

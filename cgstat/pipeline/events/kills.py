@@ -25,8 +25,9 @@ from __future__ import annotations
 from typing import Any, Dict, List, Mapping, NamedTuple, Optional
 
 from cgstat.naming.kills import NamedKill
-from cgstat.pipeline.events.event import cap, deepest_only, make_event, mib, who
+from cgstat.pipeline.events.event import cap, deepest_only, make_event, who
 from cgstat.records import EventRecord
+from cgstat.units import mib
 
 CREDIT_TICKS = 2
 

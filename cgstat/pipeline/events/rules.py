@@ -13,13 +13,14 @@ from typing import Any, Dict, List, Mapping, Tuple, Type
 
 from cgstat import fields
 from cgstat.pipeline.events.case import Case
-from cgstat.pipeline.events.event import Episode, cap, duration, make_event, mib, who
+from cgstat.pipeline.events.event import Episode, cap, duration, make_event, who
 from cgstat.pipeline.events.gpu import GPU_DEVICE_RULES, GpuRule
 from cgstat.pipeline.events.kills import Rise
 from cgstat.pipeline.events.thresholds import Thresholds
 from cgstat.pipeline.events.window import FIELD, fit_line
 from cgstat.pipeline.record import number_at
 from cgstat.records import EventRecord
+from cgstat.units import mib
 
 # the record fields read by path (fields.keys: a path not in the table fails at import)
 _PIDS_CURRENT = fields.keys("pids.current")
