@@ -8,11 +8,13 @@ import time
 from typing import TYPE_CHECKING, Any, Dict, Iterable, List, Mapping, Optional
 
 from cgstat import fields
-from cgstat.pipeline.events.event import cap, make_event, mib, who
+from cgstat.pipeline.events.event import cap, make_event, who
 from cgstat.pipeline.events.kills import OomLedger, Rise
 from cgstat.pipeline.events.thresholds import Thresholds
-from cgstat.pipeline.record import number_at, rfc3339
+from cgstat.pipeline.record import number_at
+from cgstat.timestamps import rfc3339
 from cgstat.records import EventRecord
+from cgstat.units import mib
 
 if TYPE_CHECKING:
     from cgstat.naming.kills import NamedKill
