@@ -342,7 +342,7 @@ RECORD: Tuple[Field, ...] = (
     _f("errors", "array"),
     _f("errors[]", "object"),
     _f("errors[].source", "str", _ERROR),
-    _f("errors[].error", "enum", enum=list(_PROBLEMS + ("host_namespace", "no_process"))),
+    _f("errors[].error", "enum", enum=list(_PROBLEMS + ("host_namespace", "no_process", "several_namespaces"))),
     _f("errors[].detail", "str"),
 )
 

@@ -193,9 +193,9 @@ def test_kill_in_a_cgroup_that_lives_on_and_in_its_first_second(realcg_env):
 
 def _docker_root():
     from cgstat.kernel.hostfs import HostFS
-    from cgstat.naming.runtimes.docker import data_root
+    from cgstat.naming.runtimes.daemons import Daemons
 
-    return data_root(HostFS("/"))
+    return Daemons(HostFS("/")).docker_roots()[0]  # daemon.json's, else /var/lib/docker
 
 
 class DockerState:

@@ -1,6 +1,7 @@
 """`--format table` and `--format csv`: the same records, for people and spreadsheets.
 
 - table: one block per batch, laid out as `docker stats --no-stream` prints it (a header,
+  CONTAINER ID first: a container's 12-hex short ID, "--" for other cgroups,
   columns padded the way Go's tabwriter does there: at least 10 wide, 3 spaces apart),
   sizes in docker's units: `units.BytesSize` (binary, "%.4g" + B/KiB/MiB/GiB...) for
   memory, `units.HumanSizeWithPrecision(x, 3)` (decimal, kB/MB/GB) for network and block
@@ -57,8 +58,15 @@ def text_width(text: str) -> int:
     return w
 
 
-TABLE_HEADER = ("NAME", "CPU %", "MEM USAGE / LIMIT", "MEM %", "NET I/O", "BLOCK I/O", "PIDS", "GPU MEM",
+TABLE_HEADER = ("CONTAINER ID", "NAME", "CPU %", "MEM USAGE / LIMIT", "MEM %", "NET I/O", "BLOCK I/O", "PIDS", "GPU MEM",
                 "GPU SM %")
+
+
+def container_id(record: CgroupRecord) -> str:
+    """docker's CONTAINER ID: the first 12 hex digits of a container's ID, else "--"."""
+    container = record["container"]
+    short = container["short_id"] if container is not None else None
+    return escape_controls(str(short)) if short else "--"
 
 
 def table_row(record: CgroupRecord) -> List[str]:
@@ -85,7 +93,7 @@ def table_row(record: CgroupRecord) -> List[str]:
     if gpu is not None:
         gpu_mem = bytes_size(number_at(gpu["memory_bytes"]))
         gpu_sm = percent(number_at(gpu["sm_percent"]))
-    return [display_name(record), percent(number_at(record["cpu"]["percent"])), mem, percent(mem_pct), net_io,
+    return [container_id(record), display_name(record), percent(number_at(record["cpu"]["percent"])), mem, percent(mem_pct), net_io,
             block, "--" if pids is None else "%d" % pids, gpu_mem, gpu_sm]
 
 

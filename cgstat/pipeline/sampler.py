@@ -35,6 +35,7 @@ from cgstat.kernel.sample import Sample
 from cgstat.kernel.tree import Cgroup
 from cgstat.naming.kills import KillNamer, LateCount, NamedKill
 from cgstat.naming.paths import PathInfo, classify
+from cgstat.naming.runtimes.daemons import DaemonConfig
 from cgstat.naming.pids import pid_namespace_note
 from cgstat.naming.workload import Namer, Workload
 from cgstat.pipeline.diagnostics import Warner
@@ -66,14 +67,17 @@ class Sampler:
     would be work for nothing). The kernel log's OOM reports and v2 memory.events as they
     change are followed once asked (`follow_kernel_log()`, `watch_memory_events()`: the run
     modes do; each holds a descriptor, the second a thread, until close()); `kernel_log`: a
-    KmsgFollower to read instead (a recorded log). Raises CgstatError (one line) when the
+    KmsgFollower to read instead (a recorded log). `daemons`: Docker's data root and socket
+    when given (--docker-data-root, --docker-host), else found (naming/runtimes/daemons.py).
+    Raises CgstatError (one line) when the
     host can't be read.
     """
 
     def __init__(self, host_root: str = "/", all: bool = False,
                  match: Union[None, str, Pattern[str]] = None, warner: Optional[Warner] = None,
                  read_state: bool = True, max_user_cgroups: Optional[int] = 1000, gpu: bool = True,
-                 follow: bool = True, kernel_log: Optional[KmsgFollower] = None):
+                 follow: bool = True, kernel_log: Optional[KmsgFollower] = None,
+                 daemons: DaemonConfig = DaemonConfig()):
         if isinstance(match, str):
             try:
                 match = compile_match(match)
@@ -96,7 +100,7 @@ class Sampler:
                                      warn=self.warner.once, follow=None if follow else False, kept=self.kept)
         self.all_cgroups = all_cgroups
         self.match = match
-        self.namer = Namer(self.fs, self.layout, self.warner.once, read_state)
+        self.namer = Namer(self.fs, self.layout, self.warner.once, read_state, daemons)
         # GPUs only on the live kernel (a recorded tree's processes aren't NVML's); pynvml
         # is imported on the first read, never at start-up.
         self._gateway: Optional[Gateway] = None
@@ -200,7 +204,10 @@ class Sampler:
                 now = set(map(id, cgroups))
                 self._kill_namer.note_gone([(cg, info) for cg, info in last[1] if id(cg) not in now],
                                            [cg.path for cg, _ in last[2][0]] if last[2] else ())
-        namer.begin_tick(classified)
+        named = namer.begin_tick(classified)
+        if named is not classified:
+            # candidates a runtime knows are containers: what select() sees, this tick
+            classified, selection = named, (selection if named is last[1] else None)
         if selection is None or (self.match is None and not self.all_cgroups):
             # (the default selection leaves pod sandboxes out: runtime state, per tick)
             selection = select(classified, self.all_cgroups, self.match, namer.is_sandbox)
@@ -216,7 +223,7 @@ class Sampler:
         # own files are then read one by one as the records are made.
         network: Dict[str, NetworkResult] = {}
         if self._netns is not None:
-            network = self._netns.read(namer.member_pids(cg for cg, _ in selected))
+            network = self._netns.read(namer.member_pids(cg for cg, _ in selected), namer.subtrees)
             if self._netns.host.note:
                 self.warner.once("netns-host", self._netns.host.note)
         gpu = self._read_gpus()
@@ -377,9 +384,11 @@ class Sampler:
                 gc.enable()
 
     def close(self) -> None:
-        """Forget the previous tick; release the inotify watches, kept descriptors and NVML."""
+        """Forget the previous tick; release the inotify watches (cgroups and runtime
+        state), kept descriptors and NVML."""
         self.previous = {}
         self.discoverer.close()
+        self.namer.close()
         self.kept.close_all()
         if self._kmsg is not None:
             self._kmsg.close()
