@@ -42,7 +42,8 @@ cgroup per tick (and one per GPU), plus events.
 
 By default cgstat reports containers, Kubernetes pods and systemd services/scopes (on a
 host with none, the root cgroup and its children); --all reports every cgroup.
---host-root, --all and --match may come before or after the command.
+--host-root, --all and --match may come before or after the command; --docker-data-root
+and --docker-host come before it.
 """
 
 # Bounds of the time options. Below 0.1 s a rate is noise, not a measurement: CFS enforces
@@ -81,6 +82,28 @@ def _max_user_option() -> Optional[int]:
                         show_default=False,
                         help="At most N cgroups per user's delegated subtree (user@UID.service); the "
                              "rest are counted and said once on stderr. Default: 1000.")
+
+
+def _docker_root_option() -> Optional[str]:
+    return typer.Option(None, "--docker-data-root", envvar="CGSTAT_DOCKER_DATA_ROOT", metavar="DIR",
+                        show_default=False, callback=_absolute,
+                        help="dockerd's data root (its --data-root), a host path, for container names. "
+                             "Default: found from /etc/docker/daemon.json and the running dockerd's "
+                             "command line, else /var/lib/docker.")
+
+
+def _docker_host_option() -> Optional[str]:
+    return typer.Option(None, "--docker-host", envvar="DOCKER_HOST", metavar="URL", show_default=False,
+                        callback=_not_empty,
+                        help="The Docker API socket (unix:///path), asked for the names of containers "
+                             "whose state can't be read. Default: /var/run/docker.sock, daemon.json "
+                             "\"hosts\" and the running dockerd's -H.")
+
+
+def _absolute(value: Optional[str]) -> Optional[str]:
+    if value is not None and not value.startswith("/"):
+        raise typer.BadParameter(f"{value!r} is not an absolute path")
+    return value
 
 
 def _match_option() -> Optional[str]:
@@ -145,8 +168,10 @@ def _root(
     all_: bool = _all_option(),
     match: Optional[str] = _match_option(),
     max_user: Optional[int] = _max_user_option(),
+    docker_root: Optional[str] = _docker_root_option(),
+    docker_host: Optional[str] = _docker_host_option(),
 ) -> None:
-    ctx.obj = (host_root, all_, match, max_user)
+    ctx.obj = (host_root, all_, match, max_user, docker_root, docker_host)
 
 
 def _sampler(ctx: typer.Context, host_root: Optional[str], all_: bool, match: Optional[str],
@@ -155,14 +180,16 @@ def _sampler(ctx: typer.Context, host_root: Optional[str], all_: bool, match: Op
     from cgstat.app.sampler import open_sampler
     from cgstat.pipeline.select import compile_match
 
-    top_root, top_all, top_match, top_max = ctx.obj or (None, False, None, None)
+    from cgstat.naming.runtimes.daemons import DaemonConfig
+
+    top_root, top_all, top_match, top_max, docker_root, docker_host = ctx.obj or (None, False, None, None, None, None)
     regex = match if match is not None else top_match
     try:
         pattern = compile_match(regex)
     except ValueError as exc:
         raise typer.BadParameter(str(exc), param_hint="'--match'") from None
     return open_sampler(host_root or top_root or "/", all_ or top_all, pattern, max_user or top_max or 1000,
-                        follow=follow)
+                        follow=follow, daemons=DaemonConfig(docker_root, docker_host))
 
 
 def _run(make: Callable[[], Sampler], job: Callable[[Sampler], int]) -> None:

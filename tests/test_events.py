@@ -232,6 +232,19 @@ def test_vanished_cgroups_are_forgotten_and_memory_bounded():
     assert len(d2._cgroups["/docker/abc"].samples) <= 33
 
 
+def test_messages_name_a_workload_as_every_view_does():
+    from cgstat.names import display_name
+
+    d = EventDetector(window_s=4)
+    pod = rec(path="/kubepods/burstable/pod1234", ws=950 * MiB, limit=1000 * MiB, name=None, typ="pod")
+    pod["pod"] = {"namespace": "ml", "name": "trainer-0", "uid": "1234"}
+    unit = rec(path="/system.slice/x.service", ws=950 * MiB, limit=1000 * MiB, name=None)
+    unit["unit"] = "x.service"
+    ev = run(d, [[pod, unit, rec(ws=950 * MiB, limit=1000 * MiB)]])
+    assert [e["message"].split(" uses ")[0] for e in ev] == ["pod ml/trainer-0", "unit x.service", "container trainer"]
+    assert [display_name(r) for r in (pod, unit)] == ["ml/trainer-0", "x.service"]
+
+
 def test_hostile_names_stay_data():
     d = EventDetector(window_s=4)
     name = "=cmd|' /C calc'!A0\x1b[2J\n<script>"

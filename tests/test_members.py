@@ -40,8 +40,8 @@ def test_empty_cgroups_are_looked_at_again_a_share_at_a_time(tmp_path, monkeypat
     namer = Namer(fs, layout)
 
     looked = []
-    real = workload._first_member
-    monkeypatch.setattr(workload, "_first_member", lambda local: looked.append(local) or real(local))
+    real = workload._members_below
+    monkeypatch.setattr(workload, "_members_below", lambda local: looked.append(local) or real(local))
     now = [1000.0]
     monkeypatch.setattr(workload.time, "monotonic", lambda: now[0])
 

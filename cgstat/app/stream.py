@@ -53,6 +53,11 @@ def run_stream(sampler: Sampler, sink: Optional[JsonLinesSink], interval_s: floa
 
         exporter = Exporter(listen, sampler.warner, stale_after_s=max(60.0, 5 * interval_s))
     schedule = Schedule(interval_s, sampler.warner, watchdog_heartbeat_s()).install_signals()
+    # OOM kills: the kernel log from now on, v2 counters read as they change (events and
+    # the exporter's kept counters)
+    if events is not None or exporter is not None:
+        sampler.follow_kernel_log()
+        sampler.watch_memory_events()
     try:
         sampler.warm_up()  # the first batch, one interval later, has rates
         schedule.restart()
@@ -92,7 +97,7 @@ def _stream_tick(sampler: Sampler, sink: Optional[JsonLinesSink], events: Option
         stream: Iterable[JsonObject] = sampler.records()
         if events is not None:
             # records, then the tick's events (the kernel log's kills are read after the records)
-            stream = events.watch(stream, kills=lambda: sampler.kills)
+            stream = events.watch(stream, kills=lambda: sampler.kills, late=lambda: sampler.late_counts)
         try:
             sink.write(stream)
         except SinkError as exc:
@@ -101,10 +106,10 @@ def _stream_tick(sampler: Sampler, sink: Optional[JsonLinesSink], events: Option
     began = time.monotonic()
     records = sampler.tick()
     if exporter is not None:
-        exporter.publish(records, time.monotonic() - began, sampler.kills)
+        exporter.publish(records, time.monotonic() - began, sampler.kills, sampler.late_counts)
     batch: Sequence[JsonObject] = records
     if events is not None:
-        batch = [*records, *events.observe(records, kills=sampler.kills)]  # a new list: the exporter keeps the first
+        batch = [*records, *events.observe(records, kills=sampler.kills, late=sampler.late_counts)]  # a new list: the exporter keeps the first
     if sink is not None:
         try:
             sink.write(batch)

@@ -46,12 +46,15 @@ class _KeyedSchedule(Schedule):
 class _Judged:
     """The model fed with each tick's records and the events judged on them."""
 
-    def __init__(self, model: Model, detector: Optional[EventDetector]):
+    def __init__(self, model: Model, detector: Optional[EventDetector], sampler: Optional[Sampler] = None):
         self.model = model
         self.detector = detector
+        self.sampler = sampler  # its OOM kills of the tick (the kernel log, v2 counters read as they changed)
 
     def update(self, records: List[Sampled]) -> None:
-        events = self.detector.observe(records) if self.detector is not None else []
+        s = self.sampler
+        events = (self.detector.observe(records, kills=s.kills if s else None, late=s.late_counts if s else None)
+                  if self.detector is not None else [])
         self.model.update(records, events)
 
 
@@ -72,7 +75,10 @@ def run_top(sampler: Sampler, interval_s: float, sort: str = "cpu", events: bool
     until q, Ctrl-C or SIGTERM). Returns the exit status (0).
     """
     model = Model(sort, sampler.host.hostname)
-    judged = _Judged(model, EventDetector(thresholds) if events else None)
+    judged = _Judged(model, EventDetector(thresholds) if events else None, sampler)
+    if events:
+        sampler.follow_kernel_log()  # OOM kills for the events shown under the table
+        sampler.watch_memory_events()
     if count is not None and count < 1:
         return 0
     if os.isatty(1):

@@ -33,7 +33,7 @@ _UNIT = re.compile(r"^.+\.(service|scope|slice|socket|mount|swap|target|device|a
 
 
 class PathInfo(NamedTuple):
-    kind: Optional[str] = None  # "container", "pod", "monitor" or None
+    kind: Optional[str] = None  # "container", "pod", "monitor", "candidate" or None
     runtime: Optional[str] = None
     id: Optional[str] = None  # 64-hex container ID, or the LXC container name
     pod_uid: Optional[str] = None  # dashed form
@@ -142,6 +142,10 @@ def classify(path: str) -> PathInfo:
                    (systemd), /kubepods/<qos>/pod<uid> and /kubepods/pod<uid> (cgroupfs);
                    a container directly under a pod folder as a bare <64hex> (cgroupfs driver:
                    the runtime is not in the path)
+    - Elsewhere:   a bare <64hex> under any other parent (dockerd --cgroup-parent, ctr
+                   --cgroup, CI runners, Nomad) is only a "candidate": a user can make such
+                   a folder, so it is a container only once a runtime's state knows that ID
+                   (naming/workload.Namer promotes it)
     - systemd:     *.service, *.scope, *.slice, *.socket, *.mount, *.swap with \\xNN escapes
                    (systemd.unit(5), "String Escaping for Inclusion in Unit Names")
     """
@@ -169,6 +173,9 @@ def _classify(path: str) -> PathInfo:
                 return PathInfo("pod", pod_uid=pod_uid, qos=qos, unit=_unit(comp))
             continue
         ctr = _container(comp, parent, pod_uid is not None)
+        if ctr is None and last and _BARE_ID.match(comp):
+            # a bare ID the path alone can't vouch for: a container only if a runtime knows it
+            return PathInfo("candidate", None, comp, pod_uid, qos, _unit(comp))
         if ctr:
             runtime, cid = ctr
             if last:

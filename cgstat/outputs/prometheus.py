@@ -1,38 +1,20 @@
-"""The Prometheus exposition of one tick: records (the Sampler's dicts) in, bytes out.
+"""The Prometheus exposition of one tick: records in, bytes out, in text format 0.0.4 or
+OpenMetrics 1.0 (counter families named without `_total` in `# HELP`/`# TYPE`, `_info`
+gauges as `info` families, timestamps in seconds, `# EOF`).
 
-The families (names, help, labels, the field each reads) are declared in cgstat/fields.py;
-this module renders them.
-
-Two formats from the same samples:
-
-- Prometheus text format 0.0.4 (`text/plain; version=0.0.4`): what every scraper reads.
-- OpenMetrics 1.0 (`application/openmetrics-text; version=1.0.0`): a counter family is
-  named without its `_total` suffix in `# HELP`/`# TYPE` (its samples keep it), `_info`
-  gauges are `info` families, timestamps are in seconds, and the body ends in `# EOF`.
-
-Names follow cAdvisor (google/cadvisor, metrics/prometheus.go) for every meaning
-cAdvisor has, with its units and labels (`id` = cgroup path, `name`, `image`, and the
-kubelet's `namespace`, `pod`, `container`; the container's labels as
-`container_label_<key>`), so dashboards and rules written for cAdvisor run unchanged.
-What cAdvisor lacks is under `cgstat_` (GPU per container, per process and per device,
-the OOM invocations, the exporter's own health). docs/prometheus.md lists every series.
-
-Rules:
-
-- Raw counters, never rates: the query side computes `rate()`.
-- A null in the record (unknown, unsupported, no limit) gives no sample; never a fake 0.
-- Samples of cgroups carry the time the cgroup was read (the record's `ts`), so
-  `rate()` is exact however the scrape and the tick are phased (cAdvisor does the same).
-- Names are hostile: the labels are escaped and bounded by prometheus_labels.py, which
-  also keeps a workload's rendered labels from tick to tick.
-- Python 3.7 syntax, standard library only.
+The families are declared in cgstat/fields.py and rendered here; docs/prometheus.md
+lists every one (tests/test_fields.py checks it against FAMILIES). Names, units and
+labels follow cAdvisor (google/cadvisor, metrics/prometheus.go) wherever cAdvisor has the
+meaning, so its dashboards and rules run unchanged; the rest is under `cgstat_`. Raw
+counters, never rates; a null gives no sample, never a fake 0; a cgroup's samples carry
+the time it was read (the record's `ts`), so `rate()` is exact whatever the scrape's
+phase. Labels are escaped and bounded by prometheus_labels.py.
 """
 
 from __future__ import annotations
 
-import calendar
 import math
-from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple, cast
+from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, cast
 
 from cgstat import fields
 from cgstat.outputs.prometheus_labels import (
@@ -47,6 +29,7 @@ from cgstat.outputs.prometheus_labels import (
     workload_labels,
 )
 from cgstat.records import CgroupRecord, GpuRecord, GpuUse, Sampled
+from cgstat.timestamps import ts_millis
 
 TEXT = "text"
 OPENMETRICS = "openmetrics"
@@ -116,6 +99,10 @@ F_CGPU_PSM = _INDEX["cgstat_container_gpu_process_sm_percent"]
 F_GPU_INFO = _INDEX["cgstat_gpu_info"]
 F_GPU_PROCS = _INDEX["cgstat_gpu_processes"]
 F_GPU_UNATTR = _INDEX["cgstat_gpu_unattributed_memory_bytes"]
+F_CGPU_POWER = _INDEX["cgstat_container_gpu_power_watts"]
+F_CGPU_PPOWER = _INDEX["cgstat_container_gpu_process_power_watts"]
+F_CGPU_ENERGY = _INDEX["cgstat_container_gpu_energy_joules_total"]
+F_GPU_REASON = _INDEX["cgstat_gpu_clocks_event_reason"]
 F_MEM_FAILURES = _INDEX["container_memory_failures_total"]
 F_CPUSET = _INDEX["cgstat_cpuset_info"]
 F_OOM_GROUP = _INDEX["cgstat_memory_oom_group"]
@@ -155,33 +142,6 @@ _PSI = tuple((res, _BY_FIELD["pressure.%s.some_seconds_total" % res], _BY_FIELD[
 DEFAULT_CPU_PERIOD_US = 100000  # the kernel's default CFS period
 
 # --------------------------------------------------------------------------- time
-
-_EPOCH_CACHE: Dict[str, int] = {}
-
-
-def ts_millis(ts: Any) -> Optional[int]:
-    """'2026-11-29T20:10:12.807Z' as Unix milliseconds; None when not in that form."""
-    if not isinstance(ts, str) or len(ts) < 20 or ts[4] != "-" or ts[10] != "T":
-        return None
-    head = ts[:19]
-    seconds = _EPOCH_CACHE.get(head)
-    if seconds is None:
-        try:
-            seconds = calendar.timegm((int(ts[0:4]), int(ts[5:7]), int(ts[8:10]),
-                                       int(ts[11:13]), int(ts[14:16]), int(ts[17:19]), 0, 0, 0))
-        except ValueError:
-            return None
-        if len(_EPOCH_CACHE) > 4096:
-            _EPOCH_CACHE.clear()
-        _EPOCH_CACHE[head] = seconds
-    millis = 0
-    if len(ts) >= 23 and ts[19] == ".":
-        try:
-            millis = int(ts[20:23])
-        except ValueError:
-            millis = 0
-    return seconds * 1000 + millis
-
 
 def _ts_suffix(millis: Optional[int], fmt: str) -> str:
     if millis is None:
@@ -332,22 +292,28 @@ def _container_gpu(gpu: GpuUse, add: Callable[[int, Any, str], None]) -> None:
             continue
         gpu_index = p.get("gpu_index")
         key = ("" if gpu_index is None else str(gpu_index), p.get("gpu_uuid") or "")
-        sums: List[Any] = per_gpu.setdefault(key, [None, None])
+        sums: List[Any] = per_gpu.setdefault(key, [None, None, None])
         mem: Any = p.get("memory_bytes")
         sm: Any = p.get("sm_percent")
+        watts: Any = p.get("power_watts")
         if _num(mem) is not None:
             sums[0] = (sums[0] or 0) + mem
         if _num(sm) is not None:
             sums[1] = (sums[1] or 0) + sm
+        if _num(watts) is not None:
+            sums[2] = (sums[2] or 0) + watts
         pid = p.get("pid")
         extra = render_pairs((("gpu", key[0]), ("uuid", key[1]), ("pid", pid), ("process", p.get("name")),
                          ("type", p.get("type"))))
         add(F_CGPU_PMEM, mem, extra)
         add(F_CGPU_PSM, sm, extra)
-    for (index, uuid), (mem, sm) in per_gpu.items():
+        add(F_CGPU_PPOWER, watts, extra)
+    for (index, uuid), (mem, sm, watts) in per_gpu.items():
         extra = render_pairs((("gpu", index), ("uuid", uuid)))
         add(F_CGPU_MEM, mem, extra)
         add(F_CGPU_SM, sm, extra)
+        add(F_CGPU_POWER, watts, extra)
+    add(F_CGPU_ENERGY, gpu.get("energy_joules_total"), "")
 
 
 def _gpu_samples(record: GpuRecord, out: List[List[bytes]], fmt: str, timestamps: bool) -> None:
@@ -369,6 +335,17 @@ def _gpu_samples(record: GpuRecord, out: List[List[bytes]], fmt: str, timestamps
                                 ("parent_uuid", gpu.get("parent_uuid")))))
     for family, key in _GPU_DEVICE:
         add(family, gpu.get(key))
+    reasons = gpu.get("clocks_event_reasons")
+    if isinstance(reasons, list):
+        for reason in reasons:
+            if isinstance(reason, str):
+                add(F_GPU_REASON, 1, render_pairs((("reason", reason),)))
+    dcgm = render_pairs(_dcgm_labels(record, gpu))
+    for name, value in _dcgm_values(gpu):
+        text = _num(value)
+        if text is not None:
+            line = name + "{" + dcgm + "} " + text + end
+            out[_INDEX[name]].append(line.encode("utf-8", "backslashreplace"))
     processes = record.get("processes")
     if isinstance(processes, list):
         add(F_GPU_PROCS, len(processes))
@@ -378,6 +355,109 @@ def _gpu_samples(record: GpuRecord, out: List[List[bytes]], fmt: str, timestamps
             if _num(memory) is not None:
                 unattributed += memory
         add(F_GPU_UNATTR, unattributed)
+
+
+_REASON_BITS = {"gpu_idle": 0x1, "applications_clocks_setting": 0x2, "sw_power_cap": 0x4, "hw_slowdown": 0x8,
+                "sync_boost": 0x10, "sw_thermal_slowdown": 0x20, "hw_thermal_slowdown": 0x40,
+                "hw_power_brake_slowdown": 0x80, "display_clock_setting": 0x100}
+_MIB = 1 << 20
+
+
+def _dcgm_labels(record: Mapping[str, Any], gpu: Mapping[str, Any]) -> List[Tuple[str, Any]]:
+    """dcgm-exporter's labels: a MIG device is named as dcgm-exporter names it, by its
+    parent GPU's UUID and model, plus GPU_I_ID and GPU_I_PROFILE (the profile in its name)."""
+    index = gpu.get("index")
+    name = gpu.get("name")
+    mig = gpu.get("parent_uuid") is not None
+    profile = None
+    if mig and isinstance(name, str) and " MIG " in name:
+        name, profile = name.split(" MIG ", 1)
+    minor = gpu.get("minor_number")
+    uuid = gpu.get("parent_uuid") if mig else gpu.get("uuid")
+    return [("gpu", "" if index is None else str(index)), ("UUID", uuid), ("uuid", uuid),
+            ("pci_bus_id", gpu.get("pci_bus_id")),
+            ("device", None if not isinstance(minor, int) or isinstance(minor, bool) else "nvidia%d" % minor),
+            ("modelName", name), ("Hostname", record.get("host")),
+            ("DCGM_FI_DRIVER_VERSION", gpu.get("driver_version")),
+            ("GPU_I_ID", gpu.get("gpu_instance_id") if mig else None), ("GPU_I_PROFILE", profile)]
+
+
+def _mib(value: Any) -> Any:
+    return None if _num(value) is None else int(value) // _MIB
+
+
+def _scaled(value: Any, scale: float) -> Any:
+    return None if _num(value) is None else value * scale
+
+
+def _dcgm_values(gpu: Mapping[str, Any]) -> List[Tuple[str, Any]]:
+    """(series, value) of one GPU record in dcgm-exporter's units; None: no sample."""
+    def at(obj: Any, key: str) -> Any:
+        return obj.get(key) if isinstance(obj, dict) else None
+
+    total: Any = gpu.get("memory_total_bytes")
+    used: Any = gpu.get("memory_used_bytes")
+    reserved: Any = gpu.get("memory_reserved_bytes")
+    free = None
+    if all(_num(v) is not None for v in (total, used)):
+        free = (total - used - (reserved if _num(reserved) is not None else 0)) // _MIB
+    xids, last = gpu.get("xid_errors_total"), gpu.get("last_xid")
+    reasons = gpu.get("clocks_event_reasons")
+    mask = None
+    if isinstance(reasons, list):
+        mask = 0
+        for r in reasons:
+            mask |= _REASON_BITS.get(r, 0) if isinstance(r, str) else 0
+    nvlink = None
+    tx: Any = gpu.get("nvlink_tx_bytes_total")
+    rx: Any = gpu.get("nvlink_rx_bytes_total")
+    if _num(tx) is not None and _num(rx) is not None:
+        nvlink = tx + rx
+    viol, ecc, pages, rows, gpm = (gpu.get("violation_seconds_total"), gpu.get("ecc_errors_total"),
+                                   gpu.get("retired_pages"), gpu.get("remapped_rows"), gpu.get("gpm"))
+    pending = at(pages, "pending")
+    pcie_tx = gpu.get("pcie_tx_bytes_per_second")
+    pcie_rx = gpu.get("pcie_rx_bytes_per_second")
+    return [
+        ("DCGM_FI_DEV_SM_CLOCK", gpu.get("sm_clock_mhz")),
+        ("DCGM_FI_DEV_MEM_CLOCK", gpu.get("memory_clock_mhz")),
+        ("DCGM_FI_DEV_MEMORY_TEMP", gpu.get("memory_temperature_celsius")),
+        ("DCGM_FI_DEV_GPU_TEMP", gpu.get("temperature_celsius")),
+        ("DCGM_FI_DEV_POWER_USAGE", gpu.get("power_watts")),
+        ("DCGM_FI_DEV_POWER_MGMT_LIMIT", gpu.get("power_limit_watts")),
+        ("DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", _scaled(gpu.get("energy_joules_total"), 1000)),
+        ("DCGM_FI_DEV_PCIE_REPLAY_COUNTER", gpu.get("pcie_replays_total")),
+        ("DCGM_FI_DEV_GPU_UTIL", gpu.get("utilization_percent")),
+        ("DCGM_FI_DEV_MEM_COPY_UTIL", gpu.get("memory_utilization_percent")),
+        ("DCGM_FI_DEV_ENC_UTIL", gpu.get("encoder_utilization_percent")),
+        ("DCGM_FI_DEV_DEC_UTIL", gpu.get("decoder_utilization_percent")),
+        ("DCGM_FI_DEV_XID_ERRORS", 0 if xids == 0 else (last if _num(xids) is not None else None)),
+        ("DCGM_FI_DEV_POWER_VIOLATION", _scaled(at(viol, "power"), 1e6)),
+        ("DCGM_FI_DEV_THERMAL_VIOLATION", _scaled(at(viol, "thermal"), 1e6)),
+        ("DCGM_FI_DEV_CLOCKS_EVENT_REASONS", mask),
+        ("DCGM_FI_DEV_FB_FREE", free),
+        ("DCGM_FI_DEV_FB_USED", _mib(used)),
+        ("DCGM_FI_DEV_FB_RESERVED", _mib(reserved)),
+        ("DCGM_FI_DEV_ECC_SBE_VOL_TOTAL", at(ecc, "corrected")),
+        ("DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", at(ecc, "uncorrected")),
+        ("DCGM_FI_DEV_RETIRED_SBE", at(pages, "single_bit")),
+        ("DCGM_FI_DEV_RETIRED_DBE", at(pages, "double_bit")),
+        ("DCGM_FI_DEV_RETIRED_PENDING", None if not isinstance(pending, bool) else int(pending)),
+        ("DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL", nvlink),
+        ("DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS", at(rows, "uncorrectable")),
+        ("DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS", at(rows, "correctable")),
+        ("DCGM_FI_DEV_ROW_REMAP_FAILURE", at(rows, "failure")),
+        ("DCGM_FI_DEV_ROW_REMAP_PENDING", at(rows, "pending")),
+        ("DCGM_FI_PROF_GR_ENGINE_ACTIVE", _scaled(at(gpm, "graphics_activity_percent"), 0.01)),
+        ("DCGM_FI_PROF_SM_ACTIVE", _scaled(at(gpm, "sm_activity_percent"), 0.01)),
+        ("DCGM_FI_PROF_SM_OCCUPANCY", _scaled(at(gpm, "sm_occupancy_percent"), 0.01)),
+        ("DCGM_FI_PROF_PIPE_TENSOR_ACTIVE", _scaled(at(gpm, "tensor_activity_percent"), 0.01)),
+        ("DCGM_FI_PROF_DRAM_ACTIVE", _scaled(at(gpm, "dram_bandwidth_percent"), 0.01)),
+        ("DCGM_FI_PROF_PCIE_TX_BYTES", pcie_tx if _num(pcie_tx) is not None else at(gpm, "pcie_tx_bytes_per_second")),
+        ("DCGM_FI_PROF_PCIE_RX_BYTES", pcie_rx if _num(pcie_rx) is not None else at(gpm, "pcie_rx_bytes_per_second")),
+        ("DCGM_FI_PROF_NVLINK_TX_BYTES", at(gpm, "nvlink_tx_bytes_per_second")),
+        ("DCGM_FI_PROF_NVLINK_RX_BYTES", at(gpm, "nvlink_rx_bytes_per_second")),
+    ]
 
 
 def _self_samples(self_metrics: Dict[str, Any], records: Sequence[Sampled], out: List[List[bytes]]) -> None:

@@ -37,8 +37,10 @@ class OomRetention:
         self._last: Dict[str, Any] = {}  # path -> last tick's record
         self._kept: Dict[str, List[Any]] = {}  # path -> [labels, value, until (monotonic)]
 
-    def update(self, records: Sequence[Sampled], kills: Iterable[Any], now: float) -> List[Tuple[str, int]]:
-        """(labels, value) of every kept series this tick."""
+    def update(self, records: Sequence[Sampled], kills: Iterable[Any], now: float,
+               late: Iterable[Any] = ()) -> List[Tuple[str, int]]:
+        """(labels, value) of every kept series this tick. `late`: gone cgroups' counters
+        read as they changed (naming/kills.py LateCount): the value is at least that."""
         current: Dict[str, Any] = {}
         for rec in records:
             r: Any = rec  # a cgroup, pod or GPU record
@@ -59,6 +61,15 @@ class OomRetention:
                 like: Any = {"cgroup": where, "container": k.container, "pod": k.pod}  # what labels need of a record
                 entry = kept[where] = [base_labels(like), 0, 0.0]
             entry[1] += 1
+            entry[2] = now + self.keep_s
+        for lc in late:
+            if lc.cgroup in current:
+                continue
+            entry = kept.get(lc.cgroup)
+            if entry is None:
+                seen: Any = {"cgroup": lc.cgroup, "container": lc.container, "pod": lc.pod}
+                entry = kept[lc.cgroup] = [base_labels(seen), 0, 0.0]
+            entry[1] = max(entry[1], lc.oom_kills_total)
             entry[2] = now + self.keep_s
         for path in [p for p, e in kept.items() if p in current or e[2] <= now]:
             del kept[path]

@@ -58,9 +58,10 @@ class Exporter:
         self.address = "[%s]:%d" % (host, port) if ":" in host else "%s:%d" % (host, port)
 
     def publish(self, records: Sequence[Sampled], tick_seconds: Optional[float] = None,
-                kills: Iterable[Any] = ()) -> None:
+                kills: Iterable[Any] = (), late: Iterable[Any] = ()) -> None:
         """Render `records` (one tick) and make them what /metrics serves from now on.
-        `kills`: the tick's kernel-log OOM kills (Sampler.kills), for the gone cgroups' counters."""
+        `kills`, `late`: the tick's kernel-log OOM kills and gone cgroups' counters read as they
+        changed (Sampler.kills, .late_counts), for the gone cgroups' counters."""
         began = time.monotonic()
         self.ticks += 1
         own: Dict[str, Any] = {
@@ -72,7 +73,7 @@ class Exporter:
         }
         stamps = self.timestamps
         labels = self.labels
-        retained = self.retention.update(records, kills, began)
+        retained = self.retention.update(records, kills, began, late)
         text = prometheus.render(records, prometheus.TEXT, own, stamps, labels, retained)
 
         def openmetrics() -> bytes:  # made on the first scrape that asks, in the server thread

@@ -15,17 +15,18 @@ import sys
 import time
 from typing import Any, Callable, Deque, Dict, List, NamedTuple, Optional, Sequence, Tuple, cast
 
-from cgstat.outputs.table import human_size, render_table, table_row, text_width
-from cgstat.pipeline.record import number_at, value_at
+from cgstat.outputs.table import render_table, table_row, text_width
+from cgstat.pipeline.record import number_at
 from cgstat.records import CgroupRecord, EventRecord, Sampled
 from cgstat.text import escape_controls
+from cgstat.units import human_size
 
 _EVENT_LINES = 5  # latest events listed under the table (when there is room)
 _MIN_ROWS = 3  # rows kept on screen before the event list gets any line
 _MIN_NAME = 12  # a name is never cut shorter than this
 _GAP = 2  # spaces between the screen's columns
 
-TOP_HEADER = ("NAME", "CPU %", "CPU LIMIT", "MEM USAGE / LIMIT", "MEM %", "NET I/O/s", "BLOCK I/O/s",
+TOP_HEADER = ("NAME", "CONTAINER ID", "CPU %", "CPU LIMIT", "MEM USAGE / LIMIT", "MEM %", "NET I/O/s", "BLOCK I/O/s",
               "PIDS", "GPU MEM", "GPU SM %", "EVENTS")
 
 # sort name -> key; the order of the footer
@@ -81,7 +82,7 @@ def _sum(*values: Optional[float]) -> Optional[float]:
 
 def make_row(record: CgroupRecord, open_kinds: Dict[str, str]) -> Row:
     """One workload's row; `open_kinds` is kind -> severity of its open event episodes."""
-    name, cpu, mem, mem_pct, _net, _block, pids, gpu_mem, gpu_sm = table_row(record)
+    cid, name, cpu, mem, mem_pct, _net, _block, pids, gpu_mem, gpu_sm = table_row(record)
     io = record["io"]
     rd = number_at(io["read_bytes_per_second"])
     wr = number_at(io["write_bytes_per_second"])
@@ -110,7 +111,7 @@ def make_row(record: CgroupRecord, open_kinds: Dict[str, str]) -> Row:
         "name": name.lower(),
     }
     worst = max(open_kinds.values(), key=lambda s: _SEVERITY_RANK.get(s, 0)) if open_kinds else None
-    cells = [name, cpu, _cpu_limit(number_at(cpu_figures["limit_cores"])), mem, mem_pct, net_cell,
+    cells = [name, cid, cpu, _cpu_limit(number_at(cpu_figures["limit_cores"])), mem, mem_pct, net_cell,
              _rate_pair(rd, wr), pids, gpu_mem, gpu_sm, marks or ""]
     return Row(record["cgroup"], cells, keys, worst)
 
@@ -178,7 +179,8 @@ class Model:
 
 def event_line(e: EventRecord) -> str:
     """'! severity kind name: message', as `--format table` lists events; controls escaped."""
-    who = value_at(e, "container", "name") or e.get("cgroup") or "--"
+    container = e["container"]
+    who = (container["name"] if container is not None else None) or e["cgroup"] or "--"
     kind = e.get("kind")
     if kind == "resolved" and e.get("resolves"):
         kind = "resolved %s" % e.get("resolves")
