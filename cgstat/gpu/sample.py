@@ -118,22 +118,22 @@ def read_gpus(gateway: Gateway) -> GpuSnapshot:
 def _read_gpu(gw: Gateway, health: HealthReader, gpu: Gpu, devices: List[GpuDevice],
               processes: List[GpuProcess]) -> None:
     errors: List[Problem] = []
-    if gw.lost(gpu, errors):
+    if gw.devices.lost(gpu, errors):
         devices.append(GpuDevice(gpu.index, gpu.uuid, gpu.name, None, None, None, None, None, None,
                                  None, None, errors=tuple(errors)))
         return
     h = gpu.handle
-    mig = gw.mig_mode(h, errors)
-    util, mem_util = gw.utilization(h, errors)
-    total, used, reserved = gw.memory(h, errors)
-    temp = gw.temperature(h, errors)
-    mw = gw.power_mw(h, errors)
+    mig = gw.devices.mig_mode(h, errors)
+    util, mem_util = gw.devices.utilization(h, errors)
+    total, used, reserved = gw.devices.memory(h, errors)
+    temp = gw.devices.temperature(h, errors)
+    mw = gw.devices.power_mw(h, errors)
     health_errors: List[Problem] = []
     dev_health = health.read(gpu, h, health_errors)
     mine: List[GpuProcess] = []
     migs: List[GpuDevice] = []
     if mig:
-        for slot, mh in gw.mig_devices(h, errors):
+        for slot, mh in gw.devices.mig_devices(h, errors):
             _read_mig(gw, health, gpu, slot, mh, migs, mine)
         seen = {p.pid for p in mine}
         # the parent lists every instance's processes: add only what no MIG device listed
@@ -149,7 +149,7 @@ def _read_gpu(gw: Gateway, health: HealthReader, gpu: Gpu, devices: List[GpuDevi
             mine.append(_new(GpuProcess, (pid, index, uuid, kind, mem) + figures))
     if any(p.error == "gpu_lost" for p in health_errors):
         errors.extend(p for p in health_errors if p.error == "gpu_lost")
-    gw.mark_lost(gpu, errors)
+    gw.devices.mark_lost(gpu, errors)
     errors = _one_lost(errors)
     if gpu.handle is None:  # lost during this reading: its health figures are not to be trusted
         dev_health = DeviceHealth()
@@ -163,9 +163,9 @@ def _read_gpu(gw: Gateway, health: HealthReader, gpu: Gpu, devices: List[GpuDevi
 def _read_mig(gw: Gateway, health: HealthReader, gpu: Gpu, slot: int, h, devices: List[GpuDevice],
               mine: List[GpuProcess]) -> None:
     errors: List[Problem] = []
-    uuid = gw.uuid(h, errors)
-    name = gw.name(h, errors)
-    total, used, reserved = gw.memory(h, errors)
+    uuid = gw.devices.uuid(h, errors)
+    name = gw.devices.name(h, errors)
+    total, used, reserved = gw.devices.memory(h, errors)
     # device and per-process utilization are not supported on MIG devices
     for pid, mem, kind in _listed(gw, h, errors):
         mine.append(_new(GpuProcess, (pid, gpu.index, uuid, kind, mem) + _UNMEASURED))

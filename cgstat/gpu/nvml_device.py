@@ -1,0 +1,108 @@
+"""One GPU's identity and its readings through pynvml's wrappers (`Devices`): UUID and name
+(`nvmlDeviceGetUUID`, `nvmlDeviceGetName`), memory (`nvmlDeviceGetMemoryInfo`, v2 where the
+gateway found it), utilization, temperature, power, MIG mode and MIG devices
+(`nvmlDeviceGetMaxMigDeviceCount`, `nvmlDeviceGetMigDeviceHandleByIndex`), and a lost GPU.
+Every call goes through the gateway; `errors` is the device's problem list, appended to.
+"""
+
+from __future__ import annotations
+
+import ctypes
+from typing import TYPE_CHECKING, Any, List, Optional, Tuple
+
+from cgstat.gpu.nvml_codes import NOT_SUPPORTED
+from cgstat.kernel.sample import Problem
+
+if TYPE_CHECKING:  # pragma: no cover
+    from cgstat.gpu.nvml import Gateway
+
+# nvml.h
+_TEMPERATURE_GPU = 0  # NVML_TEMPERATURE_GPU
+_MIG_ENABLE = 1  # NVML_DEVICE_MIG_ENABLE
+_MEMORY_V2_VERSION = 0x02000028  # nvmlMemory_v2: sizeof(nvmlMemory_v2_t) | 2 << 24
+MEMORY_V2 = "nvmlDeviceGetMemoryInfo_v2"
+
+
+class Gpu:
+    """One full GPU as enumerated at initialisation (handles stay valid until shutdown)."""
+
+    __slots__ = ("index", "handle", "uuid", "name", "problem", "address", "xid_problem")
+
+    def __init__(self, index: int, handle: Any, uuid: Optional[str], name: Optional[str],
+                 problem: Optional[Problem]):
+        self.index = index
+        self.handle = handle  # None when the GPU could not be opened (problem says why)
+        self.uuid = uuid
+        self.name = name
+        self.problem = problem  # set while the GPU is lost
+        # the handle's address: how an event names its GPU
+        self.address = None if handle is None else ctypes.cast(handle, ctypes.c_void_p).value
+        self.xid_problem: Optional[Problem] = None  # why XIDs are not watched on this GPU
+
+
+class Devices:
+    """The reads of one device handle (a GPU or a MIG device) through the gateway."""
+
+    def __init__(self, gateway: Gateway):
+        self._gateway = gateway
+        self._call = gateway.call_nvml
+
+    def lost(self, gpu: Gpu, errors: List[Problem]) -> bool:
+        """True when the GPU was lost earlier (it is not called until the re-initialisation)."""
+        if gpu.handle is None:
+            errors.append(gpu.problem or Problem("nvml", "unavailable", f"GPU {gpu.index} not opened"))
+            return True
+        return False
+
+    def mark_lost(self, gpu: Gpu, errors: List[Problem]) -> None:
+        """After a GPU_IS_LOST on this GPU: stop calling it until the re-initialisation."""
+        for p in errors:
+            if p.error == "gpu_lost":
+                gpu.handle = None
+                gpu.problem = p
+                return
+
+    def uuid(self, handle: Any, errors: List[Problem]) -> Optional[str]:
+        return self._call("nvmlDeviceGetUUID", errors, handle)[0]
+
+    def name(self, handle: Any, errors: List[Problem]) -> Optional[str]:
+        return self._call("nvmlDeviceGetName", errors, handle)[0]
+
+    def memory(self, handle: Any, errors: List[Problem]) -> Tuple[Optional[int], Optional[int], Optional[int]]:
+        """(total, used, reserved) bytes; reserved None where only v1 exists."""
+        if self._gateway.memory_v2:
+            m, code = self._gateway.call_nvml_as(MEMORY_V2, "nvmlDeviceGetMemoryInfo", errors, handle,
+                                                 _MEMORY_V2_VERSION)
+            if m is not None:
+                return m.total, m.used, m.reserved
+            if code != NOT_SUPPORTED:
+                return None, None, None
+        m, _ = self._call("nvmlDeviceGetMemoryInfo", errors, handle)
+        if m is None:
+            return None, None, None
+        return m.total, m.used, None
+
+    def utilization(self, handle: Any, errors: List[Problem]) -> Tuple[Optional[int], Optional[int]]:
+        """(gpu %, memory %) over the driver's last sample period."""
+        u, _ = self._call("nvmlDeviceGetUtilizationRates", errors, handle)
+        return (None, None) if u is None else (u.gpu, u.memory)
+
+    def temperature(self, handle: Any, errors: List[Problem]) -> Optional[int]:
+        return self._call("nvmlDeviceGetTemperature", errors, handle, _TEMPERATURE_GPU)[0]
+
+    def power_mw(self, handle: Any, errors: List[Problem]) -> Optional[int]:
+        return self._call("nvmlDeviceGetPowerUsage", errors, handle)[0]
+
+    def mig_mode(self, handle: Any, errors: List[Problem]) -> Optional[bool]:
+        modes, _ = self._call("nvmlDeviceGetMigMode", errors, handle)
+        return None if modes is None else modes[0] == _MIG_ENABLE
+
+    def mig_devices(self, handle: Any, errors: List[Problem]) -> List[Tuple[int, Any]]:
+        """(slot, handle) of each MIG device of a MIG-enabled GPU."""
+        most, _ = self._call("nvmlDeviceGetMaxMigDeviceCount", errors, handle)
+        found = []
+        for slot in range(most or 0):
+            h, _ = self._call("nvmlDeviceGetMigDeviceHandleByIndex", errors, handle, slot)
+            if h is not None:  # NOT_FOUND: an empty slot
+                found.append((slot, h))
+        return found

@@ -1,0 +1,162 @@
+"""The NVML calls made every tick, called directly through their C function pointers (pynvml's
+wrappers build a Python object per value, several times dearer): process lists
+(`nvmlDevice*RunningProcesses*`), per-process utilization (`nvmlDeviceGetProcessesUtilizationInfo`,
+`nvmlDeviceGetProcessUtilization`), field values (`nvmlDeviceGetFieldValues`) and the `NATIVE`
+integer reads. The driver's structs are read as bytes. The gateway gets the function pointers
+and calls what these functions build; nothing here imports pynvml.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import struct
+from typing import Any, Callable, Dict, List, Optional, Tuple
+
+from cgstat.gpu.nvml_codes import INSUFFICIENT_SIZE, SUCCESS
+
+UTIL_NEW = "nvmlDeviceGetProcessesUtilizationInfo"
+UTIL_OLD = "nvmlDeviceGetProcessUtilization"
+_VALUE_NOT_AVAILABLE = 0xFFFFFFFFFFFFFFFF  # usedGpuMemory "not available"
+
+# The driver's structs, read as bytes (native order: the driver's own)
+_PROCESS_V1 = struct.Struct("=I4xQ")  # nvmlProcessInfo_v1_t: pid, usedGpuMemory (16 bytes)
+_PROCESS_V2 = struct.Struct("=I4xQII")  # _v2/_v3: and gpuInstanceId, computeInstanceId (24 bytes)
+_SAMPLE_V1 = struct.Struct("=I4xQIIII")  # nvmlProcessUtilizationSample_t: pid, timeStamp, sm, mem, enc, dec (32)
+_SAMPLE_INFO = struct.Struct("=QIIIIIII4x")  # nvmlProcessUtilizationInfo_v1_t: timeStamp, pid, sm, mem, enc,
+#                                               dec, jpg, ofa (40)
+_UTIL_INFO_VERSION = 0x01000018  # nvmlProcessesUtilizationInfo_v1
+
+# The calls made every tick that the gateway's read() makes directly: their outputs after the
+# arguments ("I" unsigned int, "Q" unsigned long long, "violation" an nvmlViolationTime_t).
+NATIVE: Dict[str, Any] = {
+    "nvmlDeviceGetClockInfo": "I", "nvmlDeviceGetCurrentClocksEventReasons": "Q",
+    "nvmlDeviceGetCurrentClocksThrottleReasons": "Q", "nvmlDeviceGetViolationStatus": "violation",
+    "nvmlDeviceGetTotalEnergyConsumption": "Q", "nvmlDeviceGetEncoderUtilization": "II",
+    "nvmlDeviceGetDecoderUtilization": "II", "nvmlDeviceGetTotalEccErrors": "Q",
+    "nvmlDeviceGetPcieReplayCounter": "I", "nvmlDeviceGetFieldValues": "fields",
+}
+_FIELD_VALUE = struct.Struct("=IIqqIiQ")  # nvmlFieldValue_t: fieldId, scopeId, timestamp, latencyUsec,
+#                                           valueType, nvmlReturn, value (40 bytes)
+
+
+class _UtilizationInfo(ctypes.Structure):
+    """nvmlProcessesUtilizationInfo_v1_t (24 bytes)."""
+    _fields_ = [("version", ctypes.c_uint), ("processSamplesCount", ctypes.c_uint),
+                ("lastSeenTimeStamp", ctypes.c_ulonglong), ("procUtilArray", ctypes.c_void_p)]
+
+
+def native_call(source: str, fn: Any, error: Any) -> Callable[..., Any]:
+    """The direct call of `source` (a NATIVE entry) through its function pointer `fn`;
+    `error` (pynvml's NVMLError) is raised with the return code on failure."""
+    outputs = NATIVE[source]
+    if outputs == "fields":
+        return _field_values_call(fn, error)
+    if outputs == "violation":
+        pair = (ctypes.c_ulonglong * 2)()  # nvmlViolationTime_t {referenceTime, violationTime}
+
+        def violation(handle: Any, *args: Any) -> Tuple[int, int]:
+            ret = fn(handle, *args, pair)
+            if ret:
+                raise error(ret)
+            return pair[0], pair[1]
+        return violation
+    outs = [ctypes.c_ulonglong() if kind == "Q" else ctypes.c_uint() for kind in outputs]
+    refs = [ctypes.byref(o) for o in outs]
+    if len(outs) == 1:
+        out, ref = outs[0], refs[0]
+
+        def one(handle: Any, *args: Any) -> int:
+            ret = fn(handle, *args, ref)
+            if ret:
+                raise error(ret)
+            return out.value
+        return one
+
+    def several(handle: Any, *args: Any) -> Tuple[int, ...]:
+        ret = fn(handle, *args, *refs)
+        if ret:
+            raise error(ret)
+        return tuple(o.value for o in outs)
+    return several
+
+
+def _field_values_call(fn: Any, error: Any) -> Callable[..., List[Tuple[int, Optional[int]]]]:
+    """nvmlDeviceGetFieldValues with the nvmlFieldValue_t array read as bytes (unsigned values)."""
+    made: Dict[Tuple[Tuple[int, int], ...], Any] = {}
+
+    def call(handle: Any, fields: Tuple[Tuple[int, int], ...]) -> List[Tuple[int, Optional[int]]]:
+        template = made.get(fields)
+        if template is None:
+            template = made[fields] = b"".join(_FIELD_VALUE.pack(f, scope, 0, 0, 0, 0, 0) for f, scope in fields)
+        buf = ctypes.create_string_buffer(template, len(template))
+        ret = fn(handle, ctypes.c_int32(len(fields)), buf)
+        if ret:
+            raise error(ret)
+        return [(row[5], row[6] if row[5] == SUCCESS else None) for row in _FIELD_VALUE.iter_unpack(buf.raw)]
+    return call
+
+
+def utilization_reader(symbol: str, fn: Any, error: Any) -> Callable[[Any, int], List[Tuple[int, ...]]]:
+    """The per-process utilization call `symbol` (function pointer `fn`), NVML's two-call
+    protocol with the samples read as bytes: [(pid, timeStamp, sm, mem, enc, dec)]; raises
+    `error` (NOT_FOUND: no sample newer than lastSeen)."""
+    byref = ctypes.byref
+    if symbol == UTIL_NEW:
+        size = _SAMPLE_INFO.size
+
+        def new(handle: Any, last: int) -> List[Tuple[int, ...]]:
+            info = _UtilizationInfo(_UTIL_INFO_VERSION, 0, last, None)
+            ret = fn(handle, byref(info))
+            if ret != INSUFFICIENT_SIZE:
+                raise error(ret)  # NOT_FOUND: idle; SUCCESS without a buffer: a broken driver
+            buf = ctypes.create_string_buffer(size * info.processSamplesCount)
+            info.procUtilArray = ctypes.addressof(buf)
+            ret = fn(handle, byref(info))
+            if ret != SUCCESS:
+                raise error(ret)
+            return [(pid, ts, sm, mem, enc, dec) for ts, pid, sm, mem, enc, dec, _, _
+                    in _SAMPLE_INFO.iter_unpack(buf.raw[:size * info.processSamplesCount])]
+        return new
+    size = _SAMPLE_V1.size
+
+    def old(handle: Any, last: int) -> List[Tuple[int, ...]]:
+        count = ctypes.c_uint(0)
+        stamp = ctypes.c_ulonglong(last)
+        ret = fn(handle, None, byref(count), stamp)
+        if ret != INSUFFICIENT_SIZE:
+            raise error(ret)
+        buf = ctypes.create_string_buffer(size * count.value)
+        ret = fn(handle, buf, byref(count), stamp)
+        if ret != SUCCESS:
+            raise error(ret)
+        return list(_SAMPLE_V1.iter_unpack(buf.raw[:size * count.value]))
+    return old
+
+
+def process_lister(symbol: str, fn: Any, error: Any) -> Callable[[Any], List[Tuple[int, Optional[int]]]]:
+    """The process-list call `symbol` (function pointer `fn`): NVML's two-call protocol, the
+    structs (24 bytes for _v2/_v3, 16 for the unversioned call, which pynvml has no wrapper
+    for) read as bytes, only pid and memory: several times cheaper than pynvml's wrappers,
+    which build a Python object per process."""
+    # the driver's layouts (notes/nvml.md): pid @0, usedGpuMemory @8, and for _v2/_v3
+    # the MIG instance IDs @16 and @20; read as bytes (pynvml's struct classes convert
+    # every field they hand out, which cost ~1 ms a tick at 400 processes)
+    layout = _PROCESS_V2 if symbol.endswith(("_v2", "_v3")) else _PROCESS_V1
+    size = layout.size
+    byref = ctypes.byref
+
+    def lister(handle: Any) -> List[Tuple[int, Optional[int]]]:
+        count = ctypes.c_uint(0)
+        ret = fn(handle, byref(count), None)
+        if ret == SUCCESS:
+            return []  # no process
+        if ret != INSUFFICIENT_SIZE:
+            raise error(ret)
+        count.value = count.value * 2 + 5  # room for processes started in between
+        buf = ctypes.create_string_buffer(size * count.value)
+        ret = fn(handle, byref(count), buf)
+        if ret != SUCCESS:
+            raise error(ret)
+        return [(row[0], None if row[1] == _VALUE_NOT_AVAILABLE else row[1])
+                for row in layout.iter_unpack(buf.raw[:size * count.value])]
+    return lister
