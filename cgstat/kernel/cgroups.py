@@ -26,7 +26,7 @@ from __future__ import annotations
 from typing import Callable, Dict, List, Optional, Tuple, TypeVar
 
 from cgstat.kernel import handles, parse
-from cgstat.kernel.handles import KEPT, PIDS_EVENTS_IDLE, SLOW_FILES
+from cgstat.kernel.handles import FROZEN, KEPT, SLOW_FILES
 from cgstat.kernel.hierarchy import Hierarchy, Layout
 from cgstat.kernel.hostfs import Gone, ReadError, read_text
 from cgstat.kernel.sample import (
@@ -359,10 +359,11 @@ def _memory_v1(folder: Folder, r: _Reader) -> MemorySample:
     kills = oom.get("oom_kill") if oom else None
     if oom is not None and kills is None:
         r.problems.append(Problem("memory.oom_control", "missing", "no oom_kill (kernel < 4.13)"))
+    limit_value = None if limit is None else parse.limit_bytes(limit)
     return MemorySample(
         usage_bytes=usage,
         working_set_bytes=_working_set(usage, inactive),
-        limit_bytes=None if limit is None else parse.limit_bytes(limit),
+        limit_bytes=limit_value,
         anon_bytes=hier("rss"),
         file_bytes=hier("cache"),
         inactive_file_bytes=inactive,
@@ -375,7 +376,9 @@ def _memory_v1(folder: Folder, r: _Reader) -> MemorySample:
         # docker run --memory-reservation (runc's Memory.Reservation) writes this file on
         # v1 and memory.low on v2; cAdvisor reports either as the reservation.
         low_bytes=_max_bytes(r.opt(folder, "memory.soft_limit_in_bytes", parse.parse_uint)),
-        failcnt=r.opt(folder, "memory.failcnt", parse.parse_uint),
+        # A charge is refused (failcnt) only at this cgroup's own limit (page_counter_try_charge
+        # counts the failure on the counter whose max it hit): frozen without a limit.
+        failcnt=_counter(folder, r, "memory.failcnt", parse.parse_uint, frozen=limit is not None and limit_value is None),
         pgmajfault_total=stat.get("total_pgmajfault") if stat else None,
         # total_workingset_refault_* since 5.9 (older kernels: absent, None)
         workingset_refault_anon_total=stat.get("total_workingset_refault_anon") if stat else None,
@@ -467,29 +470,33 @@ def _pids(folder: Folder, r: _Reader) -> PidsSample:
             KEPT.release(folder, "cgroup.procs")
     else:
         processes = r.get(folder, "cgroup.procs", _count_pids)
+    # Only a fork in the cgroup's subtree can change pids.events, and with no task there
+    # (pids.current 0) none can: an empty cgroup, as most are, costs no read of it.
     return PidsSample(current, limit, processes, r.opt(folder, "pids.peak", parse.parse_uint),
-                      _pids_events_max(folder, r, current))
+                      _counter(folder, r, "pids.events", _pids_events, frozen=current == 0))
 
 
-def _pids_events_max(folder: Folder, r: _Reader, current: Optional[int]) -> Optional[int]:
-    """pids.events max. Only a fork in the cgroup's subtree can change it, and with no task
-    there (pids.current 0) none can: the value read at a tick that already found it empty
-    is kept until a task comes back (v1 raises no IN_MODIFY on the file, so it can't be a
-    slow file). An empty cgroup, as most are, then costs no read of it."""
-    if "pids.events" not in folder.files:
+def _counter(folder: Folder, r: _Reader, name: str, parser: Callable[[str], Optional[int]],
+             frozen: bool) -> Optional[int]:
+    """A counter file (absent: None, no problem) that can't change while `frozen` says so
+    (the cgroup's state rules out what would move it): then the value read at a tick that
+    already found it frozen is kept, read again once it thaws. v1 raises no IN_MODIFY on
+    these files, so they can't be slow files; this spares their read on most ticks."""
+    if name not in folder.files:
         return None
     if not _kept_mounts.get(folder.hierarchy.mount_dir):
-        return r.get(folder, "pids.events", _pids_events)
-    if current != 0:
-        KEPT.modified(folder, PIDS_EVENTS_IDLE)  # tasks: what was kept may change
-        return r.get(folder, "pids.events", _pids_events)
-    known = KEPT.cached(folder, PIDS_EVENTS_IDLE)
+        return r.get(folder, name, parser)
+    kept_as = FROZEN[name]
+    if not frozen:
+        KEPT.modified(folder, kept_as)  # it may move now: what was kept is stale
+        return r.get(folder, name, parser)
+    known = KEPT.cached(folder, kept_as)
     if known is not handles.MISSING:
         return known  # type: ignore[no-any-return,unused-ignore]
-    KEPT.release(folder, "pids.events")  # read no more each tick: its slot goes to others
-    value = r._uncached(folder, "pids.events", _pids_events, False)
+    KEPT.release(folder, name)  # read no more each tick: its slot goes to others
+    value = r._uncached(folder, name, parser, False)
     if value is not None:
-        KEPT.keep(folder, PIDS_EVENTS_IDLE, value)
+        KEPT.keep(folder, kept_as, value)
     return value
 
 
