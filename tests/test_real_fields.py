@@ -87,3 +87,73 @@ def test_stream_follows_failcnt_from_frozen_to_counting(make_group, workload_bin
     assert records[-1]["memory"]["limit_bytes"] == 32 * MIB
     assert records[-1]["memory"]["failcnt"] == _failcnt(g) > 0
     assert records[-1]["memory"]["peak_bytes"] == int(g.read("memory", "memory.max_usage_in_bytes"))
+
+
+# Forks `n` children that exit at once (a short job in a cgroup that is empty before and after).
+_BURST = r"""
+import os, sys
+for _ in range(int(sys.argv[1])):
+    try:
+        if os.fork() == 0:
+            os._exit(0)
+    except BlockingIOError:
+        pass
+while True:
+    try:
+        os.wait()
+    except ChildProcessError:
+        break
+"""
+
+
+def test_stream_sees_pids_peak_and_events_of_a_job_that_came_and_went(make_group, tmp_path):
+    """pids.peak and pids.events are not read while the cgroup stays empty and idle; a job
+    that runs between two ticks (empty at both) moves its CPU time, and they are read again."""
+    g = make_group(("pids", "cpu", "cpuacct"))
+    if not os.path.exists(g.path("pids", "pids.peak")):
+        pytest.skip("no pids.peak on this kernel")
+    g.set_pids_max(3)
+    env = dict(os.environ, PYTHONPATH=ROOT)
+    stream = subprocess.Popen([sys.executable, "-m", "cgstat", "stream", "--interval", "0.5", "--count", "10",
+                               "--no-events", "--match", g.name], stdout=subprocess.PIPE,
+                              stderr=subprocess.DEVNULL, cwd=ROOT, env=env)
+    records = []
+    try:
+        for line in stream.stdout:
+            rec = json.loads(line)
+            if rec.get("cgroup") != g.cgroup:
+                continue
+            records.append(rec)
+            if len(records) == 3:
+                assert g.start([sys.executable, "-c", _BURST, "6"]).wait(timeout=30) == 0
+    finally:
+        stream.wait(timeout=60)
+    assert records[1]["pids"] == {"current": 0, "limit": 3, "processes": 0, "peak": 0, "events_max_total": 0}
+    last = records[-1]["pids"]
+    assert last["current"] == 0
+    assert last["peak"] == int(g.read("pids", "pids.peak")) == 3
+    events = dict(line.split() for line in g.read("pids", "pids.events").splitlines())
+    assert last["events_max_total"] == int(events["max"]) > 0
+
+
+def test_an_idle_empty_cgroup_keeps_no_descriptor_for_its_frozen_counters(make_group):
+    """What spares the reads: with no task, pids.peak and pids.events are kept values, not
+    descriptors read each tick."""
+    import io
+
+    import cgstat
+    from cgstat.kernel.handles import KEPT
+    from cgstat.pipeline.diagnostics import Warner
+
+    g = make_group(("pids", "cpu", "cpuacct", "memory"))
+    sampler = cgstat.Sampler(match=g.name, warner=Warner(io.StringIO()))
+    for _ in range(3):
+        sampler.tick()
+    kept = {}
+    for mount, path, entry in KEPT.entries():
+        if path.endswith("/" + g.name):
+            kept.update(entry.kept)
+    if "pids.peak" in os.listdir(g.path("pids")):
+        assert "pids.peak (frozen)" in kept and "pids.peak" not in kept
+    assert "pids.events (frozen)" in kept and "pids.events" not in kept
+    assert "pids.current" in kept  # read each tick, through its kept descriptor

@@ -23,7 +23,7 @@ problem reported: a file the kernel doesn't have is not an error.
 
 from __future__ import annotations
 
-from typing import Callable, Dict, List, Optional, Tuple, TypeVar
+from typing import Any, Callable, Dict, List, Optional, Tuple, TypeVar
 
 from cgstat.kernel import handles, parse
 from cgstat.kernel.handles import FROZEN, KEPT, SLOW_FILES
@@ -374,11 +374,12 @@ def _memory_v1(folder: Folder, r: _Reader) -> MemorySample:
         oom_events_total=None,
         peak_bytes=r.opt(folder, "memory.max_usage_in_bytes", parse.parse_uint),
         # docker run --memory-reservation (runc's Memory.Reservation) writes this file on
-        # v1 and memory.low on v2; cAdvisor reports either as the reservation.
+        # v1 and memory.low on v2; cAdvisor's reservation on v1 is this file too.
         low_bytes=_max_bytes(r.opt(folder, "memory.soft_limit_in_bytes", parse.parse_uint)),
         # A charge is refused (failcnt) only at this cgroup's own limit (page_counter_try_charge
         # counts the failure on the counter whose max it hit): frozen without a limit.
-        failcnt=_counter(folder, r, "memory.failcnt", parse.parse_uint, frozen=limit is not None and limit_value is None),
+        failcnt=_counter(folder, r, "memory.failcnt", parse.parse_uint,
+                         "no limit" if limit is not None and limit_value is None else None),
         pgmajfault_total=stat.get("total_pgmajfault") if stat else None,
         # total_workingset_refault_* since 5.9 (older kernels: absent, None)
         workingset_refault_anon_total=stat.get("total_workingset_refault_anon") if stat else None,
@@ -456,7 +457,7 @@ def _device_order(dev: str):
 # -- pids, pressure ----------------------------------------------------------------------
 
 
-def _pids(folder: Folder, r: _Reader) -> PidsSample:
+def _pids(folder: Folder, r: _Reader, cpu_seconds: Optional[float]) -> PidsSample:
     current = r.get(folder, "pids.current", parse.parse_uint)
     limit = r.get(folder, "pids.max", parse.parse_max_or_uint)
     if current == 0 and "cgroup.procs" in folder.files:
@@ -470,33 +471,37 @@ def _pids(folder: Folder, r: _Reader) -> PidsSample:
             KEPT.release(folder, "cgroup.procs")
     else:
         processes = r.get(folder, "cgroup.procs", _count_pids)
-    # Only a fork in the cgroup's subtree can change pids.events, and with no task there
-    # (pids.current 0) none can: an empty cgroup, as most are, costs no read of it.
-    return PidsSample(current, limit, processes, r.opt(folder, "pids.peak", parse.parse_uint),
-                      _counter(folder, r, "pids.events", _pids_events, frozen=current == 0))
+    # Only a task in the cgroup's subtree moves pids.peak and pids.events (a fork, refused
+    # or not, or a move in). Empty now (pids.current 0) and its CPU time unchanged since
+    # the value was read, found empty then too, no task has forked there in between (a
+    # fork runs): an idle empty cgroup, as most are, costs no read of either.
+    idle = cpu_seconds if current == 0 else None
+    return PidsSample(current, limit, processes, _counter(folder, r, "pids.peak", parse.parse_uint, idle),
+                      _counter(folder, r, "pids.events", _pids_events, idle))
 
 
 def _counter(folder: Folder, r: _Reader, name: str, parser: Callable[[str], Optional[int]],
-             frozen: bool) -> Optional[int]:
-    """A counter file (absent: None, no problem) that can't change while `frozen` says so
-    (the cgroup's state rules out what would move it): then the value read at a tick that
-    already found it frozen is kept, read again once it thaws. v1 raises no IN_MODIFY on
-    these files, so they can't be slow files; this spares their read on most ticks."""
+             frozen: Any) -> Optional[int]:
+    """A counter file (absent: None, no problem) that can't move while the cgroup stays in
+    the state `frozen` names (None: it may move). The value read in a state is kept and
+    served while the cgroup is found in that same state, read again when it is not. v1
+    raises no IN_MODIFY on these files, so they can't be slow files; this spares their
+    read on most ticks."""
     if name not in folder.files:
         return None
     if not _kept_mounts.get(folder.hierarchy.mount_dir):
         return r.get(folder, name, parser)
     kept_as = FROZEN[name]
-    if not frozen:
+    if frozen is None:
         KEPT.modified(folder, kept_as)  # it may move now: what was kept is stale
         return r.get(folder, name, parser)
     known = KEPT.cached(folder, kept_as)
-    if known is not handles.MISSING:
-        return known  # type: ignore[no-any-return,unused-ignore]
+    if known is not handles.MISSING and known[0] == frozen:
+        return known[1]  # type: ignore[no-any-return,unused-ignore]
     KEPT.release(folder, name)  # read no more each tick: its slot goes to others
     value = r._uncached(folder, name, parser, False)
     if value is not None:
-        KEPT.keep(folder, kept_as, value)
+        KEPT.keep(folder, kept_as, (frozen, value))
     return value
 
 
@@ -608,7 +613,7 @@ def read_cgroup(cg: Cgroup, layout: Layout, time_s: float, wall_s: float) -> Sam
             else:
                 problems.append(absent[2])
             if "pids.current" in files:
-                pids = _pids(unified, r)
+                pids = _pids(unified, r, cpu.usage_seconds_total)
             else:
                 problems.append(absent[3])
     else:
@@ -617,7 +622,7 @@ def read_cgroup(cg: Cgroup, layout: Layout, time_s: float, wall_s: float) -> Sam
         cpu = _cpu_v1(acct, cpu_f, unified, r)
         memory = _memory_v1(mem_f, r) if mem_f else _NO_MEMORY
         io = _io_v1(blk_f, r) if blk_f else _NO_IO
-        pids = _pids(pids_f, r) if pids_f else _NO_PIDS
+        pids = _pids(pids_f, r, cpu.usage_seconds_total) if pids_f else _NO_PIDS
         if mem_f is None:
             problems.append(absent[1])
         if blk_f is None:

@@ -60,8 +60,8 @@ PIN_ESTIMATE = 4608  # bytes of kernel memory per kept descriptor (file, kernfs/
 # cgroup-v2.rst), for which IN_MODIFY comes without a write. And the effective cpusets,
 # which a parent's write or CPU hotplug changes without an event on the file: kept until
 # the folder's rescan (a minute at most). The FROZEN names are no files: the kept value of
-# a counter while the cgroup's state keeps it from changing (cgroups.py: pids.events with
-# no task, v1 memory.failcnt with no limit), which v1 does not notify.
+# a counter while the cgroup's state keeps it from changing (cgroups.py: pids.events and
+# pids.peak with no task, v1 memory.failcnt with no limit), which v1 does not notify.
 SLOW_FILES = frozenset({
     "cpu.cfs_quota_us", "cpu.cfs_period_us", "memory.limit_in_bytes", "pids.max",
     "cpu.max", "memory.max",
@@ -71,9 +71,9 @@ SLOW_FILES = frozenset({
     "blkio.throttle.read_iops_device", "blkio.throttle.write_iops_device",
     "memory.events.local", "memory.swap.events",
     "cpuset.cpus.effective", "cpuset.mems.effective",
-    "pids.events (frozen)", "memory.failcnt (frozen)",
+    "pids.events (frozen)", "pids.peak (frozen)", "memory.failcnt (frozen)",
 })
-FROZEN = {"pids.events": "pids.events (frozen)", "memory.failcnt": "memory.failcnt (frozen)"}
+FROZEN = {name: name + " (frozen)" for name in ("pids.events", "pids.peak", "memory.failcnt")}
 
 _FLAGS = os.O_RDONLY | os.O_CLOEXEC
 _DIR_FLAGS = getattr(os, "O_PATH", os.O_RDONLY) | os.O_DIRECTORY | os.O_CLOEXEC
