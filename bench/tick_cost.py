@@ -305,13 +305,12 @@ def kmem():
     return None
 before = kmem()
 from cgstat.pipeline.sampler import Sampler
-from cgstat.kernel.handles import KEPT
 s = Sampler(all=True, match=sys.argv[1], gpu=False)
 s.tick(); s.tick()
 after = kmem()
-t0 = time.monotonic(); s.discoverer._rescan_all = True; s.discoverer.join(); rescan = time.monotonic() - t0
-print(json.dumps({"kept_fds": KEPT.count, "pinned_estimate_mib": KEPT.pinned_bytes() / 2**20,
-                  "watches": len(s.discoverer._wd), "rescan_ms": rescan * 1000,
+t0 = time.monotonic(); s.discoverer.follower.lost = True; s.discoverer.join(); rescan = time.monotonic() - t0
+print(json.dumps({"kept_fds": s.kept.count, "pinned_estimate_mib": s.kept.pinned_bytes() / 2**20,
+                  "watches": len(s.discoverer.follower.wd), "rescan_ms": rescan * 1000,
                   "kmem_delta_mib": None if before is None or after is None else (after - before) / 2**20}))
 """
 

@@ -1,5 +1,5 @@
-"""The command line: typer commands and the checks of their values; the work lives in
-pipeline/modes.py and below (the Sampler, the Schedule, the sinks and views).
+"""The command line: typer commands and the checks of their values; each command calls
+its run mode in cgstat/app/.
 
 Exit status: 0 success (also when the reader of a pipe goes away), 2 bad usage (typer's
 one-line "Invalid value" message), 1 an expected failure with a one-line reason.
@@ -31,8 +31,8 @@ from cgstat.outputs import DEFAULT_LISTEN
 from cgstat.outputs.formats import FORMATS
 from cgstat.pipeline.diagnostics import say
 
-# The pipeline, sinks and views are imported by the command that runs them, so that
-# --help, --version, report and a usage error don't load the sampler (cron start-up).
+# The run modes are imported by the command that runs them, so that --help, --version,
+# report and a usage error don't load the sampler (cron start-up).
 if TYPE_CHECKING:
     from cgstat.pipeline.sampler import Sampler
 
@@ -42,7 +42,8 @@ cgroup per tick (and one per GPU), plus events.
 
 By default cgstat reports containers, Kubernetes pods and systemd services/scopes (on a
 host with none, the root cgroup and its children); --all reports every cgroup.
---host-root, --all and --match may come before or after the command.
+--host-root, --all and --match may come before or after the command; --docker-data-root
+and --docker-host come before it.
 """
 
 # Bounds of the time options. Below 0.1 s a rate is noise, not a measurement: CFS enforces
@@ -81,6 +82,28 @@ def _max_user_option() -> Optional[int]:
                         show_default=False,
                         help="At most N cgroups per user's delegated subtree (user@UID.service); the "
                              "rest are counted and said once on stderr. Default: 1000.")
+
+
+def _docker_root_option() -> Optional[str]:
+    return typer.Option(None, "--docker-data-root", envvar="CGSTAT_DOCKER_DATA_ROOT", metavar="DIR",
+                        show_default=False, callback=_absolute,
+                        help="dockerd's data root (its --data-root), a host path, for container names. "
+                             "Default: found from /etc/docker/daemon.json and the running dockerd's "
+                             "command line, else /var/lib/docker.")
+
+
+def _docker_host_option() -> Optional[str]:
+    return typer.Option(None, "--docker-host", envvar="DOCKER_HOST", metavar="URL", show_default=False,
+                        callback=_not_empty,
+                        help="The Docker API socket (unix:///path), asked for the names of containers "
+                             "whose state can't be read. Default: /var/run/docker.sock, daemon.json "
+                             "\"hosts\" and the running dockerd's -H.")
+
+
+def _absolute(value: Optional[str]) -> Optional[str]:
+    if value is not None and not value.startswith("/"):
+        raise typer.BadParameter(f"{value!r} is not an absolute path")
+    return value
 
 
 def _match_option() -> Optional[str]:
@@ -145,28 +168,28 @@ def _root(
     all_: bool = _all_option(),
     match: Optional[str] = _match_option(),
     max_user: Optional[int] = _max_user_option(),
+    docker_root: Optional[str] = _docker_root_option(),
+    docker_host: Optional[str] = _docker_host_option(),
 ) -> None:
-    ctx.obj = (host_root, all_, match, max_user)
+    ctx.obj = (host_root, all_, match, max_user, docker_root, docker_host)
 
 
 def _sampler(ctx: typer.Context, host_root: Optional[str], all_: bool, match: Optional[str],
            max_user: Optional[int] = None, follow: bool = True) -> Sampler:
     """The Sampler for the common options, given before the command or after it (after wins)."""
-    from cgstat.kernel.handles import raise_nofile_limit
-    from cgstat.pipeline.diagnostics import Warner
-    from cgstat.pipeline.sampler import Sampler
+    from cgstat.app.sampler import open_sampler
     from cgstat.pipeline.select import compile_match
 
-    raise_nofile_limit()  # the agent's process: room for its kept descriptors
+    from cgstat.naming.runtimes.daemons import DaemonConfig
 
-    top_root, top_all, top_match, top_max = ctx.obj or (None, False, None, None)
+    top_root, top_all, top_match, top_max, docker_root, docker_host = ctx.obj or (None, False, None, None, None, None)
     regex = match if match is not None else top_match
     try:
         pattern = compile_match(regex)
     except ValueError as exc:
         raise typer.BadParameter(str(exc), param_hint="'--match'") from None
-    return Sampler(host_root or top_root or "/", all_ or top_all, pattern, Warner(),
-                 max_user_cgroups=max_user or top_max or 1000, follow=follow)
+    return open_sampler(host_root or top_root or "/", all_ or top_all, pattern, max_user or top_max or 1000,
+                        follow=follow, daemons=DaemonConfig(docker_root, docker_host))
 
 
 def _run(make: Callable[[], Sampler], job: Callable[[Sampler], int]) -> None:
@@ -225,13 +248,10 @@ def stream(
     """Stream a batch of records every interval; the first batch comes after one interval,
     with rates. SIGTERM/SIGINT finish the line being written and exit 0."""
     def job(sampler: Sampler) -> int:
-        from cgstat.outputs.formats import make_sink
-        from cgstat.pipeline.events import EventDetector
-        from cgstat.pipeline.modes import run_stream
+        from cgstat.app.stream import stream
 
-        events = None if no_events else EventDetector(window_s=events_window)
-        sink = make_sink(fmt, output, int(output_mode, 8), sampler.warner.warn)
-        return run_stream(sampler, sink, interval, count, events, listen)
+        return stream(sampler, interval, count, fmt, output, int(output_mode, 8),
+                      None if no_events else events_window, listen)
 
     _run(lambda: _sampler(ctx, host_root, all_, match, max_user), job)
 
@@ -256,9 +276,9 @@ def serve(
     Sampling runs on its own schedule; a scrape gets the latest tick's exposition and never
     waits for a read. SIGTERM/SIGINT exit 0."""
     def job(sampler: Sampler) -> int:
-        from cgstat.pipeline.modes import run_stream
+        from cgstat.app.stream import serve
 
-        return run_stream(sampler, None, interval, count, None, listen)
+        return serve(sampler, listen, interval, count)
 
     _run(lambda: _sampler(ctx, host_root, all_, match, max_user), job)
 
@@ -286,11 +306,9 @@ def once(
 ) -> None:
     """Print one batch of records and exit (for cron and scripts)."""
     def job(sampler: Sampler) -> int:
-        from cgstat.outputs.formats import make_sink
-        from cgstat.pipeline.modes import run_once
+        from cgstat.app.once import once
 
-        return run_once(sampler, make_sink(fmt, output, int(output_mode, 8), sampler.warner.warn),
-                        state, window, not no_events)
+        return once(sampler, fmt, output, int(output_mode, 8), state, window, not no_events)
 
     _run(lambda: _sampler(ctx, host_root, all_, match, max_user, follow=False), job)
 
@@ -325,10 +343,9 @@ def top(
 
     Not on a terminal, it prints a plain table every interval."""
     def job(sampler: Sampler) -> int:
-        from cgstat.outputs.top import run_top
-        from cgstat.pipeline.events import Thresholds
+        from cgstat.app.top import top
 
-        return run_top(sampler, interval, sort, not no_events, count, Thresholds(window_s=events_window))
+        return top(sampler, interval, sort, count, None if no_events else events_window)
 
     _run(lambda: _sampler(ctx, host_root, all_, match, max_user), job)
 
@@ -345,10 +362,10 @@ def report(
 ) -> None:
     """Write a self-contained HTML report of a recorded stream: per-workload charts of CPU,
     memory, IO and GPU against their limits, events marked, and a summary table."""
-    from cgstat.outputs.report import build_report
+    from cgstat.app.report import report as write_report
 
     try:
-        build_report(stream_file, out, title=title, points=points)
+        write_report(stream_file, out, title=title, points=points)
     except CgstatError as exc:
         say(str(exc))
         raise typer.Exit(1) from None
@@ -365,7 +382,7 @@ def pid(
 
     A PID with no process prints {"pid": N, "error": "no such process", ...}; exit 0."""
     def job(sampler: Sampler) -> int:
-        from cgstat.pipeline.modes import run_pid
+        from cgstat.app.pid import run_pid
 
         return run_pid(sampler, pids)
 

@@ -47,7 +47,7 @@ class Field(NamedTuple):
     schema: Tuple[Tuple[str, Any], ...]  # further JSON Schema keywords (minimum, pattern, enum)
 
 
-_UNITS = (("_bytes_per_second", "bytes/s"), ("_ops_per_second", "ops/s"), ("_seconds_total", "seconds"),
+_UNITS = (("_joules_total", "joules"), ("_bytes_per_second", "bytes/s"), ("_ops_per_second", "ops/s"), ("_seconds_total", "seconds"),
           ("_bytes_total", "bytes"), ("_bytes", "bytes"), ("_seconds", "seconds"), ("_s", "seconds"),
           ("percent", "percent"), ("_cores", "cores"), ("_us", "microseconds"), ("_celsius", "celsius"),
           ("_watts", "watts"), ("_total", "count"))
@@ -78,6 +78,11 @@ _ERROR = "file (memory.stat) or controller (io) concerned"
 _PROBLEMS = ("gone", "unsupported", "permission_denied", "malformed", "read_failed", "missing", "unavailable")
 _GPU_PROCESS = "nvmlDeviceGet{Compute,Graphics}RunningProcesses_v3"
 _GPU_UTIL = "nvmlDeviceGetProcessesUtilizationInfo (else nvmlDeviceGetProcessUtilization)"
+_GPU_TYPES = ["compute", "graphics", "mps", "mps_server"]
+_ENERGY = "its share of the GPU's active power (power above idle, split by SM share; docs/gpu.md)"
+_FIELDS = "nvmlDeviceGetFieldValues "
+_REASONS = ["gpu_idle", "applications_clocks_setting", "sw_power_cap", "hw_slowdown", "sync_boost",
+            "sw_thermal_slowdown", "hw_thermal_slowdown", "hw_power_brake_slowdown", "display_clock_setting"]
 _NETDEV = "/proc/<pid>/net/dev of a member process's network namespace"
 
 _NET_COUNTERS = ("rx_bytes_total", "tx_bytes_total", "rx_packets_total", "tx_packets_total",
@@ -182,7 +187,8 @@ RECORD: Tuple[Field, ...] = (
        v1="memory.stat total_shmem", minimum=0),
     _f("memory.swap_bytes", "int?", "swap in use; null without swap accounting", v2="memory.swap.current",
        v1="memory.stat total_swap", minimum=0),
-    _f("memory.oom_kills_total", "int?", "processes killed by the OOM killer in this cgroup",
+    _f("memory.oom_kills_total", "int?", "processes killed by the OOM killer in this cgroup (v2: and in its "
+       "descendants, memory.events being hierarchical; events_local.oom_kill is its own; v1: its own)",
        v2="memory.events oom_kill", v1="memory.oom_control oom_kill", minimum=0),
     _f("memory.oom_events_total", "int?", "v2 memory.events oom: times the limit was hit and reclaim failed",
        v2="memory.events oom", v1="-", minimum=0),
@@ -309,6 +315,10 @@ RECORD: Tuple[Field, ...] = (
     _f("gpu.memory_bytes", "int?", "sum of its GPU processes' memory; 0 with none", minimum=0),
     _f("gpu.sm_percent", "float?", "sum of its processes' SM use, on the scale of cpu.percent (100 = one whole "
                                    "GPU); null when a process can't be measured", minimum=0),
+    _f("gpu.power_watts", "float?", "sum of its processes' power_watts; null when a GPU's power is unknown",
+       minimum=0),
+    _f("gpu.energy_joules_total", "float", "GPU energy its processes drew since cgstat started, kept per cgroup "
+                                           "while it exists (a process that exits leaves its share)", minimum=0),
     _f("gpu.devices", "array", "UUIDs of the GPUs (or MIG devices) its processes use"),
     _f("gpu.devices[]", "str"),
     _f("gpu.processes", "array"),
@@ -317,7 +327,8 @@ RECORD: Tuple[Field, ...] = (
     _f("gpu.processes[].name", "str?", "/proc/<pid>/comm", v2="/proc/<pid>/comm"),
     _f("gpu.processes[].gpu_index", "int", "NVML index of the GPU (a MIG device's parent)", minimum=0),
     _f("gpu.processes[].gpu_uuid", "str?", "the GPU's UUID, or the MIG device's", nvml="nvmlDeviceGetUUID"),
-    _f("gpu.processes[].type", "enum", enum=["compute", "graphics"]),
+    _f("gpu.processes[].type", "enum", "mps: an MPS client; mps_server: the MPS server (nvidia-cuda-mps-server)",
+       enum=_GPU_TYPES),
     _f("gpu.processes[].memory_bytes", "int?", "GPU memory the process uses", minimum=0, nvml=_GPU_PROCESS),
     _f("gpu.processes[].sm_percent", "float?", "streaming-multiprocessor use, percent of the GPU; null where "
                                                "NVML can't measure it (MIG)", minimum=0, nvml=_GPU_UTIL),
@@ -325,10 +336,13 @@ RECORD: Tuple[Field, ...] = (
        nvml=_GPU_UTIL),
     _f("gpu.processes[].encoder_percent", "float?", minimum=0, nvml=_GPU_UTIL),
     _f("gpu.processes[].decoder_percent", "float?", minimum=0, nvml=_GPU_UTIL),
+    _f("gpu.processes[].power_watts", "float?", _ENERGY, minimum=0),
+    _f("gpu.processes[].energy_joules_total", "float?", "its power integrated over the readings since cgstat "
+                                                        "first saw it", minimum=0),
     _f("errors", "array"),
     _f("errors[]", "object"),
     _f("errors[].source", "str", _ERROR),
-    _f("errors[].error", "enum", enum=list(_PROBLEMS + ("host_namespace", "no_process"))),
+    _f("errors[].error", "enum", enum=list(_PROBLEMS + ("host_namespace", "no_process", "several_namespaces"))),
     _f("errors[].detail", "str"),
 )
 
@@ -355,17 +369,98 @@ GPU_RECORD: Tuple[Field, ...] = (
     _f("gpu.power_watts", "float?", minimum=0, nvml="nvmlDeviceGetPowerUsage"),
     _f("gpu.mig_mode", "bool?", nvml="nvmlDeviceGetMigMode"),
     _f("gpu.parent_uuid", "str?", "MIG devices: the GPU they are part of", nvml="nvmlDeviceGetUUID"),
+    _f("gpu.gpu_instance_id", "int?", "MIG devices: the GPU instance ID (dcgm-exporter's GPU_I_ID)", minimum=0,
+       nvml="nvmlDeviceGetGpuInstanceId"),
+    _f("gpu.sm_clock_mhz", "int?", minimum=0, nvml="nvmlDeviceGetClockInfo(NVML_CLOCK_SM)"),
+    _f("gpu.memory_clock_mhz", "int?", minimum=0, nvml="nvmlDeviceGetClockInfo(NVML_CLOCK_MEM)"),
+    _f("gpu.sm_clock_max_mhz", "int?", "read once per NVML initialisation", minimum=0,
+       nvml="nvmlDeviceGetMaxClockInfo(NVML_CLOCK_SM)"),
+    _f("gpu.memory_clock_max_mhz", "int?", "read once per NVML initialisation", minimum=0,
+       nvml="nvmlDeviceGetMaxClockInfo(NVML_CLOCK_MEM)"),
+    _f("gpu.clocks_event_reasons", "array?", "why the clocks are held down now, decoded from NVML's bit mask",
+       nvml="nvmlDeviceGetCurrentClocksEventReasons (else ...ClocksThrottleReasons)"),
+    _f("gpu.clocks_event_reasons[]", "enum", enum=_REASONS),
+    _f("gpu.violation_seconds_total", "object", "time the clocks were held below the application clocks"),
+    _f("gpu.violation_seconds_total.power", "float?", "by the power cap", minimum=0,
+       nvml="nvmlDeviceGetViolationStatus(NVML_PERF_POLICY_POWER) ns"),
+    _f("gpu.violation_seconds_total.thermal", "float?", "by heat", minimum=0,
+       nvml="nvmlDeviceGetViolationStatus(NVML_PERF_POLICY_THERMAL) ns"),
+    _f("gpu.energy_joules_total", "float?", "since the driver loaded (Volta and later)", minimum=0,
+       nvml="nvmlDeviceGetTotalEnergyConsumption mJ"),
+    _f("gpu.idle_power_watts", "float?", "the lowest power seen with no process on the GPU (before one: the "
+                                         "lowest seen at all); null on MIG devices", minimum=0),
+    _f("gpu.idle_power_observed", "bool?", "true: idle_power_watts was measured with no process on the GPU"),
+    _f("gpu.power_limit_watts", "float?", "enforced; read every 10 s", minimum=0,
+       nvml="nvmlDeviceGetEnforcedPowerLimit"),
+    _f("gpu.memory_temperature_celsius", "int?", nvml=_FIELDS + "NVML_FI_DEV_MEMORY_TEMP"),
+    _f("gpu.pcie_tx_bytes_per_second", "float?", "from the PCIe byte counters between two readings; where the "
+                                                 "driver has none, its own 20 ms sample every 10 s", minimum=0,
+       nvml=_FIELDS + "NVML_FI_DEV_PCIE_COUNT_TX_BYTES (else nvmlDeviceGetPcieThroughput)"),
+    _f("gpu.pcie_rx_bytes_per_second", "float?", "as pcie_tx_bytes_per_second", minimum=0,
+       nvml=_FIELDS + "NVML_FI_DEV_PCIE_COUNT_RX_BYTES (else nvmlDeviceGetPcieThroughput)"),
+    _f("gpu.pcie_replays_total", "int?", "PCIe link retries", minimum=0, nvml="nvmlDeviceGetPcieReplayCounter"),
+    _f("gpu.nvlink_tx_bytes_total", "int?", "NVLink data sent over all links", minimum=0,
+       nvml=_FIELDS + "NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX KiB"),
+    _f("gpu.nvlink_rx_bytes_total", "int?", "NVLink data received over all links", minimum=0,
+       nvml=_FIELDS + "NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX KiB"),
+    _f("gpu.encoder_utilization_percent", "float?", minimum=0, nvml="nvmlDeviceGetEncoderUtilization"),
+    _f("gpu.decoder_utilization_percent", "float?", minimum=0, nvml="nvmlDeviceGetDecoderUtilization"),
+    _f("gpu.ecc_errors_total", "object", "volatile: since the driver loaded"),
+    _f("gpu.ecc_errors_total.corrected", "int?", minimum=0,
+       nvml="nvmlDeviceGetTotalEccErrors(CORRECTED, VOLATILE)"),
+    _f("gpu.ecc_errors_total.uncorrected", "int?", minimum=0,
+       nvml="nvmlDeviceGetTotalEccErrors(UNCORRECTED, VOLATILE)"),
+    _f("gpu.remapped_rows", "object?", "row remapping (Ampere and later); read every 10 s",
+       nvml="nvmlDeviceGetRemappedRows"),
+    _f("gpu.remapped_rows.correctable", "int", minimum=0),
+    _f("gpu.remapped_rows.uncorrectable", "int", minimum=0),
+    _f("gpu.remapped_rows.pending", "int", "1: a remap waits for a GPU reset", minimum=0),
+    _f("gpu.remapped_rows.failure", "int", "1: a remap failed", minimum=0),
+    _f("gpu.retired_pages", "object?", "page retirement (before Ampere); read every 10 s",
+       nvml="nvmlDeviceGetRetiredPages, nvmlDeviceGetRetiredPagesPendingStatus"),
+    _f("gpu.retired_pages.single_bit", "int?", minimum=0),
+    _f("gpu.retired_pages.double_bit", "int?", minimum=0),
+    _f("gpu.retired_pages.pending", "bool?"),
+    _f("gpu.xid_errors_total", "int?", "XIDs the event set received since cgstat started; null where XIDs can't "
+                                       "be watched", minimum=0, nvml="nvmlEventSetWait_v2 (timeout 0)"),
+    _f("gpu.last_xid", "int?", "the code of the last of them", minimum=0),
+    _f("gpu.recent_xids", "array", "the XID codes that arrived since the previous reading, oldest first"),
+    _f("gpu.recent_xids[]", "int", minimum=0),
+    _f("gpu.compute_mode", "enum", "read every 10 s", nvml="nvmlDeviceGetComputeMode",
+       enum=["default", "exclusive_thread", "prohibited", "exclusive_process", None]),
+    _f("gpu.persistence_mode", "bool?", "read every 10 s", nvml="nvmlDeviceGetPersistenceMode"),
+    _f("gpu.pci_bus_id", "str?", "read once per NVML initialisation", nvml="nvmlDeviceGetPciInfo_v3 busId"),
+    _f("gpu.serial", "str?", "read once per NVML initialisation", nvml="nvmlDeviceGetSerial"),
+    _f("gpu.minor_number", "int?", "of /dev/nvidia<N>; read once per NVML initialisation", minimum=0,
+       nvml="nvmlDeviceGetMinorNumber"),
+    _f("gpu.driver_version", "str?", nvml="nvmlSystemGetDriverVersion"),
+    _f("gpu.cuda_version", "str?", "the CUDA version the driver supports", nvml="nvmlSystemGetCudaDriverVersion"),
+    _f("gpu.gpm", "object?", "GPM metrics between this reading and the previous one (Hopper and later); null "
+                             "elsewhere, with the reason in errors", nvml="nvmlGpmMetricsGet"),
+    _f("gpu.gpm.graphics_activity_percent", "float?", minimum=0, nvml="NVML_GPM_METRIC_GRAPHICS_UTIL"),
+    _f("gpu.gpm.sm_activity_percent", "float?", minimum=0, nvml="NVML_GPM_METRIC_SM_UTIL"),
+    _f("gpu.gpm.sm_occupancy_percent", "float?", minimum=0, nvml="NVML_GPM_METRIC_SM_OCCUPANCY"),
+    _f("gpu.gpm.tensor_activity_percent", "float?", minimum=0, nvml="NVML_GPM_METRIC_ANY_TENSOR_UTIL"),
+    _f("gpu.gpm.dram_bandwidth_percent", "float?", minimum=0, nvml="NVML_GPM_METRIC_DRAM_BW_UTIL"),
+    _f("gpu.gpm.pcie_tx_bytes_per_second", "float?", minimum=0, nvml="NVML_GPM_METRIC_PCIE_TX_PER_SEC"),
+    _f("gpu.gpm.pcie_rx_bytes_per_second", "float?", minimum=0, nvml="NVML_GPM_METRIC_PCIE_RX_PER_SEC"),
+    _f("gpu.gpm.nvlink_tx_bytes_per_second", "float?", minimum=0, nvml="NVML_GPM_METRIC_NVLINK_TOTAL_TX_PER_SEC"),
+    _f("gpu.gpm.nvlink_rx_bytes_per_second", "float?", minimum=0, nvml="NVML_GPM_METRIC_NVLINK_TOTAL_RX_PER_SEC"),
     _f("processes", "array"),
     _f("processes[]", "object"),
     _f("processes[].pid", "int", "host PID, as NVML reports it", minimum=1, nvml=_GPU_PROCESS),
     _f("processes[].name", "str?", "/proc/<pid>/comm", v2="/proc/<pid>/comm"),
-    _f("processes[].type", "enum", enum=["compute", "graphics"]),
+    _f("processes[].type", "enum", "mps: an MPS client; mps_server: the MPS server (nvidia-cuda-mps-server)",
+       enum=_GPU_TYPES),
     _f("processes[].memory_bytes", "int?", "GPU memory the process uses", minimum=0, nvml=_GPU_PROCESS),
     _f("processes[].sm_percent", "float?", "streaming-multiprocessor use, percent of the GPU; null where NVML "
                                            "can't measure it (MIG)", minimum=0, nvml=_GPU_UTIL),
     _f("processes[].memory_percent", "float?", "memory-controller use, percent", minimum=0, nvml=_GPU_UTIL),
     _f("processes[].encoder_percent", "float?", minimum=0, nvml=_GPU_UTIL),
     _f("processes[].decoder_percent", "float?", minimum=0, nvml=_GPU_UTIL),
+    _f("processes[].power_watts", "float?", _ENERGY, minimum=0),
+    _f("processes[].energy_joules_total", "float?", "its power integrated over the readings since cgstat first "
+                                                    "saw it", minimum=0),
     _f("processes[].cgroup", "str?", "the process's cgroup path; null when it exited or is in another PID "
                                      "namespace", v2="/proc/<pid>/cgroup"),
     _f("processes[].container", "object?", "as in cgroup records, or null", same_as="container"),
@@ -379,7 +474,8 @@ GPU_RECORD: Tuple[Field, ...] = (
 # -- the event record (cgstat/event.schema.json) -----------------------------------------------
 
 EVENT_KINDS = ("oom_kill", "memory_near_limit", "memory_growth", "cpu_throttled", "gpu_idle_cpu_bound",
-               "memory_high_throttled", "pids_limit_hit", "gpu_process_outside_container")
+               "memory_high_throttled", "pids_limit_hit", "gpu_process_outside_container", "gpu_xid",
+               "gpu_throttled", "gpu_ecc_uncorrected", "gpu_row_remap_pending", "gpu_row_remap_failure")
 
 EVENT: Tuple[Field, ...] = (
     _f("schema", "const", const=1),
@@ -483,6 +579,14 @@ def field(fields: Tuple[Field, ...], path: str) -> Field:
     raise KeyError(path)
 
 
+def keys(path: str, table: Tuple[Field, ...] = RECORD) -> Tuple[str, ...]:
+    """The keys to a field, for a reader of records by path (pipeline/record.value_at):
+    `keys("memory.limit_bytes")` is ("memory", "limit_bytes"); KeyError, when the module
+    that asks is imported, for a path that is not in the table."""
+    field(table, path)
+    return tuple(path.split("."))
+
+
 # -- Prometheus families (docs/prometheus.md) --------------------------------------------------
 
 class Family(NamedTuple):
@@ -509,6 +613,11 @@ CGROUP_LABELS = ("id", "name", "image", "namespace", "pod", "container", "contai
 GPU_LABELS = ("gpu", "uuid")
 _BLKIO_LABELS = ("device", "major", "minor", "operation")
 _PROCESS_LABELS = ("gpu", "uuid", "pid", "process", "type")
+# dcgm-exporter's labels (MIG devices: GPU_I_ID, GPU_I_PROFILE), so that its dashboards and
+# alerts run unchanged; modelName is camelCase there, and kept so. `uuid` repeats UUID: older
+# dcgm-exporter releases spelt it so, and NVIDIA's dashboard still groups by it.
+DCGM_LABELS = ("gpu", "UUID", "uuid", "pci_bus_id", "device", "modelName", "Hostname", "DCGM_FI_DRIVER_VERSION",
+               "GPU_I_ID", "GPU_I_PROFILE")
 
 _NET_FAMILIES = (
     ("container_network_receive_bytes_total", "Cumulative count of bytes received", "rx_bytes_total"),
@@ -537,6 +646,73 @@ def _psi_families() -> Tuple[Family, ...]:
                            "congestion." % res.upper(), field="pressure.%s.full_seconds_total" % res))
     return tuple(out)
 
+
+# dcgm-exporter's device series: its names (etc/default-counters.csv) and units, from the
+# GPU record fields named (docs/prometheus.md). All typed gauge: dcgm-exporter's counters
+# lack the _total suffix that a counter needs in OpenMetrics (and promtool asks for).
+DCGM_SERIES: Tuple[Tuple[str, str, str], ...] = (
+    ("DCGM_FI_DEV_SM_CLOCK", "SM clock frequency (in MHz).", "gpu.sm_clock_mhz"),
+    ("DCGM_FI_DEV_MEM_CLOCK", "Memory clock frequency (in MHz).", "gpu.memory_clock_mhz"),
+    ("DCGM_FI_DEV_MEMORY_TEMP", "Memory temperature (in C).", "gpu.memory_temperature_celsius"),
+    ("DCGM_FI_DEV_GPU_TEMP", "GPU temperature (in C).", "gpu.temperature_celsius"),
+    ("DCGM_FI_DEV_POWER_USAGE", "Power draw (in W).", "gpu.power_watts"),
+    ("DCGM_FI_DEV_POWER_MGMT_LIMIT", "Power management limit (in W).", "gpu.power_limit_watts"),
+    ("DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", "Total energy consumption since the driver loaded (in mJ).",
+     "gpu.energy_joules_total x 1000"),
+    ("DCGM_FI_DEV_PCIE_REPLAY_COUNTER", "Total number of PCIe retries.", "gpu.pcie_replays_total"),
+    ("DCGM_FI_DEV_GPU_UTIL", "GPU utilization (in %).", "gpu.utilization_percent"),
+    ("DCGM_FI_DEV_MEM_COPY_UTIL", "Memory utilization (in %).", "gpu.memory_utilization_percent"),
+    ("DCGM_FI_DEV_ENC_UTIL", "Encoder utilization (in %).", "gpu.encoder_utilization_percent"),
+    ("DCGM_FI_DEV_DEC_UTIL", "Decoder utilization (in %).", "gpu.decoder_utilization_percent"),
+    ("DCGM_FI_DEV_XID_ERRORS", "Value of the last XID error encountered (0: none since cgstat started).",
+     "gpu.last_xid (0 when xid_errors_total is 0)"),
+    ("DCGM_FI_DEV_POWER_VIOLATION", "Throttling duration due to power constraints (in us).",
+     "gpu.violation_seconds_total.power x 1e6"),
+    ("DCGM_FI_DEV_THERMAL_VIOLATION", "Throttling duration due to thermal constraints (in us).",
+     "gpu.violation_seconds_total.thermal x 1e6"),
+    ("DCGM_FI_DEV_CLOCKS_EVENT_REASONS", "Current clock event reasons (bit mask of nvmlClocksEventReason*).",
+     "gpu.clocks_event_reasons as NVML's bit mask"),
+    ("DCGM_FI_DEV_FB_FREE", "Framebuffer memory free (in MiB).", "gpu.memory_total_bytes - used - reserved"),
+    ("DCGM_FI_DEV_FB_USED", "Framebuffer memory used (in MiB).", "gpu.memory_used_bytes / 2^20"),
+    ("DCGM_FI_DEV_FB_RESERVED", "Framebuffer memory reserved (in MiB).", "gpu.memory_reserved_bytes / 2^20"),
+    ("DCGM_FI_DEV_ECC_SBE_VOL_TOTAL", "Total number of single-bit volatile ECC errors.",
+     "gpu.ecc_errors_total.corrected"),
+    ("DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", "Total number of double-bit volatile ECC errors.",
+     "gpu.ecc_errors_total.uncorrected"),
+    ("DCGM_FI_DEV_RETIRED_SBE", "Total number of retired pages due to single-bit errors.",
+     "gpu.retired_pages.single_bit"),
+    ("DCGM_FI_DEV_RETIRED_DBE", "Total number of retired pages due to double-bit errors.",
+     "gpu.retired_pages.double_bit"),
+    ("DCGM_FI_DEV_RETIRED_PENDING", "Pages pending retirement (1: yes).", "gpu.retired_pages.pending"),
+    ("DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL", "NVLink data sent and received over all links since the driver "
+     "loaded (in bytes).", "gpu.nvlink_tx_bytes_total + nvlink_rx_bytes_total"),
+    ("DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS", "Number of remapped rows for uncorrectable errors.",
+     "gpu.remapped_rows.uncorrectable"),
+    ("DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS", "Number of remapped rows for correctable errors.",
+     "gpu.remapped_rows.correctable"),
+    ("DCGM_FI_DEV_ROW_REMAP_FAILURE", "Whether remapping of rows has failed.", "gpu.remapped_rows.failure"),
+    ("DCGM_FI_DEV_ROW_REMAP_PENDING", "Whether remapping of rows is pending (a GPU reset applies it).",
+     "gpu.remapped_rows.pending"),
+    ("DCGM_FI_PROF_GR_ENGINE_ACTIVE", "Ratio of time the graphics engine is active (GPM).",
+     "gpu.gpm.graphics_activity_percent / 100"),
+    ("DCGM_FI_PROF_SM_ACTIVE", "The ratio of cycles an SM has at least 1 warp assigned (GPM).",
+     "gpu.gpm.sm_activity_percent / 100"),
+    ("DCGM_FI_PROF_SM_OCCUPANCY", "The ratio of resident warps to the maximum on an SM (GPM).",
+     "gpu.gpm.sm_occupancy_percent / 100"),
+    ("DCGM_FI_PROF_PIPE_TENSOR_ACTIVE", "Ratio of cycles any tensor pipe is active (GPM).",
+     "gpu.gpm.tensor_activity_percent / 100"),
+    ("DCGM_FI_PROF_DRAM_ACTIVE", "Ratio of cycles the device memory interface is active (GPM).",
+     "gpu.gpm.dram_bandwidth_percent / 100"),
+    ("DCGM_FI_PROF_PCIE_TX_BYTES", "The rate of data transmitted over the PCIe bus (in bytes/s).",
+     "gpu.pcie_tx_bytes_per_second, else gpu.gpm.pcie_tx_bytes_per_second"),
+    ("DCGM_FI_PROF_PCIE_RX_BYTES", "The rate of data received over the PCIe bus (in bytes/s).",
+     "gpu.pcie_rx_bytes_per_second, else gpu.gpm.pcie_rx_bytes_per_second"),
+    ("DCGM_FI_PROF_NVLINK_TX_BYTES", "The rate of data transmitted over NVLink (in bytes/s, GPM).",
+     "gpu.gpm.nvlink_tx_bytes_per_second"),
+    ("DCGM_FI_PROF_NVLINK_RX_BYTES", "The rate of data received over NVLink (in bytes/s, GPM).",
+     "gpu.gpm.nvlink_rx_bytes_per_second"),
+)
+DCGM_NAMES = tuple(name for name, _, _ in DCGM_SERIES)
 
 FAMILIES: Tuple[Family, ...] = (
     # the exporter's own health (no timestamps: they describe now)
@@ -679,6 +855,14 @@ FAMILIES: Tuple[Family, ...] = (
     _family("cgstat_container_gpu_process_sm_percent", "gauge",
             "SM utilisation of one process of the container (100 = the whole GPU).",
             "gpu.processes[].sm_percent", labels=_PROCESS_LABELS),
+    _family("cgstat_container_gpu_power_watts", "gauge",
+            "The container's share of one GPU's active power (power above idle, split by SM share).",
+            "gpu.processes[] power_watts summed per GPU", labels=GPU_LABELS),
+    _family("cgstat_container_gpu_process_power_watts", "gauge", "One process's share of its GPU's active power.",
+            "gpu.processes[].power_watts", labels=_PROCESS_LABELS),
+    _family("cgstat_container_gpu_energy_joules_total", "counter",
+            "GPU energy the container's processes drew since cgstat started (their share of active power).",
+            field="gpu.energy_joules_total"),
     # GPU devices (type "gpu" records)
     _family("cgstat_gpu_info", "info", "A GPU (or MIG device): model, MIG mode, parent.",
             "gpu.name, mig_mode, parent_uuid", "gpu", ("model", "mig_mode", "parent_uuid")),
@@ -698,7 +882,15 @@ FAMILIES: Tuple[Family, ...] = (
     _family("cgstat_gpu_unattributed_memory_bytes", "gauge",
             "GPU memory of processes no cgroup could be found for (exited, other PID namespace).",
             "processes[] with cgroup null, memory_bytes summed", "gpu"),
-)
+    _family("cgstat_gpu_idle_power_watts", "gauge",
+            "The GPU's idle power as the energy split uses it (lowest power seen with no process).",
+            scope="gpu", field="gpu.idle_power_watts"),
+    _family("cgstat_gpu_xid_errors_total", "counter", "XIDs NVML reported for the GPU since cgstat started.",
+            scope="gpu", field="gpu.xid_errors_total"),
+    _family("cgstat_gpu_clocks_event_reason", "gauge",
+            "1 for each reason NVML gives for the GPU's clocks being held down now.",
+            "gpu.clocks_event_reasons[]", "gpu", ("reason",)),
+) + tuple(_family(name, "gauge", help, source, "gpu", DCGM_LABELS) for name, help, source in DCGM_SERIES)
 
 # -- CSV columns (`--format csv`) ----------------------------------------------------------------
 #

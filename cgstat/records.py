@@ -211,11 +211,15 @@ class GpuProcessUse(TypedDict):
     memory_percent: Optional[float]
     encoder_percent: Optional[float]
     decoder_percent: Optional[float]
+    power_watts: Optional[float]
+    energy_joules_total: Optional[float]
 
 
 class GpuUse(TypedDict):
     memory_bytes: Optional[int]
     sm_percent: Optional[float]
+    power_watts: Optional[float]
+    energy_joules_total: float
     devices: List[str]
     processes: List[GpuProcessUse]
 
@@ -247,6 +251,41 @@ class CgroupRecord(TypedDict):
     errors: List[RecordError]
 
 
+class GpuViolationSecondsTotal(TypedDict):
+    power: Optional[float]
+    thermal: Optional[float]
+
+
+class GpuEccErrorsTotal(TypedDict):
+    corrected: Optional[int]
+    uncorrected: Optional[int]
+
+
+class GpuRemappedRows(TypedDict):
+    correctable: int
+    uncorrectable: int
+    pending: int
+    failure: int
+
+
+class GpuRetiredPages(TypedDict):
+    single_bit: Optional[int]
+    double_bit: Optional[int]
+    pending: Optional[bool]
+
+
+class GpuGpm(TypedDict):
+    graphics_activity_percent: Optional[float]
+    sm_activity_percent: Optional[float]
+    sm_occupancy_percent: Optional[float]
+    tensor_activity_percent: Optional[float]
+    dram_bandwidth_percent: Optional[float]
+    pcie_tx_bytes_per_second: Optional[float]
+    pcie_rx_bytes_per_second: Optional[float]
+    nvlink_tx_bytes_per_second: Optional[float]
+    nvlink_rx_bytes_per_second: Optional[float]
+
+
 class GpuFigures(TypedDict):
     index: int
     uuid: Optional[str]
@@ -260,6 +299,39 @@ class GpuFigures(TypedDict):
     power_watts: Optional[float]
     mig_mode: Optional[bool]
     parent_uuid: Optional[str]
+    gpu_instance_id: Optional[int]
+    sm_clock_mhz: Optional[int]
+    memory_clock_mhz: Optional[int]
+    sm_clock_max_mhz: Optional[int]
+    memory_clock_max_mhz: Optional[int]
+    clocks_event_reasons: Optional[List[str]]
+    violation_seconds_total: GpuViolationSecondsTotal
+    energy_joules_total: Optional[float]
+    idle_power_watts: Optional[float]
+    idle_power_observed: Optional[bool]
+    power_limit_watts: Optional[float]
+    memory_temperature_celsius: Optional[int]
+    pcie_tx_bytes_per_second: Optional[float]
+    pcie_rx_bytes_per_second: Optional[float]
+    pcie_replays_total: Optional[int]
+    nvlink_tx_bytes_total: Optional[int]
+    nvlink_rx_bytes_total: Optional[int]
+    encoder_utilization_percent: Optional[float]
+    decoder_utilization_percent: Optional[float]
+    ecc_errors_total: GpuEccErrorsTotal
+    remapped_rows: Optional[GpuRemappedRows]
+    retired_pages: Optional[GpuRetiredPages]
+    xid_errors_total: Optional[int]
+    last_xid: Optional[int]
+    recent_xids: List[int]
+    compute_mode: Optional[str]
+    persistence_mode: Optional[bool]
+    pci_bus_id: Optional[str]
+    serial: Optional[str]
+    minor_number: Optional[int]
+    driver_version: Optional[str]
+    cuda_version: Optional[str]
+    gpm: Optional[GpuGpm]
 
 
 class GpuProcess(TypedDict):
@@ -271,6 +343,8 @@ class GpuProcess(TypedDict):
     memory_percent: Optional[float]
     encoder_percent: Optional[float]
     decoder_percent: Optional[float]
+    power_watts: Optional[float]
+    energy_joules_total: Optional[float]
     cgroup: Optional[str]
     container: Optional[Container]
 

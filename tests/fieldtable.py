@@ -63,17 +63,36 @@ def _merge(base, overrides):
     return base
 
 
+def complete(table, path, value):
+    """`value` of field `path` with the keys its objects lack set as blank() sets them."""
+    f = fields.field(table, path) if path else None
+    if f is not None and f.same_as:
+        table, path = fields.RECORD, f.same_as
+        f = fields.field(table, path)
+    if isinstance(value, dict) and (f is None or f.type == "object") and (not path or fields.children(table, path)):
+        out = blank(table, path, True)
+        for key, v in value.items():
+            sub = path + "." + key if path else key
+            out[key] = complete(table, sub, v) if any(k.path == sub for k in table) else v
+        return out
+    if isinstance(value, list) and f is not None and f.type == "array":
+        return [complete(table, path + "[]", v) for v in value]
+    return value
+
+
 def record(record_type="cgroup", **overrides):
-    """A record of type `record_type` valid against its schema: every key, null (or empty) but for
-    `overrides` (merged into the objects they name; None or a list replaces)."""
+    """A record of type `record_type` valid against its schema: every key, null (or empty)
+    but for `overrides` (merged into the objects they name; an object given where the
+    record has null gets the keys it lacks, null or empty)."""
     from contract import validate
 
-    base = blank(_TABLES[record_type])
+    table = _TABLES[record_type]
+    base = blank(table)
     base.update(type=record_type, cgroup="/x", ts="2026-11-29T20:10:12.807Z", host="h")
     if record_type == "gpu":
         del base["cgroup"]
     if record_type == "event":
         base.update(_EVENT)
-    out = _merge(base, overrides)
+    out = complete(table, "", _merge(base, overrides))
     validate(out)
     return out

@@ -32,9 +32,10 @@ SONAME = "libnvidia-ml.so.1"
 VARIANTS = {
     "full": [],
     # a driver between 450 and 510: _v2 process lists, ProcessUtilization, memory v1 and v2
-    "v2": ["-DNO_V3", "-DNO_PUI"],
+    # (and, as those drivers, no ClocksEventReasons, no MPS _v3 list, no GPM)
+    "v2": ["-DNO_V3", "-DNO_PUI", "-DNO_CER", "-DNO_MPS3", "-DNO_GPM"],
     # drivers 430/440: only the unversioned (16-byte) process lists and memory v1
-    "old": ["-DNO_V3", "-DNO_V2", "-DNO_PUI", "-DNO_MEMV2"],
+    "old": ["-DNO_V3", "-DNO_V2", "-DNO_PUI", "-DNO_MEMV2", "-DNO_CER", "-DNO_MPS3", "-DNO_GPM"],
 }
 
 
@@ -111,6 +112,10 @@ class Scenario:
         return self._add("sample", dict(gpu=gpu, pid=pid, sm=sm, mem=mem, enc=enc, dec=dec, jpg=jpg,
                                         ofa=ofa, ts=ts))
 
+    def xid(self, gpu: int, code: int, id: Optional[int] = None) -> "Scenario":
+        """An XID the event set delivers once (ids default to the order of xid lines)."""
+        return self._add("xid", dict(gpu=gpu, code=code, id=id))
+
     def text(self) -> str:
         return "\n".join(self.lines) + "\n"
 
@@ -155,7 +160,9 @@ def run_reads(folder, steps: List[Dict[str, Any]], variant: Optional[str] = "ful
              "advance": seconds added to the fake monotonic clock before this read}]
     gateway: Gateway keyword arguments (reinit_backoff_s, retry_s).
     distribution_version: what the installed nvidia-ml-py claims to be (default: the real one).
-    Returns {"snapshots": [asdict(GpuSnapshot)...], "warnings": [...], "inits": n,
+    Each step also runs the energy model (gpu/energy.py) on the fake clock.
+    Returns {"snapshots": [asdict(GpuSnapshot)...], "energy": [{"processes": {"UUID/pid":
+             [watts, joules]}, "idle": {UUID: [watts, observed]}}...], "warnings": [...], "inits": n,
              "symbols": {...}, "pynvml_on_import": bool}.
     """
     folder = str(folder)
@@ -186,7 +193,8 @@ def _main(plan_path: str) -> None:
     on_import = "pynvml" in sys.modules
     from cgstat.gpu import nvml
     from cgstat.gpu.nvml import Gateway
-    from cgstat.gpu.sample import read_gpus
+    from cgstat.gpu.energy import EnergyModel
+    from cgstat.gpu.sample import GpuReader
 
     with open(plan_path) as f:
         plan = json.load(f)
@@ -196,15 +204,27 @@ def _main(plan_path: str) -> None:
     warnings: List[str] = []
     gw = Gateway(warn=lambda key, message: warnings.append(message), clock=lambda: now[0],
                  **plan["gateway"])
+    reader = GpuReader(gw, clock=lambda: now[0])
+    model = EnergyModel()
     snapshots = []
+    energy = []
     for step in plan["steps"]:
         if step["scenario"] is not None:
             write_scenario(plan["scenario_path"], step["scenario"])
         now[0] += step["advance"]
-        snapshots.append(dataclasses.asdict(read_gpus(gw)))
-    json.dump({"snapshots": snapshots, "warnings": warnings, "inits": gw.inits,
+        snapshot = reader.read()
+        as_dict = dataclasses.asdict(snapshot)
+        as_dict["processes"] = [p._asdict() for p in snapshot.processes]  # NamedTuples
+        snapshots.append(as_dict)
+        shares = model.update(snapshot, now[0]) if snapshot.available else {}
+        energy.append({"processes": {"%s/%d" % key: list(share) for key, share in shares.items()},
+                       "idle": {d.uuid: list(model.idle(d.uuid)) for d in snapshot.devices
+                                if d.parent_uuid is None}})
+    json.dump({"snapshots": snapshots, "energy": energy, "warnings": warnings, "inits": gw.inits,
                "symbols": {"processes": gw.process_symbols, "utilization": gw.utilization_symbol,
                            "memory_v2": gw.memory_v2, "driver": gw.driver_version},
+               "newer": {"reasons": gw.reasons_symbol, "mps": gw.mps_symbol, "gpm": gw.gpm,
+                         "cuda": gw.cuda_version},
                "pynvml_on_import": on_import, "pynvml_loaded": "pynvml" in sys.modules}, sys.stdout)
 
 

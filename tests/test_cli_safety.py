@@ -245,16 +245,18 @@ def test_fuzzed_command_lines_never_give_a_traceback(monkeypatch, command, befor
         seen.append("pid")
         return 0
 
-    import cgstat.pipeline.modes as modes_mod
+    import cgstat.app.once as once_mod
+    import cgstat.app.pid as pid_mod
+    import cgstat.app.stream as stream_mod
     import cgstat.pipeline.sampler as sampler_mod
 
-    monkeypatch.setattr(modes_mod, "run_stream", fake_stream)  # the commands import them when run
-    monkeypatch.setattr(modes_mod, "run_once", fake_once)
-    monkeypatch.setattr(modes_mod, "run_pid", fake_pid)
+    monkeypatch.setattr(stream_mod, "run_stream", fake_stream)  # the commands import them when run
+    monkeypatch.setattr(once_mod, "run_once", fake_once)
+    monkeypatch.setattr(pid_mod, "run_pid", fake_pid)
     import cgstat.outputs.report as report_mod
 
     monkeypatch.setattr(report_mod, "build_report", lambda *a, **k: None)
-    import cgstat.outputs.top as top_mod
+    import cgstat.app.top as top_mod
 
     monkeypatch.setattr(top_mod, "run_top", lambda *a, **k: 0)
     monkeypatch.setattr(sampler_mod, "Sampler", lambda *a, **k: _FakeSampler())

@@ -28,8 +28,10 @@ def test_once_table_names_the_containers():
                            "--host-root", os.path.join(V2, "t1"), "--match", "docker-5113"],
                           cwd=ROOT, capture_output=True)
     lines = proc.stdout.decode().splitlines()
-    assert lines[0].startswith("NAME") and "CPU %" in lines[0] and "MEM USAGE / LIMIT" in lines[0]
-    assert len(lines) == 2 and lines[1].startswith("tf-training")
+    head = lines[0]
+    assert head.startswith("CONTAINER ID") and "NAME" in head and "CPU %" in head and "MEM USAGE / LIMIT" in head
+    assert len(lines) == 2 and lines[1].startswith("5113")  # docker's 12-hex short ID first
+    assert lines[1][head.index("NAME"):].startswith("tf-training ")
 
 
 def test_report_of_a_recorded_stream(tmp_path):

@@ -1,4 +1,5 @@
-"""deploy/: promtool check config / check rules / test rules, the Kubernetes manifest and
+"""deploy/: promtool check config / check rules / test rules, the Kubernetes manifest
+against the Kubernetes API schemas (kubernetes-validate, offline) and structurally, and
 the Grafana dashboard checked structurally (PyYAML, json)."""
 
 from __future__ import annotations
@@ -81,7 +82,7 @@ def test_daemonset_manifest():
     assert args[args.index("--listen") + 1] == "0.0.0.0:%d" % PORT
     sc = c["securityContext"]
     assert sc["readOnlyRootFilesystem"] is True and sc["allowPrivilegeEscalation"] is False
-    assert sc["capabilities"] == {"drop": ["ALL"], "add": ["DAC_READ_SEARCH"]}
+    assert sc["capabilities"] == {"drop": ["ALL"], "add": ["DAC_READ_SEARCH", "SYSLOG"]}
     assert not sc.get("privileged")
     assert {"requests", "limits"} <= set(c["resources"])
     assert c["ports"][0]["containerPort"] == PORT
@@ -93,6 +94,9 @@ def test_daemonset_manifest():
     volumes = {v["name"]: v for v in spec["volumes"]}
     assert all(m["name"] in volumes for m in c["volumeMounts"])
     assert volumes["sys"]["hostPath"]["path"] == "/sys" and volumes["proc"]["hostPath"]["path"] == "/proc"
+    # the kernel log (OOM reports), read-only, as cAdvisor mounts it
+    assert mounts["/dev/kmsg"]["readOnly"] is True
+    assert volumes[mounts["/dev/kmsg"]["name"]]["hostPath"] == {"path": "/dev/kmsg", "type": "CharDevice"}
     env = {e["name"]: e["value"] for e in c["env"]}
     assert env["NVIDIA_VISIBLE_DEVICES"] == "all"
     ann = ds["spec"]["template"]["metadata"]["annotations"]
@@ -102,6 +106,42 @@ def test_daemonset_manifest():
     assert svc["spec"]["ports"][0]["port"] == PORT
     np = kinds["NetworkPolicy"]["spec"]
     assert np["ingress"][0]["ports"] == [{"port": PORT, "protocol": "TCP"}]
+
+
+# The oldest Kubernetes release still in use on the clusters cgstat targets; the manifest
+# must be valid there (and so in every later one: these API groups are stable).
+K8S_VERSION = "1.27"
+
+
+def test_manifest_passes_the_kubernetes_api_schemas(monkeypatch):
+    """deploy/kubernetes/cgstat.yaml against the Kubernetes API's own OpenAPI schemas, which
+    kubernetes-validate ships (strict: an unknown or misspelt field is an error). Offline:
+    any connection attempt fails the test."""
+    kv = pytest.importorskip("kubernetes_validate")
+    import socket
+
+    def no_network(*args, **kwargs):
+        raise AssertionError("kubernetes-validate tried to reach the network")
+
+    monkeypatch.setattr(socket.socket, "connect", no_network)
+    docs = [d for d in yaml.safe_load_all(open(os.path.join(REPO, "deploy", "kubernetes", "cgstat.yaml"))) if d]
+    assert len(docs) >= 5
+    for doc in docs:
+        try:
+            kv.validate(doc, K8S_VERSION, strict=True)
+        except kv.ValidationError as exc:
+            raise AssertionError(f"{doc['kind']} {doc['metadata'].get('name')}: {exc.message} at "
+                                 f"{'.'.join(str(p) for p in exc.path)}") from None
+    # the check is real: a misspelt field and a wrong type are refused
+    ds = next(d for d in docs if d["kind"] == "DaemonSet")
+    bad = json.loads(json.dumps(ds))
+    bad["spec"]["template"]["spec"]["containers"][0]["volumeMount"] = []
+    with pytest.raises(kv.ValidationError):
+        kv.validate(bad, K8S_VERSION, strict=True)
+    bad = json.loads(json.dumps(ds))
+    bad["spec"]["template"]["spec"]["hostPID"] = "yes"
+    with pytest.raises(kv.ValidationError):
+        kv.validate(bad, K8S_VERSION, strict=True)
 
 
 def test_grafana_dashboard():

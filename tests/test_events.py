@@ -8,6 +8,7 @@ import sys
 import time
 
 import pytest
+from fieldtable import record
 
 from cgstat.pipeline.events import KINDS, EventDetector, Thresholds, fit_line, judge_runs, state_extras
 from cgstat.timestamps import parse_ts
@@ -30,13 +31,11 @@ def rec(path="/docker/abc", t=0.0, interval=0.5, ws=100 * MiB, limit=1024 * MiB,
     whole = 1795000000 + int(t)
     ms = int(round((t - int(t)) * 1000))
     ts = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(whole)) + ".%03dZ" % ms
-    return {"schema": 1, "type": typ, "ts": ts, "host": "h", "cgroup": path, "interval_s": interval,
-            "unit": None, "pod": None,
-            "container": {"runtime": "docker", "id": "a" * 64, "short_id": "a" * 12, "name": name} if name else None,
-            "cpu": {"usage_seconds_total": cpu_s, "percent": None, "limit_cores": cores, "periods_total": periods,
-                    "throttled_periods_total": throttled},
-            "memory": {"working_set_bytes": ws, "limit_bytes": limit, "oom_kills_total": oom},
-            "gpu": gpu}
+    return record(typ, ts=ts, cgroup=path, interval_s=interval,
+                  container={"runtime": "docker", "id": "a" * 64, "short_id": "a" * 12, "name": name} if name else None,
+                  cpu={"usage_seconds_total": cpu_s, "percent": None, "limit_cores": cores, "periods_total": periods,
+                       "throttled_periods_total": throttled},
+                  memory={"working_set_bytes": ws, "limit_bytes": limit, "oom_kills_total": oom}, gpu=gpu)
 
 
 def run(detector, seq):
@@ -231,6 +230,19 @@ def test_vanished_cgroups_are_forgotten_and_memory_bounded():
     for i in range(500):
         d2.observe([rec(t=i * 0.1, interval=0.1)])
     assert len(d2._cgroups["/docker/abc"].samples) <= 33
+
+
+def test_messages_name_a_workload_as_every_view_does():
+    from cgstat.names import display_name
+
+    d = EventDetector(window_s=4)
+    pod = rec(path="/kubepods/burstable/pod1234", ws=950 * MiB, limit=1000 * MiB, name=None, typ="pod")
+    pod["pod"] = {"namespace": "ml", "name": "trainer-0", "uid": "1234"}
+    unit = rec(path="/system.slice/x.service", ws=950 * MiB, limit=1000 * MiB, name=None)
+    unit["unit"] = "x.service"
+    ev = run(d, [[pod, unit, rec(ws=950 * MiB, limit=1000 * MiB)]])
+    assert [e["message"].split(" uses ")[0] for e in ev] == ["pod ml/trainer-0", "unit x.service", "container trainer"]
+    assert [display_name(r) for r in (pod, unit)] == ["ml/trainer-0", "x.service"]
 
 
 def test_hostile_names_stay_data():

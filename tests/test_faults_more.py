@@ -157,7 +157,7 @@ def test_cgroup_removed_while_being_read_is_dropped(tmp_path, monkeypatch):
     v2_cgroup(root, "/x")
     v2_cgroup(root, "/y")
     agent = Sampler(root, all=True, warner=Warner(io.StringIO()))
-    real = __import__("cgstat.kernel.cgroups", fromlist=["read_text"]).read_text
+    real = __import__("cgstat.kernel.controllers.files", fromlist=["read_text"]).read_text
     import shutil
 
     def racing_read(path):
@@ -165,7 +165,7 @@ def test_cgroup_removed_while_being_read_is_dropped(tmp_path, monkeypatch):
             shutil.rmtree(os.path.join(root, "sys/fs/cgroup/x"))  # rmdir between listing and reading
         return real(path)
 
-    monkeypatch.setattr("cgstat.kernel.cgroups.read_text", racing_read)
+    monkeypatch.setattr("cgstat.kernel.controllers.files.read_text", racing_read)
     paths = [orjson.loads(line)["cgroup"] for line in roundtrip(agent.tick())]
     assert "/x" not in paths and "/y" in paths
 

@@ -51,7 +51,12 @@ def test_paths_are_unique_and_every_parent_is_declared():
 def test_units_follow_the_names():
     for f in fields.RECORD + fields.GPU_RECORD:
         leaf = f.path.rsplit(".", 1)[-1]
-        if f.unit in ("bytes", "count", "microseconds"):
+        if f.unit and f.type == "object":
+            # an object named with a unit (violation_seconds_total: {power, thermal}) holds
+            # numbers of that unit
+            kids = fields.children(fields.RECORD + fields.GPU_RECORD, f.path)
+            assert kids and all(k.type in ("int", "float") for k in kids), f.path
+        elif f.unit in ("bytes", "count", "microseconds"):
             assert f.type == "int", f.path
         elif f.unit and f.type not in ("int", "float"):
             pytest.fail("%s: a %s field of type %s" % (f.path, f.unit, f.type))
@@ -214,3 +219,10 @@ def test_typeddicts_follow_the_field_table():
     declared = {name for name, v in vars(records).items()
                 if isinstance(v, type) and v.__module__ == records.__name__ and name != "TypedDict"}
     assert declared == seen, declared ^ seen
+
+
+def test_path_readers_take_their_paths_from_the_table():
+    assert fields.keys("memory.limit_bytes") == ("memory", "limit_bytes")
+    assert fields.keys("gpu.memory_used_bytes", fields.GPU_RECORD) == ("gpu", "memory_used_bytes")
+    with pytest.raises(KeyError):
+        fields.keys("memory.limit")  # a field the record does not have: its reader fails at import

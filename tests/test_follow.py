@@ -14,7 +14,7 @@ from realcg import make_group, realcg_env  # noqa: F401  (fixtures)
 
 from cgstat.kernel import handles, inotify
 from cgstat.kernel.discover import Discoverer
-from cgstat.kernel.handles import KEPT, KeptFiles
+from cgstat.kernel.handles import KeptFiles
 from cgstat.kernel.hierarchy import Hierarchy, detect
 from cgstat.kernel.hostfs import HostFS, ReadError
 from cgstat.kernel.tree import Folder
@@ -92,10 +92,12 @@ def test_followed_tree_sees_children_made_and_removed(group):
 def test_periodic_rescans_take_turns(group, monkeypatch):
     """The safety-net walk of each followed hierarchy comes on its own tick, spread over
     rescan_s, not all on one; a folder made unseen by inotify is found on its hierarchy's turn."""
-    from cgstat.kernel import discover
+    import time
+
+    from cgstat.kernel import rescan
 
     now = [5000.0]
-    monkeypatch.setattr(discover.time, "monotonic", lambda: now[0])
+    monkeypatch.setattr(time, "monotonic", lambda: now[0])
     layout = detect(HostFS("/"))
     d = Discoverer(HostFS("/"), layout, rescan_s=60.0)
     try:
@@ -103,8 +105,8 @@ def test_periodic_rescans_take_turns(group, monkeypatch):
         n = len(d.following)
         assert n >= 1 and d.rescans == n
         walked = []
-        real = d._rescan
-        monkeypatch.setattr(d, "_rescan", lambda f: walked.append(f.h) or real(f))
+        real = rescan.rescan
+        monkeypatch.setattr(rescan, "rescan", lambda follower, f: walked.append(f.h) or real(follower, f))
         for step in range(1, n + 1):
             now[0] = 5000.0 + 60.0 * step / n + 0.01
             _paths(d)
@@ -115,9 +117,9 @@ def test_periodic_rescans_take_turns(group, monkeypatch):
         h = walked[0]
         parent = next(p for p in group.dirs.values() if p.startswith(h.mount_dir + "/"))
         path = parent[len(h.mount_dir):] + "/unseen"
-        for wd, folder in list(d._wd.items()):
+        for wd, folder in list(d.follower.wd.items()):
             if folder.hierarchy is h and folder.path == parent[len(h.mount_dir):]:
-                d._inotify.rm_watch(wd)
+                d.follower.inotify.rm_watch(wd)
         os.mkdir(os.path.join(parent, "unseen"))
         try:
             assert path not in _paths(d)
@@ -139,13 +141,13 @@ def test_overflow_walks_again(group, monkeypatch):
         rescans = d.rescans
         # Events lost: stop watching the group's folders, make a child, then the kernel's
         # IN_Q_OVERFLOW. The next join must walk again and find the child.
-        for wd, folder in list(d._wd.items()):
+        for wd, folder in list(d.follower.wd.items()):
             path = folder.path
             if path == group.rel(folder.hierarchy.name.split(",")[0]) or path.endswith("/" + group.name):
-                d._inotify.rm_watch(wd)
+                d.follower.inotify.rm_watch(wd)
         group.mkdir("lost")
-        real = d._inotify.events
-        monkeypatch.setattr(d._inotify, "events",
+        real = d.follower.inotify.events
+        monkeypatch.setattr(d.follower.inotify, "events",
                             lambda: real() + inotify.parse_events(inotify.pack_event(-1, inotify.IN_Q_OVERFLOW)))
         seen = _paths(d)
         assert group.cgroup + "/lost" in seen
@@ -179,14 +181,14 @@ def test_removed_cgroup_descriptors_are_closed(group):
         s.tick()
         recs = {r["cgroup"] for r in s.tick()}
         assert group.cgroup + "/gone" in recs
-        kept = [e for _m, p, e in KEPT.entries() if p.endswith("/" + group.name + "/gone")]
+        kept = [e for _m, p, e in s.kept.entries() if p.endswith("/" + group.name + "/gone")]
         assert len(kept) == len(group.dirs) and all(e.fds() for e in kept)  # one per hierarchy
         fds = [fd for e in kept for fd in e.fds()]
         assert all(os.readlink(f"/proc/self/fd/{fd}").split("/")[-2] == "gone" for fd in fds)
         group.rmdir("gone")
         recs = {r["cgroup"] for r in s.tick()}
         assert group.cgroup + "/gone" not in recs
-        assert not [p for _m, p, _e in KEPT.entries() if p.endswith("/" + group.name + "/gone")]
+        assert not [p for _m, p, _e in s.kept.entries() if p.endswith("/" + group.name + "/gone")]
         for fd in fds:  # closed (or reused by something else, not pointing at the old files)
             try:
                 target = os.readlink(f"/proc/self/fd/{fd}")
@@ -251,7 +253,7 @@ def test_processes_of_an_empty_cgroup_without_reading_cgroup_procs(group):
     s = Sampler(match=group.name, gpu=False)
 
     def procs_fd():
-        for mount, path, entry in KEPT.entries():
+        for mount, path, entry in s.kept.entries():
             if mount + path == group.dirs["pids"]:
                 return entry.kept.get("cgroup.procs")
         return None
@@ -275,9 +277,9 @@ def test_processes_of_an_empty_cgroup_without_reading_cgroup_procs(group):
         assert not [p for p in rec["errors"] if p["source"] == "cgroup.procs"]
         # limit files are read once a minute or on IN_MODIFY: never through a kept slot
         kept_names = [os.readlink(f"/proc/self/fd/{fd}").rsplit("/", 1)[1]
-                      for _m, _p, e in KEPT.entries() for fd in e.fds()]
+                      for _m, _p, e in s.kept.entries() for fd in e.fds()]
         assert kept_names and not set(kept_names) & handles.SLOW_FILES
-        assert KEPT.count == sum(len(e.fds()) for _m, _p, e in KEPT.entries())
+        assert s.kept.count == sum(len(e.fds()) for _m, _p, e in s.kept.entries())
     finally:
         s.close()
         s.discoverer.close()

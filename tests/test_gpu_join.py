@@ -3,6 +3,7 @@ a real test cgroup, in a runc container and on the host, joined by `cgstat` itse
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -55,6 +56,10 @@ def workloads(make_group, make_container, workload_bin):
         host.wait()
 
 
+def _failures(record):
+    return [e for e in record["errors"] if e["error"] != "unsupported"]
+
+
 def test_processes_in_a_cgroup_a_container_and_on_the_host(tmp_path, workloads):
     g, gpid, c, cpid, hpid = workloads
     gone = _exited_pid()
@@ -64,7 +69,7 @@ def test_processes_in_a_cgroup_a_container_and_on_the_host(tmp_path, workloads):
           .gpu(1, uuid=GPU1, name="NVIDIA H200", mem_total=141 * GIB, mem_used=3 * GIB, mem_reserved=GIB // 2,
                util_gpu=25, util_mem=10, temp=44, power_mw=180000)
           .gpu(2, uuid=GPU2, name="NVIDIA H200", mem_total=141 * GIB, mem_used=0, mem_reserved=GIB // 2,
-               util_gpu=0, util_mem=0, temp=30, power_mw=70000)
+               util_gpu=0, util_mem=0, temp=30, power_mw=70000, gpm=1)
           .proc(0, gpid, 4 * GIB).sample(0, gpid, sm=60, mem=30, enc=0, dec=0)
           .proc(1, gpid, 1 * GIB).sample(1, gpid, sm=25, mem=10, enc=0, dec=0)
           .proc(0, cpid, 2 * GIB).sample(0, cpid, sm=27, mem=9, enc=5, dec=1)
@@ -127,8 +132,8 @@ def test_idle_gpu_and_no_process_give_zeros(tmp_path, make_group):
     g.start(["sleep", "1000"], stdout=subprocess.DEVNULL)
     path = D.write_scenario(tmp_path / "s.txt", D.Scenario().gpu(0, uuid=GPU0, util_gpu=0))
     records, _ = _cgstat(path, "once", "--window", "0", "--all", "--match", g.name)
-    assert R.find(records, g.cgroup)["gpu"] == {"memory_bytes": 0, "sm_percent": 0, "devices": [],
-                                                "processes": []}
+    assert R.find(records, g.cgroup)["gpu"] == {"memory_bytes": 0, "sm_percent": 0, "power_watts": 0.0,
+                                                "energy_joules_total": 0.0, "devices": [], "processes": []}
 
 
 @pytest.mark.parametrize("variant,init,needle", [
@@ -161,10 +166,11 @@ def test_gpu_lost_mid_stream(tmp_path, make_group):
     for r in records:
         validate(r)
     gpu0 = [r for r in records if r["type"] == "gpu" and r["gpu"]["uuid"] == GPU0]
-    assert gpu0[0]["errors"] == [], [g["errors"] for g in gpu0]
+    # (the double's GPUs have no GPM: that is an "unsupported" entry, not a failure)
+    assert _failures(gpu0[0]) == [], [g["errors"] for g in gpu0]
     assert any(e["error"] == "gpu_lost" for e in gpu0[-1]["errors"])
     assert gpu0[-1]["gpu"]["utilization_percent"] is None
-    assert all(r["errors"] == [] for r in records if r["type"] == "gpu" and r["gpu"]["uuid"] == GPU1)
+    assert all(_failures(r) == [] for r in records if r["type"] == "gpu" and r["gpu"]["uuid"] == GPU1)
     mine = [r for r in records if r["type"] == "cgroup" and r["cgroup"] == g.cgroup]
     assert len(mine) == 8 and all(r["cpu"]["usage_seconds_total"] is not None for r in mine)
 
@@ -195,3 +201,88 @@ def test_reused_pid_is_not_attributed_from_the_cache(tmp_path):
     assert again.cgroup == "/system.slice/cron.service" and again.container is None
     shutil.rmtree(os.path.join(root, "proc/216"))
     assert namer.gpu_owner(216) == UNKNOWN
+
+
+def _stream_switching(path, first_scenario, then, *args):
+    """`cgstat stream ARGS` with `first_scenario`, switched to `then` once a record is out."""
+    D.write_scenario(path, first_scenario)
+    proc = subprocess.Popen([sys.executable, "-m", "cgstat", "stream", *args], env=D.env(path), cwd=ROOT,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    first = proc.stdout.readline()
+    D.write_scenario(path, then)
+    out = proc.stdout.read()
+    err = proc.stderr.read()
+    assert proc.wait(timeout=120) == 0, err
+    records = [json.loads(x) for x in [first] + out.splitlines()]
+    for r in records:
+        validate(r)
+    return records
+
+
+def test_an_xid_on_gpu_1_names_the_container_on_gpu_1_once(tmp_path, workloads):
+    g, gpid, c, cpid, hpid = workloads
+    base = (D.Scenario().gpu(0, uuid=GPU0).gpu(1, uuid=GPU1)
+            .proc(0, gpid, GIB).proc(1, cpid, 2 * GIB))  # the test cgroup on GPU 0, the container on GPU 1
+    with_xid = D.Scenario(); with_xid.lines = list(base.lines)
+    with_xid.xid(1, 79)  # stays in the scenario: the event set delivers it once
+    records = _stream_switching(tmp_path / "s.txt", base, with_xid, "--interval", "0.3", "--count", "8",
+                                "--events-window", "60", "--all", "--match", f"{g.name}|{c.parent}")
+    xids = [r for r in records if r["type"] == "event" and r["kind"] == "gpu_xid"]
+    assert len(xids) == 1, xids
+    (ev,) = xids
+    assert ev["severity"] == "critical" and "fallen off the bus" in ev["message"]
+    assert ev["container"]["id"] == c.id and ev["cgroup"].endswith(c.id)
+    assert (ev["evidence"]["gpu_uuid"], ev["evidence"]["xid"], ev["evidence"]["pids"]) == (GPU1, 79, [cpid])
+    assert [x["id"] for x in ev["evidence"]["containers"]] == [c.id]
+    assert g.cgroup not in ev["evidence"]["cgroups"] and str(gpid) not in ev["message"]
+    gpu1 = [r for r in records if r["type"] == "gpu" and r["gpu"]["uuid"] == GPU1]
+    assert gpu1[-1]["gpu"]["xid_errors_total"] == 1 and gpu1[-1]["gpu"]["last_xid"] == 79
+    assert sum(r["gpu"]["recent_xids"] == [79] for r in gpu1) == 1
+
+
+def test_energy_per_container_is_its_processes_share(tmp_path, workloads):
+    g, gpid, c, cpid, hpid = workloads
+    idle = D.Scenario().gpu(0, uuid=GPU0, power_mw=60000)
+    busy = (D.Scenario().gpu(0, uuid=GPU0, power_mw=300000).proc(0, gpid, GIB).proc(0, cpid, GIB)
+            .sample(0, gpid, sm=60).sample(0, cpid, sm=20))
+    records = _stream_switching(tmp_path / "s.txt", idle, busy, "--interval", "0.3", "--count", "10",
+                                "--all", "--match", f"{g.name}|{c.parent}")
+    gpus = [r for r in records if r["type"] == "gpu"]
+    last = gpus[-1]
+    assert (last["gpu"]["idle_power_watts"], last["gpu"]["idle_power_observed"]) == (60.0, True)
+    by_pid = {p["pid"]: p for p in last["processes"]}
+    assert (by_pid[gpid]["power_watts"], by_pid[cpid]["power_watts"]) == (pytest.approx(180.0), pytest.approx(60.0))
+    # what the processes drew: their power over the GPU readings' intervals since they appeared
+    busy_intervals = [r["interval_s"] for r in gpus if r["processes"]][1:]
+    assert by_pid[gpid]["energy_joules_total"] == pytest.approx(180.0 * sum(busy_intervals), rel=1e-6)
+    assert by_pid[cpid]["energy_joules_total"] == pytest.approx(60.0 * sum(busy_intervals), rel=1e-6)
+    group = [r for r in records if r["type"] == "cgroup" and r["cgroup"] == g.cgroup][-1]["gpu"]
+    (ctr,) = [r for r in records if r["type"] == "cgroup" and r["container"] and r["container"]["id"] == c.id][-1:]
+    assert group["energy_joules_total"] == pytest.approx(by_pid[gpid]["energy_joules_total"])
+    assert ctr["gpu"]["energy_joules_total"] == pytest.approx(by_pid[cpid]["energy_joules_total"])
+    assert (group["power_watts"], ctr["gpu"]["power_watts"]) == (pytest.approx(180.0), pytest.approx(60.0))
+    assert group["energy_joules_total"] == pytest.approx(3 * ctr["gpu"]["energy_joules_total"])
+
+
+def test_mps_clients_are_attributed_to_their_containers(tmp_path, workloads, make_group):
+    g, gpid, c, cpid, hpid = workloads
+    server_group = make_group()
+    exe = tmp_path / "nvidia-cuda-mps-server"  # the kernel keeps 15 characters: "nvidia-cuda-mps"
+    shutil.copy("/bin/sleep", exe)
+    server = server_group.start([str(exe), "1000"], stdout=subprocess.DEVNULL).pid
+    sc = (D.Scenario().gpu(0, uuid=GPU0, power_mw=100000).proc(0, server, 300 * MIB)
+          .proc(0, gpid, GIB, type="mps").proc(0, cpid, 2 * GIB, type="mps")
+          .sample(0, gpid, sm=30).sample(0, cpid, sm=10))
+    path = D.write_scenario(tmp_path / "s.txt", sc)
+    records, _ = _cgstat(path, "once", "--window", "0.5", "--all", "--match",
+                         f"{g.name}|{c.parent}|{server_group.name}")
+    (ctr,) = [r for r in records if r["type"] == "cgroup" and r["container"] and r["container"]["id"] == c.id]
+    assert [(p["pid"], p["type"], p["memory_bytes"]) for p in ctr["gpu"]["processes"]] == [(cpid, "mps", 2 * GIB)]
+    group = R.find(records, g.cgroup)["gpu"]
+    assert [(p["pid"], p["type"]) for p in group["processes"]] == [(gpid, "mps")]
+    srv = R.find(records, server_group.cgroup)["gpu"]
+    assert [(p["pid"], p["type"], p["name"]) for p in srv["processes"]] == [(server, "mps_server", "nvidia-cuda-mps")]
+    (dev,) = [r for r in records if r["type"] == "gpu"]
+    types = {p["pid"]: (p["type"], p["cgroup"]) for p in dev["processes"]}
+    assert types[cpid] == ("mps", ctr["cgroup"]) and types[gpid] == ("mps", g.cgroup)
+    assert types[server] == ("mps_server", server_group.cgroup)

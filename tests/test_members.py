@@ -1,12 +1,14 @@
 """Cgroups found without processes: asked again for members later (naming/workload.py for
-network namespaces, kernel/discover.py for the join across hierarchies), each after its
+network namespaces, kernel/membership.py for the join across hierarchies), each after its
 own delay, not every empty cgroup on the same tick, and without a rejoin while they stay
 empty."""
 
 import os
+import time
 
 import synth
-from cgstat.kernel import discover
+
+from cgstat.kernel import discover, membership
 from cgstat.kernel.discover import Discoverer
 from cgstat.kernel.hierarchy import detect
 from cgstat.kernel.hostfs import HostFS
@@ -38,8 +40,8 @@ def test_empty_cgroups_are_looked_at_again_a_share_at_a_time(tmp_path, monkeypat
     namer = Namer(fs, layout)
 
     looked = []
-    real = workload._first_member
-    monkeypatch.setattr(workload, "_first_member", lambda local: looked.append(local) or real(local))
+    real = workload._members_below
+    monkeypatch.setattr(workload, "_members_below", lambda local: looked.append(local) or real(local))
     now = [1000.0]
     monkeypatch.setattr(workload.time, "monotonic", lambda: now[0])
 
@@ -82,15 +84,15 @@ def test_join_asks_empty_cgroups_again_without_rejoining_until_one_has_members(t
     root = str(tmp_path)
     _v1_nested_memory(root)
     now = [1000.0]
-    monkeypatch.setattr(discover.time, "monotonic", lambda: now[0])
+    monkeypatch.setattr(time, "monotonic", lambda: now[0])
     fs = HostFS(root)
     disc = Discoverer(fs, detect(fs), follow=False)
     joins = []
-    real_join = disc._join_trees
-    monkeypatch.setattr(disc, "_join_trees", lambda trees: joins.append(now[0]) or real_join(trees))
+    real_join = discover.join_trees
+    monkeypatch.setattr(discover, "join_trees", lambda *a: joins.append(now[0]) or real_join(*a))
     asked = []
-    real_members = discover.member_pids
-    monkeypatch.setattr(discover, "member_pids", lambda local: asked.append(local) or real_members(local))
+    real_members = membership.member_pids
+    monkeypatch.setattr(membership, "member_pids", lambda local: asked.append(local) or real_members(local))
 
     cgroups = disc.join()
     assert joins == [1000.0] and _memory_of(cgroups, "/job") is None  # empty: nothing joins it

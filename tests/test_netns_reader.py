@@ -260,3 +260,29 @@ def test_record_shape(fake):
     assert [i["name"] for i in rec["interfaces"]] == ["veth0"]
     assert rec["interfaces"][0]["rx_bytes_total"] == 3000 and rec["shared"] is False
     assert network_record(reader.read({"h": [1]})["h"]) is None
+
+
+def test_a_parent_over_several_namespaces_has_none_of_them(fake):
+    """Issue 21: a --cgroup-parent over containers in their own namespaces showed one
+    child's traffic (a different one each run). Its PIDs come one per cgroup below it."""
+    fake.netns("a", dev(eth0=(1000, 10, 2000, 20)))
+    fake.netns("b", dev(eth0=(5, 1, 6, 1)))
+    fake.netns("pod", dev(eth0=(70, 7, 80, 8)))
+    fake.process(100, "a")
+    fake.process(200, "b")
+    fake.process(300, "pod")
+    fake.process(301, "pod")
+    reader = NetnsReader(HostFS(fake.root))
+    got = reader.read({"/ci": [100, 200], "/ci/a": [100], "/pod": [300, 301], "/big": [300, 301]},
+                      subtrees={"/ci": True, "/pod": True, "/big": False})
+    assert got["/ci"].network is None and got["/ci"].problem.error == "several_namespaces"
+    assert "2 network namespaces" in got["/ci"].problem.detail
+    assert got["/ci/a"].network.rx_bytes_total == 1000  # the child itself is read as ever
+    # a pod: every process below it in the sandbox's namespace: that namespace is the pod's
+    assert got["/pod"].network.rx_bytes_total == 70
+    # too many cgroups below to have looked at them all: not vouched for
+    assert got["/big"].network is None and got["/big"].problem.error == "several_namespaces"
+    # a child that exited since it was chosen does not count as another namespace
+    fake.exit(200)
+    again = reader.read({"/ci": [100, 200]}, subtrees={"/ci": True})
+    assert again["/ci"].network.rx_bytes_total == 1000

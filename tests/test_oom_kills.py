@@ -193,9 +193,9 @@ def test_kill_in_a_cgroup_that_lives_on_and_in_its_first_second(realcg_env):
 
 def _docker_root():
     from cgstat.kernel.hostfs import HostFS
-    from cgstat.naming.runtimes.docker import data_root
+    from cgstat.naming.runtimes.daemons import Daemons
 
-    return data_root(HostFS("/"))
+    return Daemons(HostFS("/")).docker_roots()[0]  # daemon.json's, else /var/lib/docker
 
 
 class DockerState:
@@ -251,11 +251,11 @@ def test_runc_container_whose_init_is_oom_killed(realcg_env, make_container, see
     s = Stream("stream", "--interval", "1", "--match", stem)
     try:
         _settle(s, clock)  # following the log
-        if not seen:
-            open(os.path.join(c.bundle, "rootfs", "tmp", "go"), "w").close()
         mark = s.mark()
         c.run()
-        pid = c.pid
+        pid = c.pid  # (read before the kill: runc's state says 0 once the init is gone)
+        if not seen:  # killed within milliseconds, before any tick reads the cgroup
+            open(os.path.join(c.bundle, "rootfs", "tmp", "go"), "w").close()
         if seen:
             rec = s.wait_for(lambda o: o.get("type") == "cgroup" and (o.get("container") or {}).get("id") == c.id, 30)
             assert rec is not None and rec["container"]["name"] == name

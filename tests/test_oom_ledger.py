@@ -1,5 +1,5 @@
 """One oom_kill event per kill (pipeline/events/kills.py), the gone cgroups' OOM counters on
-/metrics (outputs/prometheus.py OomRetention), and the v2 case on the recorded tree: the
+/metrics (outputs/prometheus_retention.py OomRetention), and the v2 case on the recorded tree: the
 kernel log the v2 recorder kept (meta/dmesg.txt) read through a Sampler on t0/t1."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import pytest
 from contract import validate
 from cgstat.kernel.kmsg import KmsgFollower, OomReport
 from cgstat.naming.kills import NamedKill
-from cgstat.outputs import prometheus
+from cgstat.outputs import prometheus, prometheus_retention
 from cgstat.pipeline.events import EventDetector, judge_runs, state_extras
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -135,7 +135,7 @@ def _oom_series(text: bytes):
 
 
 def test_retention_keeps_a_gone_cgroups_counter():
-    ret = prometheus.OomRetention(keep_s=900)
+    ret = prometheus_retention.OomRetention(keep_s=900)
     a, b = rec("/docker/a", oom=0), rec("/docker/b", oom=2)
     assert ret.update([a, b], [], 0.0) == []
     # b's kill and removal in one tick: the log tells it, the counter is gone with it
@@ -197,3 +197,64 @@ def test_v2_recorded_kill_named_through_the_tree(snapshot):
     assert (ev_["shmem_rss_bytes"], ev_["named_by"], ev_["cgroup_exists"]) == (1580 * 1024, "live", True)
     (c,) = [r for r in records if r["cgroup"] == e["cgroup"]]
     assert c["memory"]["oom_kills_total"] == 1  # the counter and the log: one event
+
+
+def test_v2_memory_events_read_as_it_changes_before_the_cgroup_goes(tmp_path):
+    """v2: a watch on memory.events (IN_MODIFY, as cgroup_file_notify sends it) reads the
+    count the moment it changes; the kill is told when its cgroup is gone by the next tick,
+    without the kernel log. The recorded tree, copied; the kernel's write played by ours."""
+    import shutil
+    import time
+
+    from cgstat.pipeline.sampler import Sampler
+
+    root = tmp_path / "host"
+    shutil.copytree(os.path.join(V2, "t0"), root, symlinks=True)
+    folder = root / "sys/fs/cgroup/system.slice" / ("docker-%s.scope" % C_ID)
+    s = Sampler(str(root), gpu=False, follow=True)
+    assert s.watch_memory_events()
+    d = EventDetector()
+    ret = prometheus_retention.OomRetention()
+    try:
+        first = s.tick()
+        ret.update(first, [], 0.0)
+        assert ooms(d.observe(first, kills=s.kills, late=s.late_counts)) == []
+        (c,) = [r for r in first if r["cgroup"].endswith(C_ID + ".scope")]
+        assert c["memory"]["oom_kills_total"] == 1
+        text = (folder / "memory.events").read_text()
+        (folder / "memory.events").write_text(text.replace("oom_kill 1", "oom_kill 2"))
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and not s._memevents._seen:  # the watcher's thread read it
+            time.sleep(0.01)
+        shutil.rmtree(folder)  # and the cgroup goes before the next tick
+        second = s.tick()
+        ev = ooms(d.observe(second, kills=s.kills, late=s.late_counts))
+        kept = ret.update(second, s.kills, 1.0, s.late_counts)
+    finally:
+        s.close()
+    assert not [r for r in second if r["cgroup"] == c["cgroup"]]
+    assert len(ev) == 1, ev
+    validate(ev[0])
+    e = ev[0]
+    assert (e["cgroup"], e["container"]["name"]) == (c["cgroup"], "redis-cache")
+    assert (e["evidence"]["kills"], e["evidence"]["oom_kills_total"], e["evidence"]["cgroup_exists"]) == (1, 2, False)
+    assert e["evidence"]["source"] == "counter" and e["evidence"]["limit_bytes"] == 32 * MiB
+    # /metrics keeps it at the count read before it went
+    assert _oom_series(prometheus.render(second, retained=kept))[c["cgroup"].encode()] == 2
+
+
+def test_a_recorded_host_root_has_no_kernel_log_and_says_nothing():
+    import io
+
+    from cgstat.pipeline.diagnostics import Warner
+    from cgstat.pipeline.sampler import Sampler
+
+    err = io.StringIO()
+    s = Sampler(os.path.join(V2, "t1"), gpu=False, follow=True, warner=Warner(stream=err))
+    try:
+        assert not s.follow_kernel_log()
+        s.tick()
+        assert s.kernel_log_seq is None and s.kills == []  # not this kernel's boot: its log is not the recording's
+    finally:
+        s.close()
+    assert "kmsg" not in err.getvalue()

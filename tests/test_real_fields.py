@@ -142,7 +142,6 @@ def test_an_idle_empty_cgroup_keeps_no_descriptor_for_its_frozen_counters(make_g
     import io
 
     import cgstat
-    from cgstat.kernel.handles import KEPT
     from cgstat.pipeline.diagnostics import Warner
 
     g = make_group(("pids", "cpu", "cpuacct", "memory"))
@@ -150,7 +149,7 @@ def test_an_idle_empty_cgroup_keeps_no_descriptor_for_its_frozen_counters(make_g
     for _ in range(3):
         sampler.tick()
     kept = {}
-    for mount, path, entry in KEPT.entries():
+    for mount, path, entry in sampler.kept.entries():
         if path.endswith("/" + g.name):
             kept.update(entry.kept)
     if "pids.peak" in os.listdir(g.path("pids")):

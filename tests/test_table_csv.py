@@ -5,6 +5,7 @@ import csv
 import io
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -63,17 +64,19 @@ def test_human_size_like_go_units(value, want):
 def test_table_from_recorded_tree(records):
     text = format_table(records)
     lines = text.splitlines()
-    assert lines[0].split("   ")[0] == "NAME"
+    assert lines[0].split("   ")[0] == "CONTAINER ID"  # docker stats' first column
     for h in TABLE_HEADER:
         assert h in lines[0]
     assert len(lines) == 1 + sum(r["type"] in ("cgroup", "pod") for r in records)
-    tf = [ln for ln in lines if ln.startswith("tf-training ")][0]
+    tf = [ln for ln in lines if " tf-training " in ln][0]
     assert "25.08MiB / 64MiB" in tf and "39.18%" in tf
+    short = [r["container"]["short_id"] for r in records if (r.get("container") or {}).get("name") == "tf-training"]
+    assert len(short[0]) == 12 and tf.startswith(short[0] + "   ")
     # columns start at the same offset on every line (tabwriter-like padding)
     col = lines[0].index("MEM USAGE / LIMIT")
     assert all(ln[col - 3:col] == "   " for ln in lines[1:])
     # unlimited: the host's memory stands in, as docker shows it
-    init = [ln for ln in lines if ln.startswith("init.scope ")][0]
+    init = [ln for ln in lines if re.match(r"-- +init\.scope ", ln)][0]
     assert "/ 972.5MiB" in init
     assert "ml/trainer-7d9f8b6c5d-x2k4q" in text  # a pod-level record by its pod
 
@@ -82,9 +85,11 @@ def test_table_cells_null_network_and_gpu():
     r = record(cpu={"percent": 50.1234}, pids={"current": 3},
                network=dict(example(fields.RECORD, "network"), rx_bytes_total=1500, tx_bytes_total=2 * 10 ** 9),
                gpu={"memory_bytes": 3 * 2 ** 30, "sm_percent": 12.5, "devices": [], "processes": []})
-    assert table_row(r) == ["/x", "50.12%", "-- / --", "--", "1.5kB / 2GB", "--", "3", "3GiB", "12.50%"]
+    assert table_row(r) == ["--", "/x", "50.12%", "-- / --", "--", "1.5kB / 2GB", "--", "3", "3GiB", "12.50%"]
     r = record(cpu={"percent": 50.1234}, pids={"current": 3})  # no network namespace read, GPUs off
-    assert table_row(r)[4] == "--" and table_row(r)[7:] == ["--", "--"]
+    assert table_row(r)[5] == "--" and table_row(r)[8:] == ["--", "--"]
+    r = record(container=dict(blank(fields.RECORD, "container", True), id="ab" * 32, short_id="ab" * 6, name="web"))
+    assert table_row(r)[:2] == ["abababababab", "web"]
 
 
 def test_table_min_width_and_events():
@@ -167,7 +172,7 @@ def test_stdout_sinks(records):
     os.close(w)
     out = os.read(r, 1 << 20).decode()
     os.close(r)
-    assert out.count("NAME ") == 2 and "\n\nNAME " in out
+    assert out.count("CONTAINER ID ") == 2 and "\n\nCONTAINER ID " in out
     assert out.count("type,ts,host") == 1
     with pytest.raises(ValueError):
         make_sink("xml", None)

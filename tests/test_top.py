@@ -1,4 +1,4 @@
-"""`cgstat top` (cgstat/outputs/top.py).
+"""`cgstat top` (cgstat/outputs/top.py draws, cgstat/app/top.py runs).
 
 - Through a pipe on a recorded tree: plain periodic tables (a recorded tree gives the same
   sample every tick, so rates are "--"): structure, names, sort order, count, a closed pipe.
@@ -39,7 +39,7 @@ def _env():
 
 def _top_code(sampler_args, interval, extra=""):
     return ("import sys\n"
-            "from cgstat.outputs.top import run_top\n"
+            "from cgstat.app.top import run_top\n"
             "from cgstat.pipeline.sampler import Sampler\n"
             "sys.exit(run_top(Sampler(%s), %r%s))\n" % (sampler_args, interval, extra))
 
@@ -78,8 +78,9 @@ def test_plain_tables_through_a_pipe_on_a_recorded_tree():
         by_name = {re.split(r"\s{3,}", row)[0]: re.split(r"\s{3,}", row) for row in rows}
         tf = by_name["tf-training"]
         # identical samples: no rates ("--"), but limits and levels are there
-        assert tf[1] == "--" and tf[2] == "50%" and tf[3] == "25.08MiB / 64MiB" and tf[4] == "39.18%"
-        assert by_name["redis-cache"][3].endswith("/ 32MiB")
+        assert re.fullmatch(r"[0-9a-f]{12}", tf[1])  # CONTAINER ID, as docker stats shows it
+        assert tf[2] == "--" and tf[3] == "50%" and tf[4] == "25.08MiB / 64MiB" and tf[5] == "39.18%"
+        assert by_name["redis-cache"][4].endswith("/ 32MiB")
     # sort: cpu is unknown everywhere, so the order falls back to the names
     rows = blocks[0].splitlines()[2:]
     assert [re.split(r"\s{3,}", row)[0].lower() for row in rows] == sorted(n.lower() for n in names)
@@ -123,21 +124,13 @@ def _record(name, cgroup, cpu=None, ws=None, limit_cores=None, gpu=None, network
                   pids={"current": 3}, gpu=gpu, network=network)
 
 
-class _Detector:
-    def __init__(self, batches):
-        self.batches = list(batches)
-
-    def observe(self, records):
-        return self.batches.pop(0) if self.batches else []
-
-
 def _event(cgroup, kind, severity="warning", resolves=None, message="msg"):
     return record("event", kind=kind, severity=severity, cgroup=cgroup, message=message, resolves=resolves)
 
 
 def _model(records, sort="cpu", events=()):
-    m = T.Model(sort, _Detector(events), host="h\x1b[31m")
-    m.update(records, now=0.0)
+    m = T.Model(sort, host="h\x1b[31m")
+    m.update(records, events[0] if events else (), now=0.0)
     return m
 
 
@@ -177,8 +170,8 @@ def test_small_terminals_show_what_fits():
             assert lines[1][0].startswith("NAME")
     lines, view = T.compose(m, 10, 80, 1.0)
     assert "rows 1-7 of 33" in lines[-1][0]
-    lines, view = T.compose(m, 10, 80, 1.0, T.View(offset=5, skip=2))
-    assert view == T.View(5, 2)
+    lines, view = T.compose(m, 10, 80, 1.0, T.View(offset=5, skip=3))
+    assert view == T.View(5, 3)
     assert "CPU" not in lines[1][0] and re.match(r"NAME +MEM USAGE", lines[1][0])  # scrolled right
     assert "rows 6-12 of 33" in lines[-1][0]
     # a long name is cut so the figures stay on screen
@@ -204,10 +197,11 @@ def test_sorting_and_formatting():
     m.sort = "name"
     assert order() == sorted(order(), key=str.lower)
     rows = {r.cells[0]: r.cells for r in m.rows}
-    assert rows["burner"][1:3] == ["50.10%", "50%"]
-    assert rows["holder"][8:10] == ["2GiB", "87.00%"]
-    assert rows["burner"][5] == "--" and rows["burner"][8] == "--"  # no network, gpu null
-    assert rows[hostile_shown][5] == "1kB / 2kB" and rows[hostile_shown][6] == "5MB / 0B"
+    assert rows["burner"][1] == "--"  # CONTAINER ID: not a container
+    assert rows["burner"][2:4] == ["50.10%", "50%"]
+    assert rows["holder"][9:11] == ["2GiB", "87.00%"]
+    assert rows["burner"][6] == "--" and rows["burner"][9] == "--"  # no network, gpu null
+    assert rows[hostile_shown][6] == "1kB / 2kB" and rows[hostile_shown][7] == "5MB / 0B"
     for bad in ("bogus", ""):
         with pytest.raises(ValueError):
             T.sort_name(bad)
@@ -215,13 +209,9 @@ def test_sorting_and_formatting():
 
 
 def test_events_mark_rows_until_resolved():
-    m = T.Model("cpu", _Detector([
-        [_event("/a", "cpu_throttled"), _event("/b", "oom_kill", "critical")],
-        [],
-        [_event("/a", "resolved", "info", resolves="cpu_throttled")],
-    ]), host="h")
+    m = T.Model("cpu", host="h")
     recs = _records()[:2]
-    m.update(recs, now=0.0)
+    m.update(recs, [_event("/a", "cpu_throttled"), _event("/b", "oom_kill", "critical")], now=0.0)
     rows = {r.cells[0]: r for r in m.rows}
     assert rows["burner"].cells[-1] == "throttled" and rows["burner"].severity == "warning"
     assert rows["holder"].cells[-1] == "oom" and rows["holder"].severity == "critical"
@@ -229,9 +219,9 @@ def test_events_mark_rows_until_resolved():
     styles = {t.split()[0]: s for t, s in lines[2:4]}
     assert styles == {"burner": T.WARNING, "holder": T.CRITICAL}
     assert any("! warning cpu_throttled /a: msg" in t for t, _ in lines)  # the event list
-    m.update(recs, now=1.0)
+    m.update(recs, [], now=1.0)
     assert {r.cells[0]: r.cells[-1] for r in m.rows}["burner"] == "throttled"  # still open
-    m.update(recs, now=2.0)
+    m.update(recs, [_event("/a", "resolved", "info", resolves="cpu_throttled")], now=2.0)
     rows = {r.cells[0]: r for r in m.rows}
     assert rows["burner"].cells[-1] == "" and rows["burner"].severity is None
     assert "! info resolved cpu_throttled /a: msg" in m.tick_events
@@ -323,10 +313,11 @@ def test_top_in_tmux_burner_at_half_a_core_sort_keys_and_q(make_group, workload_
         def burner_cpu(screen):
             title = screen.splitlines()[0] if screen else ""
             for cells in _rows(screen):
-                if cells[0] == b and cells[1].endswith("%") and (title, cells[1]) not in seen:
-                    seen.add((title, cells[1]))
-                    readings.append(float(cells[1].rstrip("%")))
-                    assert cells[2] == "50%"  # the limit, on the CPU % scale
+                if cells[0] == b and cells[2].endswith("%") and (title, cells[2]) not in seen:
+                    assert cells[1] == "--"  # CONTAINER ID: a plain cgroup is no container
+                    seen.add((title, cells[2]))
+                    readings.append(float(cells[2].rstrip("%")))
+                    assert cells[3] == "50%"  # the limit, on the CPU % scale
             return len(readings) >= 5
 
         tm.wait(burner_cpu, "five screens with the burner's CPU %", timeout=40)
@@ -361,8 +352,8 @@ def test_tmux_resize_shows_what_fits_and_ctrl_c_exits_0(tmp_path):
                     and max(len(line.rstrip()) for line in lines) <= 49 and "GPU SM %" not in screen)
 
         tm.wait(small, "the table cut to 50x8")
-        tm.keys("Right", "Right")
-        tm.wait(lambda s: re.search(r"NAME +MEM USAGE", s), "scrolled two columns right")
+        tm.keys("Right", "Right", "Right")
+        tm.wait(lambda s: re.search(r"NAME +MEM USAGE", s), "scrolled three columns right")
         tm.keys("C-c")
         assert tm.rc() == 0
     finally:

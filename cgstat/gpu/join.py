@@ -17,17 +17,40 @@ partial sum would understate.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Dict, Iterable, List, Optional, Tuple
+from typing import Any, Callable, Dict, Iterable, List, Mapping, NamedTuple, Optional, Tuple
 
+from cgstat.gpu.energy import ancestors
 from cgstat.gpu.sample import GpuProcess
 from cgstat.kernel.procs import Owner
 from cgstat.records import GpuUse
 
 
-@dataclass(frozen=True)
-class Attributed:
+class Attributed(NamedTuple):
+    """A GPU process and who it is (a NamedTuple: one per GPU process per tick)."""
+
     process: GpuProcess
     owner: Owner
+    power_watts: Optional[float] = None  # its share of the GPU's active power (gpu/energy.py)
+    energy_joules_total: Optional[float] = None  # since cgstat first saw it
+
+
+# /proc/<pid>/comm of the MPS server, nvidia-cuda-mps-server cut to the kernel's 15 characters
+MPS_SERVER_COMM = "nvidia-cuda-mps"
+
+
+def attribute(processes: Iterable[GpuProcess], owner_of: Callable[[int], Owner],
+              shares: Mapping[Tuple[Optional[str], int], Any]) -> Tuple[Attributed, ...]:
+    """Who each GPU process is, with its power and energy; the MPS server (a compute process
+    named nvidia-cuda-mps-server) is typed "mps_server"."""
+    out = []
+    new = tuple.__new__
+    none = (None, None)
+    for p in processes:
+        owner = owner_of(p.pid)
+        if p.type == "compute" and owner.name == MPS_SERVER_COMM:
+            p = p._replace(type="mps_server")
+        out.append(new(Attributed, (p, owner) + (shares.get((p.gpu_uuid, p.pid)) or none)))
+    return tuple(out)
 
 
 def by_subtree(attributed: Iterable[Attributed]) -> Dict[str, Tuple[Attributed, ...]]:
@@ -37,26 +60,29 @@ def by_subtree(attributed: Iterable[Attributed]) -> Dict[str, Tuple[Attributed, 
         path = a.owner.cgroup
         if path is None:
             continue
-        for ancestor in _ancestors(path):
+        for ancestor in ancestors(path):
             out.setdefault(ancestor, []).append(a)
     return {k: tuple(v) for k, v in out.items()}
-
-
-def _ancestors(path: str) -> List[str]:
-    parts = [p for p in path.split("/") if p]
-    return ["/"] + ["/" + "/".join(parts[:i]) for i in range(1, len(parts) + 1)]
 
 
 def _sum(values: List[Optional[int]]) -> Optional[int]:
     return None if any(v is None for v in values) else sum(v for v in values if v is not None)
 
 
-def cgroup_gpu(processes: Tuple[Attributed, ...]) -> GpuUse:
-    """The `gpu` object of a cgroup record (no process: zeros and empty lists)."""
+def _fsum(values: List[Optional[float]]) -> Optional[float]:
+    return None if any(v is None for v in values) else float(sum(v for v in values if v is not None))
+
+
+def cgroup_gpu(processes: Tuple[Attributed, ...], energy_joules: float = 0.0) -> GpuUse:
+    """The `gpu` object of a cgroup record (no process: zeros and empty lists).
+    `energy_joules`: what the subtree's GPU processes drew since cgstat started watching
+    (gpu/energy.py keeps it per cgroup, so a process that exits leaves its share)."""
     procs = [a.process for a in processes]
     return {
         "memory_bytes": _sum([p.memory_bytes for p in procs]),
         "sm_percent": _sum([p.sm_percent for p in procs]),
+        "power_watts": _fsum([a.power_watts for a in processes]),
+        "energy_joules_total": energy_joules,
         "devices": sorted({p.gpu_uuid for p in procs if p.gpu_uuid}),
         "processes": [{
             "pid": a.process.pid, "name": a.owner.name, "gpu_index": a.process.gpu_index,
@@ -64,5 +90,6 @@ def cgroup_gpu(processes: Tuple[Attributed, ...]) -> GpuUse:
             "memory_bytes": a.process.memory_bytes, "sm_percent": a.process.sm_percent,
             "memory_percent": a.process.memory_percent, "encoder_percent": a.process.encoder_percent,
             "decoder_percent": a.process.decoder_percent,
+            "power_watts": a.power_watts, "energy_joules_total": a.energy_joules_total,
         } for a in processes],
     }

@@ -1,4 +1,5 @@
-"""What NVML says about each GPU and each GPU process at one moment: `read_gpus(gateway)`.
+"""What NVML says about each GPU and each GPU process at one moment: `GpuReader(gateway).read()`
+(or `read_gpus(gateway)` for one reading without kept state).
 
 Gauges, not counters (NVML keeps its own sample window), so nothing here needs a previous
 snapshot apart from the lastSeen timestamps the gateway keeps. None means unknown or not
@@ -6,14 +7,21 @@ measurable (NVML says NOT_SUPPORTED, or the call failed: then `errors` says why)
 fake 0; the one 0 that is not read is a process with no utilization sample in the period
 (NVML only samples busy processes: idle, 0 %).
 
+Each device carries its health (gpu/health.py: clocks, reasons, energy, ECC, XIDs, GPM),
+and the snapshot the XIDs that arrived since the previous reading. MPS clients
+(`nvmlDeviceGetMPSComputeRunningProcesses_v3`) are processes of type "mps"; a PID in both
+the MPS and the compute list is an MPS client.
+
 PIDs are host PIDs as the driver reports them; nothing here reads /proc.
 """
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
-from typing import Dict, List, Optional, Tuple
+from typing import Callable, Dict, List, NamedTuple, Optional, Tuple
 
+from cgstat.gpu.health import MIG_HEALTH, DeviceHealth, HealthReader
 from cgstat.gpu.nvml import Gateway, Gpu
 from cgstat.kernel.sample import Problem
 
@@ -34,14 +42,19 @@ class GpuDevice:
     parent_uuid: Optional[str] = None  # MIG devices: the GPU they are part of
     mig_index: Optional[int] = None  # MIG devices: the slot on the parent (nvidia-smi "MIG dev")
     errors: Tuple[Problem, ...] = ()
+    health: Optional[DeviceHealth] = None  # None where the GPU could not be read at all
+    gpu_instance_id: Optional[int] = None  # MIG devices: NVML's GPU instance ID (dcgm-exporter GPU_I_ID)
 
 
-@dataclass(frozen=True)
-class GpuProcess:
+class GpuProcess(NamedTuple):
+    """One process on one device. A NamedTuple, made with tuple.__new__ in the reading loop:
+    hundreds are made each tick (8 GPUs x 50 processes), and a frozen dataclass's __init__
+    cost ~8x as much (~1 ms a tick there)."""
+
     pid: int  # host PID
     gpu_index: int  # the GPU's index (for a process on a MIG device: the parent's)
     gpu_uuid: Optional[str]  # the device it runs on: the GPU's UUID, or the MIG device's
-    type: str  # "compute" | "graphics" (a process in both lists: "compute")
+    type: str  # "compute" | "graphics" | "mps" (an MPS client; a process in several lists: mps, else compute)
     memory_bytes: Optional[int]
     sm_percent: Optional[int]  # null where NVML cannot measure it (MIG, unsupported, errors)
     memory_percent: Optional[int]
@@ -50,29 +63,60 @@ class GpuProcess:
 
 
 @dataclass(frozen=True)
+class Xid:
+    """One XID the event set received: which GPU, and the code."""
+
+    gpu_index: int
+    gpu_uuid: Optional[str]
+    code: int
+
+
+@dataclass(frozen=True)
 class GpuSnapshot:
     available: bool
     reason: Optional[str]  # why not available (one line), else None
     devices: Tuple[GpuDevice, ...] = ()
     processes: Tuple[GpuProcess, ...] = ()
+    xids: Tuple[Xid, ...] = ()  # arrived since the previous reading, oldest first
+    driver_version: Optional[str] = None
+    cuda_version: Optional[str] = None
 
 
 _IDLE = (0, 0, 0, 0)
 _UNMEASURED = (None, None, None, None)
+_new = tuple.__new__
+
+
+class GpuReader:
+    """Reads the GPUs tick after tick, keeping what device health needs between readings."""
+
+    def __init__(self, gateway: Gateway, clock: Callable[[], float] = time.monotonic):
+        self.gateway = gateway
+        self.health = HealthReader(gateway, clock)
+
+    def read(self) -> GpuSnapshot:
+        """One entry per GPU (and per MIG device where MIG is on) and one per GPU process."""
+        gateway = self.gateway
+        if not gateway.available():
+            return GpuSnapshot(False, gateway.reason)
+        devices: List[GpuDevice] = []
+        processes: List[GpuProcess] = []
+        gpus = gateway.gpus()
+        xids = tuple(Xid(g.index, g.uuid, code) for g, code in self.health.take_xids())
+        for gpu in gpus:
+            _read_gpu(gateway, self.health, gpu, devices, processes)
+        self.health.forget([self.health.key(g) for g in gpus])
+        return GpuSnapshot(True, None, tuple(devices), tuple(processes), xids, gateway.driver_version,
+                           gateway.cuda_version)
 
 
 def read_gpus(gateway: Gateway) -> GpuSnapshot:
-    """One entry per GPU (and per MIG device where MIG is on) and one per GPU process."""
-    if not gateway.available():
-        return GpuSnapshot(False, gateway.reason)
-    devices: List[GpuDevice] = []
-    processes: List[GpuProcess] = []
-    for gpu in gateway.gpus():
-        _read_gpu(gateway, gpu, devices, processes)
-    return GpuSnapshot(True, None, tuple(devices), tuple(processes))
+    """One reading with nothing kept from a previous one (rates and GPM start null)."""
+    return GpuReader(gateway).read()
 
 
-def _read_gpu(gw: Gateway, gpu: Gpu, devices: List[GpuDevice], processes: List[GpuProcess]) -> None:
+def _read_gpu(gw: Gateway, health: HealthReader, gpu: Gpu, devices: List[GpuDevice],
+              processes: List[GpuProcess]) -> None:
     errors: List[Problem] = []
     if gw.lost(gpu, errors):
         devices.append(GpuDevice(gpu.index, gpu.uuid, gpu.name, None, None, None, None, None, None,
@@ -84,40 +128,54 @@ def _read_gpu(gw: Gateway, gpu: Gpu, devices: List[GpuDevice], processes: List[G
     total, used, reserved = gw.memory(h, errors)
     temp = gw.temperature(h, errors)
     mw = gw.power_mw(h, errors)
+    health_errors: List[Problem] = []
+    dev_health = health.read(gpu, h, health_errors)
     mine: List[GpuProcess] = []
     migs: List[GpuDevice] = []
     if mig:
         for slot, mh in gw.mig_devices(h, errors):
-            _read_mig(gw, gpu, slot, mh, migs, mine)
+            _read_mig(gw, health, gpu, slot, mh, migs, mine)
         seen = {p.pid for p in mine}
         # the parent lists every instance's processes: add only what no MIG device listed
         for pid, mem, kind in _listed(gw, h, errors):
             if pid not in seen:
-                mine.append(GpuProcess(pid, gpu.index, gpu.uuid, kind, mem, *_UNMEASURED))
+                mine.append(_new(GpuProcess, (pid, gpu.index, gpu.uuid, kind, mem) + _UNMEASURED))
     else:
         listed = _listed(gw, h, errors)
         usage = gw.process_utilization(h, gpu.uuid or str(gpu.index), errors) if listed else {}
+        index, uuid = gpu.index, gpu.uuid
         for pid, mem, kind in listed:
             figures = _UNMEASURED if usage is None else usage.get(pid, _IDLE)
-            mine.append(GpuProcess(pid, gpu.index, gpu.uuid, kind, mem, *figures))
+            mine.append(_new(GpuProcess, (pid, index, uuid, kind, mem) + figures))
+    if any(p.error == "gpu_lost" for p in health_errors):
+        errors.extend(p for p in health_errors if p.error == "gpu_lost")
     gw.mark_lost(gpu, errors)
     errors = _one_lost(errors)
+    if gpu.handle is None:  # lost during this reading: its health figures are not to be trusted
+        dev_health = DeviceHealth()
     devices.append(GpuDevice(gpu.index, gpu.uuid, gpu.name, util, mem_util, total, used, reserved, temp,
-                             None if mw is None else mw / 1000.0, mig, errors=tuple(errors)))
+                             None if mw is None else mw / 1000.0, mig, errors=tuple(errors),
+                             health=dev_health))
     devices.extend(migs)
     processes.extend(mine)
 
 
-def _read_mig(gw: Gateway, gpu: Gpu, slot: int, h, devices: List[GpuDevice], mine: List[GpuProcess]) -> None:
+def _read_mig(gw: Gateway, health: HealthReader, gpu: Gpu, slot: int, h, devices: List[GpuDevice],
+              mine: List[GpuProcess]) -> None:
     errors: List[Problem] = []
     uuid = gw.uuid(h, errors)
     name = gw.name(h, errors)
     total, used, reserved = gw.memory(h, errors)
     # device and per-process utilization are not supported on MIG devices
     for pid, mem, kind in _listed(gw, h, errors):
-        mine.append(GpuProcess(pid, gpu.index, uuid, kind, mem, *_UNMEASURED))
+        mine.append(_new(GpuProcess, (pid, gpu.index, uuid, kind, mem) + _UNMEASURED))
+    health_errors = list(MIG_HEALTH.errors)
+    instance = gw.read("nvmlDeviceGetGpuInstanceId", health_errors, h)
+    gpm = health.mig_gpm(gpu, gpu.handle, instance, health_errors)
     devices.append(GpuDevice(gpu.index, uuid, name, None, None, total, used, reserved, None, None, True,
-                             parent_uuid=gpu.uuid, mig_index=slot, errors=tuple(errors)))
+                             parent_uuid=gpu.uuid, mig_index=slot, errors=tuple(errors),
+                             health=DeviceHealth(gpm=gpm, errors=tuple(health_errors)),
+                             gpu_instance_id=instance))
 
 
 def _one_lost(errors: List[Problem]) -> List[Problem]:
@@ -127,8 +185,11 @@ def _one_lost(errors: List[Problem]) -> List[Problem]:
 
 
 def _listed(gw: Gateway, h, errors: List[Problem]) -> List[Tuple[int, Optional[int], str]]:
-    """(pid, memory, type) of every process on the device; a PID in both lists once, as compute."""
+    """(pid, memory, type) of every process on the device; a PID in several lists once: as an
+    MPS client where the MPS list has it, else as compute."""
     out: Dict[int, Tuple[int, Optional[int], str]] = {}
+    for pid, mem in gw.mps_processes(h, errors):
+        out[pid] = (pid, mem, "mps")
     for kind in ("compute", "graphics"):
         for pid, mem in gw.processes(h, kind, errors):
             old = out.get(pid)

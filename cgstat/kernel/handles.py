@@ -1,36 +1,10 @@
-"""Kept descriptors for cgroup files: open once, re-read with pread(fd, n, 0) every tick.
+"""The descriptor cache: cgroup files kept open and re-read with pread(fd, n, 0) each tick.
 
-A cgroupfs file is a seq_file: a read at offset 0 regenerates it, so an open descriptor
-can be read again and again. That saves the path lookup, open and close of every file on
-every tick (the C reader in bench/ is 4-6x cheaper that way than with open/read/close).
-
-Rules:
-- Only on a real cgroup filesystem (statfs magic), never on a recorded tree, whose files
-  tests and users replace by rename (a kept descriptor would read the old file).
-- A descriptor belongs to one life of a folder: the entry is keyed by the folder's mount
-  point and cgroup path, and holds its inode; a new inode (removed and made again) closes
-  the old descriptors.
-- A read that fails (ENODEV: the cgroup was removed under an open file) closes that
-  folder's descriptors; discover.py also forgets a folder as soon as it sees it go.
-- Capped: at most `cap` descriptors (default: 16,384, and never more than three quarters
-  of RLIMIT_NOFILE's soft limit, the last quarter left to everything else; the agent first
-  raises its soft limit towards 32,768 within the hard one, raise_nofile_limit). Past the cap a
-  file is read with open/read/close, opened relative to a descriptor of its mount point;
-  nothing is evicted (a tick reads every file once, in the same order, where an LRU would
-  only churn). A file no longer read gives its slot back (release(): cgroup.procs of a
-  cgroup whose pids.current fell to 0).
-- Each kept descriptor pins kernel memory: the struct file, kernfs_open_file, seq_file and
-  its buffer (one page, more for a file that ever outgrew it), ~4.5 KiB; `pinned_bytes()`
-  is that estimate. bench/tick_cost.py measures the real figure from the agent's memory
-  cgroup.
-
-Limit files (cpu.cfs_quota_us, cpu.max, memory.limit_in_bytes, memory.max, pids.max ...)
-change only when someone writes them, and a write shows as IN_MODIFY on the folder's
-inotify watch; the kernel raises IN_MODIFY itself on the v2 event counters it notifies
-(memory.events.local, memory.swap.events). For a folder discover.py watches, the parsed value of such a file is kept
-and re-read only after IN_MODIFY, after an inotify overflow, or at discover.py's full
-rescan (every 60 s). They are always read with open/read/close: a descriptor kept for a
-file read once a minute would take a slot (and pin a page) for nothing.
+A cgroupfs file is a seq_file: a read at offset 0 regenerates it, so an open descriptor can
+be read again and again, saving the path lookup, open and close of every file every tick.
+`KeptFiles` owns every descriptor (its rules: its docstring): made by the sampler, passed
+to the readers (kernel/cgroups.py) and to the discoverer, which says when folders go.
+Reads the cgroup files it is asked for, and statfs(2) of mount points.
 """
 
 from __future__ import annotations
@@ -39,6 +13,7 @@ import ctypes
 import os
 import resource
 import time
+import weakref
 from typing import TYPE_CHECKING, Any, Dict, Iterator, List, Optional, Tuple
 
 from cgstat.kernel.hostfs import classify, read_bytes
@@ -79,7 +54,10 @@ _FLAGS = os.O_RDONLY | os.O_CLOEXEC
 _DIR_FLAGS = getattr(os, "O_PATH", os.O_RDONLY) | os.O_DIRECTORY | os.O_CLOEXEC
 
 
-def _default_cap() -> int:
+def default_cap() -> int:
+    """The descriptor cap for this process now: CGSTAT_MAX_KEPT_FDS, else DEFAULT_CAP but
+    never more than three quarters of RLIMIT_NOFILE's soft limit (the last quarter left to
+    everything else)."""
     env = os.environ.get("CGSTAT_MAX_KEPT_FDS")
     if env is not None and env.strip().isdigit():
         return int(env)
@@ -99,7 +77,8 @@ NOFILE_TARGET = 32768
 
 def raise_nofile_limit() -> int:
     """Raise this process's soft RLIMIT_NOFILE towards NOFILE_TARGET (never above the hard
-    limit, never lower), size KEPT's cap from it again, and return the soft limit.
+    limit, never lower) and return the soft limit; a KeptFiles made after sizes its cap
+    from it.
 
     systemd starts services with a soft limit of 1024 (for programs that still use
     select(), which can't see descriptors from 1024 on) and a hard limit of 524288, and
@@ -116,8 +95,6 @@ def raise_nofile_limit() -> int:
             soft = want
     except (OSError, ValueError):  # a seccomp filter or a container refusing setrlimit
         soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
-    if KEPT.auto_cap:
-        KEPT.cap = _default_cap()
     return soft
 
 
@@ -125,8 +102,7 @@ class _Statfs(ctypes.Structure):
     _fields_ = [("f_type", ctypes.c_long), ("rest", ctypes.c_char * 120)]
 
 
-_fs_kind: Dict[str, bool] = {}
-_libc: Any = None
+_libc: Any = None  # libc, loaded on the first statfs
 
 
 def _statfs_fn() -> Any:
@@ -145,10 +121,7 @@ def _statfs_fn() -> Any:
 
 
 def is_cgroupfs(path: str) -> bool:
-    """Whether `path` is on cgroupfs (v1 or v2); cached per path (a mount point)."""
-    known = _fs_kind.get(path)
-    if known is not None:
-        return known
+    """Whether `path` is on cgroupfs (v1 or v2): statfs(2) of it."""
     result = False
     try:
         buf = _Statfs()
@@ -156,53 +129,29 @@ def is_cgroupfs(path: str) -> bool:
             result = (buf.f_type & 0xFFFFFFFF) in (CGROUP_SUPER_MAGIC, CGROUP2_SUPER_MAGIC)
     except (OSError, AttributeError):
         result = False
-    if len(_fs_kind) > 64:
-        _fs_kind.clear()
-    _fs_kind[path] = result
     return result
 
 
-# What is kept for one life of a folder, one tuple: (inode, names, value of names[0], value
-# of names[1], ...), where the value of a slow file is its parsed value (watched folders
-# only) and of any other file its kept descriptor. A slow file never holds a descriptor.
-# The names tuple is shared by every folder that keeps the same names: per folder this is
-# ~100 bytes, where an object holding a dict was ~300.
-_Entry = Tuple[Any, ...]
-_SHARED_NAMES: Dict[Tuple[str, ...], Tuple[str, ...]] = {}
 MISSING = object()  # cached(): no value kept
 
 
-def _shared(names: Tuple[str, ...]) -> Tuple[str, ...]:
-    known = _SHARED_NAMES.get(names)
-    if known is None:
-        if len(_SHARED_NAMES) >= 1024:  # odd file sets can't grow this for ever
-            _SHARED_NAMES.clear()
-        known = _SHARED_NAMES[names] = names
-    return known
+class Kept:
+    """What is kept for one life of a folder: its inode, the names of the files kept (a
+    tuple shared by every folder keeping the same names), and per name its descriptor or,
+    for a slow file, its parsed value."""
 
+    __slots__ = ("inode", "names", "values")
 
-def _whole(data: bytes, path: str) -> bytes:
-    """`data` read in one go, or the file read again chunked and capped when it filled the
-    buffer (a cgroup file larger than _READ)."""
-    return read_bytes(path) if len(data) >= _READ else data
+    def __init__(self, inode: int, names: Tuple[str, ...] = (), values: Tuple[Any, ...] = ()):
+        self.inode = inode
+        self.names = names
+        self.values = values
 
+    def value(self, name: str) -> Any:
+        return self.values[self.names.index(name)]
 
-def _fds(entry: _Entry) -> List[int]:
-    return [v for n, v in zip(entry[1], entry[2:]) if n not in SLOW_FILES]
-
-
-def _with(entry: _Entry, name: str, value: Any) -> _Entry:
-    names = entry[1]
-    if name in names:
-        i = names.index(name) + 2
-        return entry[:i] + (value,) + entry[i + 1:]
-    return (entry[0], _shared(names + (name,))) + entry[2:] + (value,)
-
-
-def _without(entry: _Entry, name: str) -> _Entry:
-    names = entry[1]
-    i = names.index(name)
-    return (entry[0], _shared(names[:i] + names[i + 1:])) + entry[2:i + 2] + entry[i + 3:]
+    def fds(self) -> List[int]:
+        return [v for n, v in zip(self.names, self.values) if n not in SLOW_FILES]
 
 
 class EntryView:
@@ -211,35 +160,101 @@ class EntryView:
 
     __slots__ = ("kept",)
 
-    def __init__(self, entry: _Entry):
-        self.kept: Dict[str, Any] = dict(zip(entry[1], entry[2:]))
+    def __init__(self, entry: Kept):
+        self.kept: Dict[str, Any] = dict(zip(entry.names, entry.values))
 
     def fds(self) -> List[int]:
         return [v for n, v in self.kept.items() if n not in SLOW_FILES]
 
 
-class KeptFiles:
-    """Descriptors (and slow values) by folder (mount point, then cgroup path); see the
-    module's text."""
+def _close_everything(mounts: Dict[str, Dict[str, Kept]], dirs: Dict[str, Tuple[int, float]]) -> None:
+    """Close every descriptor of a KeptFiles (close_all, or its finalizer when it is collected)."""
+    for kept in mounts.values():
+        for entry in kept.values():
+            for fd in entry.fds():
+                _close(fd)
+    mounts.clear()
+    for fd, _checked in dirs.values():
+        _close(fd)
+    dirs.clear()
 
-    def __init__(self, cap: Optional[int] = None):
-        self.auto_cap = cap is None  # sized from RLIMIT_NOFILE (again after raise_nofile_limit)
-        self.cap = _default_cap() if cap is None else cap
+
+def _close(fd: int) -> None:
+    try:
+        os.close(fd)
+    except OSError:
+        pass
+
+
+def _whole(data: bytes, path: str) -> bytes:
+    """`data` read in one go, or the file read again chunked and capped when it filled the
+    buffer (a cgroup file larger than _READ)."""
+    return read_bytes(path) if len(data) >= _READ else data
+
+
+class KeptFiles:
+    """Descriptors (and slow values) by folder (mount point, then cgroup path).
+
+    `cap` None: sized from RLIMIT_NOFILE when made; `enabled` None: unless
+    CGSTAT_KEEP_FDS=0. Closed by close_all(), or when collected. Rules:
+    - Only on a real cgroup filesystem (statfs magic), never on a recorded tree, whose files
+      tests and users replace by rename (a kept descriptor would read the old file).
+    - A descriptor belongs to one life of a folder: kept by mount point and cgroup path with
+      the folder's inode; a new inode (removed and made again) closes the old descriptors. A
+      read that fails (ENODEV: removed under an open file) closes that folder's descriptors.
+    - Capped (`cap`, sized from RLIMIT_NOFILE): past it a file is read with open/read/close
+      relative to a descriptor of its mount point; nothing is evicted (every tick reads the
+      same files in the same order, where an LRU would only churn). A file no longer read
+      gives its slot back (release()).
+    - Limit files (SLOW_FILES) change only when written, which shows as IN_MODIFY on a watched
+      folder; the kernel raises IN_MODIFY itself on the v2 event counters it notifies
+      (memory.events.local, memory.swap.events). For a watched folder their
+      parsed value is kept instead, until modified() or drop_values() (lost events, the
+      hierarchy's rescan). They never hold a descriptor.
+    """
+
+    __slots__ = ("cap", "enabled", "count", "overflowed", "keeping", "_mounts", "_dirs", "_names",
+                 "__weakref__")
+
+    def __init__(self, cap: Optional[int] = None, enabled: Optional[bool] = None):
+        self.cap = default_cap() if cap is None else cap
+        self.enabled = os.environ.get("CGSTAT_KEEP_FDS", "1") != "0" if enabled is None else enabled
         self.count = 0  # descriptors open now
         self.overflowed = 0  # reads done with open/read/close because of the cap
-        self._mounts: Dict[str, Dict[str, _Entry]] = {}  # mount_dir -> cgroup path -> entry
+        # mount point -> whether its files are read through kept descriptors (see keeps());
+        # read directly by the readers' inner loop
+        self.keeping: Dict[str, bool] = {}
+        self._mounts: Dict[str, Dict[str, Kept]] = {}  # mount_dir -> cgroup path -> entry
         self._dirs: Dict[str, Tuple[int, float]] = {}  # mount_dir -> (O_PATH descriptor, checked at)
+        self._names: Dict[Tuple[str, ...], Tuple[str, ...]] = {}  # the shared names tuples
+        weakref.finalize(self, _close_everything, self._mounts, self._dirs)
+
+    def keeps(self, mount_dir: str) -> bool:
+        """Whether the files of folders below this mount point are read through kept
+        descriptors (live cgroupfs only); asked once per mount point."""
+        known = self.keeping.get(mount_dir)
+        if known is None:
+            known = self.keeping[mount_dir] = self.enabled and is_cgroupfs(mount_dir)
+        return known
 
     # -- reading ---------------------------------------------------------------------
 
-    def _lookup(self, folder: Folder) -> Optional[_Entry]:
+    def _lookup(self, folder: Folder) -> Optional[Kept]:
         tree = self._mounts.get(folder.hierarchy.mount_dir)
         if tree is None:
             return None
         entry = tree.get(folder.path)
-        if entry is None or entry[0] != folder.inode:
+        if entry is None or entry.inode != folder.inode:
             return None
         return entry
+
+    def _shared(self, names: Tuple[str, ...]) -> Tuple[str, ...]:
+        known = self._names.get(names)
+        if known is None:
+            if len(self._names) >= 1024:  # odd file sets can't grow this for ever
+                self._names.clear()
+            known = self._names[names] = names
+        return known
 
     def _put(self, folder: Folder, name: str, value: Any) -> None:
         """Keep name -> value for this life of the folder; a new inode closes the old one's."""
@@ -247,18 +262,27 @@ class KeptFiles:
         if tree is None:
             tree = self._mounts[folder.hierarchy.mount_dir] = {}
         entry = tree.get(folder.path)
-        if entry is None or entry[0] != folder.inode:
+        if entry is None or entry.inode != folder.inode:
             if entry is not None:
                 self._close(entry)
-            entry = (folder.inode, ())
-        tree[folder.path] = _with(entry, name, value)
-
-    def _replace(self, folder: Folder, entry: _Entry) -> None:
-        tree = self._mounts[folder.hierarchy.mount_dir]
-        if entry[1]:
-            tree[folder.path] = entry
+            entry = tree[folder.path] = Kept(folder.inode)
+        names = entry.names
+        if name in names:
+            i = names.index(name)
+            entry.values = entry.values[:i] + (value,) + entry.values[i + 1:]
         else:
-            del tree[folder.path]
+            entry.names = self._shared(names + (name,))
+            entry.values = entry.values + (value,)
+
+    def _drop(self, folder: Folder, entry: Kept, name: str) -> None:
+        """Keep nothing more for `name` (its descriptor, if any, is the caller's to close)."""
+        names = entry.names
+        i = names.index(name)
+        if len(names) == 1:
+            del self._mounts[folder.hierarchy.mount_dir][folder.path]
+            return
+        entry.names = self._shared(names[:i] + names[i + 1:])
+        entry.values = entry.values[:i] + entry.values[i + 1:]
 
     def read(self, folder: Folder, name: str) -> bytes:
         """The bytes of a file of `folder` through a kept descriptor; raises ReadError like
@@ -266,10 +290,10 @@ class KeptFiles:
         tree = self._mounts.get(folder.hierarchy.mount_dir)
         if tree is not None:
             entry = tree.get(folder.path)
-            if entry is not None and entry[0] == folder.inode:
-                names = entry[1]
+            if entry is not None and entry.inode == folder.inode:
+                names = entry.names
                 if name in names and name not in SLOW_FILES:
-                    fd = entry[names.index(name) + 2]
+                    fd = entry.values[names.index(name)]
                     try:
                         data = os.pread(fd, _READ, 0)
                     except OSError as exc:
@@ -303,8 +327,7 @@ class KeptFiles:
     def _read_once(self, folder: Folder, name: str) -> bytes:
         """open/read/close of a file past the cap: opened relative to a descriptor of the
         mount point (openat), which spares the lookup of /sys, fs, cgroup and the
-        controller's folder (~1 of ~10 us here); a name that is not printable UTF-8 takes
-        the full path."""
+        controller's folder; a name that is not printable UTF-8 takes the full path."""
         rel = folder.mount_relative()
         dir_fd = self._dir_fd(folder.hierarchy.mount_dir) if rel is not None else None
         if dir_fd is None:
@@ -351,14 +374,11 @@ class KeptFiles:
     def release(self, folder: Folder, name: str) -> None:
         """Close the descriptor kept for one file of `folder`, if any (no longer read)."""
         entry = self._lookup(folder)
-        if entry is not None and name in entry[1] and name not in SLOW_FILES:
-            fd = entry[entry[1].index(name) + 2]
-            self._replace(folder, _without(entry, name))
+        if entry is not None and name in entry.names and name not in SLOW_FILES:
+            fd = entry.value(name)
+            self._drop(folder, entry, name)
             self.count -= 1
-            try:
-                os.close(fd)
-            except OSError:
-                pass
+            _close(fd)
 
     # -- slow files ------------------------------------------------------------------
 
@@ -367,9 +387,9 @@ class KeptFiles:
         if not folder.watched or name not in SLOW_FILES:
             return MISSING
         entry = self._lookup(folder)
-        if entry is None or name not in entry[1]:
+        if entry is None or name not in entry.names:
             return MISSING
-        return entry[entry[1].index(name) + 2]
+        return entry.value(name)
 
     def keep(self, folder: Folder, name: str, value: Any) -> None:
         if folder.watched and name in SLOW_FILES:
@@ -378,8 +398,8 @@ class KeptFiles:
     def modified(self, folder: Folder, name: str) -> None:
         """IN_MODIFY: slow file `name` of that folder was written; read it again."""
         entry = self._lookup(folder)
-        if entry is not None and name in SLOW_FILES and name in entry[1]:
-            self._replace(folder, _without(entry, name))
+        if entry is not None and name in SLOW_FILES and name in entry.names:
+            self._drop(folder, entry, name)
 
     def drop_values(self, mount_dir: Optional[str] = None) -> None:
         """Forget every slow value (events were lost), or those of one hierarchy (its
@@ -387,22 +407,21 @@ class KeptFiles:
         trees = self._mounts.values() if mount_dir is None else [self._mounts.get(mount_dir, {})]
         for tree in trees:
             for path, entry in list(tree.items()):
-                for name in [n for n in entry[1] if n in SLOW_FILES]:
-                    entry = _without(entry, name)
-                if entry[1]:
-                    tree[path] = entry
+                if not any(n in SLOW_FILES for n in entry.names):
+                    continue
+                kept = [(n, v) for n, v in zip(entry.names, entry.values) if n not in SLOW_FILES]
+                if kept:
+                    entry.names = self._shared(tuple(n for n, _ in kept))
+                    entry.values = tuple(v for _, v in kept)
                 else:
                     del tree[path]
 
     # -- lifetime --------------------------------------------------------------------
 
-    def _close(self, entry: _Entry) -> None:
-        fds = _fds(entry)
+    def _close(self, entry: Kept) -> None:
+        fds = entry.fds()
         for fd in fds:
-            try:
-                os.close(fd)
-            except OSError:
-                pass
+            _close(fd)
         self.count -= len(fds)
 
     def forget(self, folder: Folder) -> None:
@@ -428,16 +447,9 @@ class KeptFiles:
                 del self._mounts[mount]
 
     def close_all(self) -> None:
-        for kept in self._mounts.values():
-            for entry in kept.values():
-                self._close(entry)
-        self._mounts = {}
-        for fd, _checked in self._dirs.values():
-            try:
-                os.close(fd)
-            except OSError:
-                pass
-        self._dirs = {}
+        """Close every descriptor (what is kept is read again, opened anew, if asked)."""
+        _close_everything(self._mounts, self._dirs)
+        self.count = 0
 
     def entries(self) -> Iterator[Tuple[str, str, EntryView]]:
         """(mount point, cgroup path, what is kept) of every folder with something kept."""
@@ -451,7 +463,3 @@ class KeptFiles:
     def pinned_bytes(self) -> int:
         """Estimated kernel memory held by the kept descriptors."""
         return self.count * PIN_ESTIMATE
-
-
-KEPT = KeptFiles()
-ENABLED = os.environ.get("CGSTAT_KEEP_FDS", "1") != "0"

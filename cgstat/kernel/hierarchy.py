@@ -57,7 +57,7 @@ class Layout(NamedTuple):
 
         On v2 the one hierarchy. On v1 and hybrid the CPU accounting hierarchy: the one
         every container runtime populates; other hierarchies are joined to it through
-        member processes (see discover.py).
+        member processes (see kernel/join.py).
         """
         for wanted in ("cpuacct", "cpu", "memory", "pids", "blkio"):
             for h in self.hierarchies:

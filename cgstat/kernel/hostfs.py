@@ -5,19 +5,8 @@ Every host path the agent touches (/sys, /proc, /var/lib, /home, /etc) goes thro
 same code reads the live host, a host mounted at /host inside a container, or a tree
 recorded into tests/fixtures/.
 
-A failed read is one of a few outcomes, kept apart because they mean different things
-to the user (below and containerd treat them the same way):
-
-- Gone:        ENOENT / ENODEV / ESRCH. The cgroup or process went away between listing
-               and reading; a read on an already open cgroup file of a removed cgroup
-               fails with ENODEV.
-- Unsupported: EOPNOTSUPP. e.g. pressure files on a kernel built without PSI.
-- Denied:      EACCES / EPERM. Not root, or a hardened mount.
-- Malformed:   the bytes are not what the kernel documents (not UTF-8, not a number...).
-- ReadFailed:  any other OSError (EIO...).
-- Untrusted:   a file of someone else's that the trust rules refuse (a symlink, not a
-               regular file, the wrong owner); only `read_untrusted` raises it, never a
-               cgroup read, so it never reaches a record.
+A failed read is a ReadError of one of a few kinds (see ReadError), kept apart because
+they mean different things to the user.
 
 Files the agent does not own (runtime state, users' container stores) are opened only
 through `read_untrusted` / `open_dir_under`: never following a link, never blocking on a
@@ -44,7 +33,22 @@ _MAX_BYTES = 16 * 1024 * 1024
 
 
 class ReadError(CgstatError):
-    """A host file could not be turned into a value. `code` is what goes into records."""
+    """A host file could not be turned into a value. `code` is what goes into records.
+
+    A failed read is one of a few outcomes, kept apart because they mean different things
+    to the user (below and containerd treat them the same way):
+
+    - Gone:        ENOENT / ENODEV / ESRCH. The cgroup or process went away between listing
+                   and reading; a read on an already open cgroup file of a removed cgroup
+                   fails with ENODEV.
+    - Unsupported: EOPNOTSUPP. e.g. pressure files on a kernel built without PSI.
+    - Denied:      EACCES / EPERM. Not root, or a hardened mount.
+    - Malformed:   the bytes are not what the kernel documents (not UTF-8, not a number...).
+    - ReadFailed:  any other OSError (EIO...).
+    - Untrusted:   a file of someone else's that the trust rules refuse (a symlink, not a
+                   regular file, the wrong owner); only `read_untrusted` raises it, never a
+                   cgroup read, so it never reaches a record.
+    """
 
     code = "read_failed"
 

@@ -7,7 +7,7 @@ IN_IGNORED when the watched folder itself goes. The kernel drops events past
 fs.inotify.max_queued_events and says so once with IN_Q_OVERFLOW: the caller must then
 walk everything again. inotify_add_watch fails with ENOSPC past fs.inotify.max_user_watches.
 
-Only what discover.py needs; no thread, no blocking read: `events()` drains what is queued.
+Only what the follower (kernel/follow.py) needs; no thread, no blocking read: `events()` drains what is queued.
 """
 
 from __future__ import annotations

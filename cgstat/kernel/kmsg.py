@@ -446,6 +446,10 @@ class KmsgFollower:
 
 
 def _why(exc: OSError, path: str) -> str:
-    if exc.errno in (errno.EACCES, errno.EPERM):
-        return f"cannot read {path} (permission denied: kernel.dmesg_restrict, or not root)"
+    if exc.errno == errno.EPERM:
+        # devkmsg_open's check_syslog_permissions, or a container's device cgroup
+        return (f"cannot read {path} (not permitted: under kernel.dmesg_restrict=1 it needs CAP_SYSLOG, "
+                "and a container's device list must allow it)")
+    if exc.errno == errno.EACCES:
+        return f"cannot read {path} (permission denied)"
     return f"cannot read {path}: {exc.strerror}"

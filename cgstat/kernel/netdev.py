@@ -1,25 +1,7 @@
 """A strict parser for /proc/<pid>/net/dev (the interfaces of one network namespace). No I/O.
 
-The kernel writes the file in net/core/net-procfs.c: `dev_seq_show` prints two header lines
-
-    Inter-|   Receive                                                |  Transmit
-     face |bytes    packets errs drop fifo frame compressed multicast|bytes    packets errs drop fifo colls carrier compressed
-
-then `dev_seq_printf_stats` one line per interface of the reader's network namespace:
-
-    "%6s: %7llu %7llu %4llu %4llu %4llu %5llu %10llu %9llu %8llu %7llu %4llu %4llu %4llu %5llu %7llu %10llu\\n"
-
-name, then 8 receive and 8 transmit u64 counters. Some columns are sums of several
-rtnl_link_stats64 fields (rx "drop" = rx_dropped + rx_missed_errors; "frame" = length + over
-+ crc + frame errors; tx "carrier" = carrier + aborted + window + heartbeat errors). The
-format has been the same since Linux 2.6 (2.4 printed "%6s:%8lu" with no space; splitting
-on whitespace after the colon reads both).
-
-Interface names (`dev_valid_name`, net/core/dev.c): 1 to 15 bytes (IFNAMSIZ - 1), not "."
-or "..", and no '/', ':' or whitespace. Old kernels let ':' through, so the name is what
-comes before the LAST colon on the line (the numbers never hold one); `%6s` pads short
-names on the left with spaces, which are stripped. A name is bytes and need not be UTF-8:
-it is decoded as cgroup names are (cgstat.text.decode_bytes: `\\xNN` for bad bytes).
+Reads nothing itself (kernel/netns.py reads the file, once per namespace). The format, the
+kernel's, and the name rules: parse_net_dev's docstring.
 """
 
 from __future__ import annotations
@@ -100,6 +82,27 @@ def _name(raw: bytes) -> str:
 
 def parse_net_dev(data: Union[bytes, str]) -> Tuple[InterfaceCounters, ...]:
     """Every interface of /proc/<pid>/net/dev, in the kernel's order.
+
+    The kernel writes the file in net/core/net-procfs.c: `dev_seq_show` prints two header lines
+
+        Inter-|   Receive                                                |  Transmit
+         face |bytes    packets errs drop fifo frame compressed multicast|bytes    packets errs drop fifo colls carrier compressed
+
+    then `dev_seq_printf_stats` one line per interface of the reader's network namespace:
+
+        "%6s: %7llu %7llu %4llu %4llu %4llu %5llu %10llu %9llu %8llu %7llu %4llu %4llu %4llu %5llu %7llu %10llu\\n"
+
+    name, then 8 receive and 8 transmit u64 counters. Some columns are sums of several
+    rtnl_link_stats64 fields (rx "drop" = rx_dropped + rx_missed_errors; "frame" = length + over
+    + crc + frame errors; tx "carrier" = carrier + aborted + window + heartbeat errors). The
+    format has been the same since Linux 2.6 (2.4 printed "%6s:%8lu" with no space; splitting
+    on whitespace after the colon reads both).
+
+    Interface names (`dev_valid_name`, net/core/dev.c): 1 to 15 bytes (IFNAMSIZ - 1), not "."
+    or "..", and no '/', ':' or whitespace. Old kernels let ':' through, so the name is what
+    comes before the LAST colon on the line (the numbers never hold one); `%6s` pads short
+    names on the left with spaces, which are stripped. A name is bytes and need not be UTF-8:
+    it is decoded as cgroup names are (cgstat.text.decode_bytes: `\\xNN` for bad bytes).
 
     Raises ValueError on anything the kernel does not write: a missing or unknown header, a
     line without a colon, a row without exactly 16 counters, a counter that is not a

@@ -44,6 +44,7 @@ SOURCE = "network"
 HOST_REASON = "host network namespace: the host's interfaces are not this workload's own"
 ERR_HOST = "host_namespace"
 ERR_NO_PROCESS = "no_process"
+ERR_SEVERAL = "several_namespaces"
 
 TOTAL_FIELDS = ("rx_bytes_total", "tx_bytes_total", "rx_packets_total", "tx_packets_total",
                 "rx_errors_total", "tx_errors_total", "rx_dropped_total", "tx_dropped_total")
@@ -195,14 +196,22 @@ class NetnsReader:
             self._host = detect_host_netns(self.fs)
         return self._host
 
-    def read(self, members: Members) -> Dict:
+    def read(self, members: Members, subtrees: Optional[Mapping] = None) -> Dict:
         """key -> NetworkResult for every key of `members`.
 
         `members`: {key: [pid, ...]} or an iterable of (key, pid). A key's namespace is
         that of its first PID (in the order given) that is still alive; put a container's
         main process first. Never raises for a process or namespace that vanished.
+
+        `subtrees`: {key: complete} for keys with no process of their own, whose PIDs are
+        one per cgroup below them (a pod, a slice, a --cgroup-parent over containers).
+        Such a key has the one namespace all of them are in; when they are in several (or
+        not every cgroup below was looked at, `complete` False) it has no reading, with a
+        reason: one child's traffic is not the parent's, and a sum would count a
+        namespace shared with workloads outside the subtree.
         """
         groups = _group(members)
+        spread = self._spread(groups, subtrees or {})
         host = self.host
         ns_stats = 0
         pid_ns: Dict[int, Union[int, ReadError]] = {}  # memo within this tick
@@ -249,6 +258,9 @@ class NetnsReader:
 
         out: Dict = {}
         for key in groups:
+            if key in spread:
+                out[key] = spread[key]
+                continue
             ino = key_ns.get(key)
             if ino is None:
                 failure = key_fail.get(key)
@@ -271,6 +283,33 @@ class NetnsReader:
                 NetworkSample(netns=ino, shared=users[ino] > 1, time_s=time_s, interfaces=own, **totals),
                 ino)
         self.last = TickStats(len(groups), len(readings), reads, ns_stats)
+        return out
+
+    def _spread(self, groups: Dict, subtrees: Mapping) -> Dict:
+        """Results for the subtree keys whose processes are not all in one namespace (or
+        not all looked at); the others are read as usual, through their first PID."""
+        out: Dict = {}
+        host = self.host
+        for key, complete in subtrees.items():
+            pids = groups.get(key)
+            if not pids or len(pids) < 2 and complete:
+                continue
+            found = set()
+            for pid in pids:
+                try:
+                    found.add(_stat_ino(self.fs.path(f"/proc/{int(pid)}/ns/net")))
+                except ReadError:
+                    continue  # gone since it was chosen: the others tell
+            if any(host.is_host(ino) for ino in found):
+                continue  # the usual host-namespace reason, through the first PID
+            if len(found) > 1:
+                out[key] = NetworkResult(None, None, _problem(
+                    ERR_SEVERAL, f"no process of its own; the processes below it are in {len(found)} "
+                                 "network namespaces (each one's traffic is in its own cgroup's record)"))
+            elif not complete:
+                out[key] = NetworkResult(None, None, _problem(
+                    ERR_SEVERAL, "no process of its own and too many cgroups below it to tell whether "
+                                 "they share one network namespace"))
         return out
 
     def _read_namespace(self, ino: int, cands: List[int]):

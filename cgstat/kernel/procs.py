@@ -2,7 +2,7 @@
 
 Reads `cgroup.procs` of a cgroup folder and /proc/<pid>/cgroup (v1 lines
 "ID:controllers:path" and the v2 line "0::path"). Used by the cross-hierarchy join
-(kernel/discover.py), pod sandbox detection and PID lookups (naming/); `Owner` is what a
+(kernel/membership.py), pod sandbox detection and PID lookups (naming/); `Owner` is what a
 process lookup answers.
 """
 

@@ -1,13 +1,10 @@
 """Raw samples: what one cgroup's files said at one moment, converted to seconds and bytes.
 
-Immutable, no rates: rates are derived from two samples (pipeline/rates.py). `None` means unknown
-or unsupported, and `errors` says why.
-
-The per-tick shapes are NamedTuples, not frozen dataclasses: a tick builds ~9 of them per
-cgroup, and a frozen dataclass's __init__ (one object.__setattr__ per field) took ~1.1 us
-for a 9-field sample against ~0.3 us, in 20 % less memory. Read them by attribute only;
-`Problem` (built only on errors, and turned into a dict by dataclasses.asdict elsewhere)
-stays a dataclass.
+Immutable, no rates: rates are derived from two samples (pipeline/rates.py). `None` means
+unknown or unsupported, and `errors` says why: `Problem`s, which the record builder
+(pipeline/record.py) writes field by field as {"source", "error", "detail"} objects. The
+per-tick shapes are NamedTuples (a tick builds ~9 per cgroup; bench/README.md says why not
+frozen dataclasses): read them by attribute only. Reads no file (kernel/cgroups.py does).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The shapes of a cgroup tree: one folder in one hierarchy, and one workload's folders.
 
-Plain data built by the walk (kernel/discover.py) and read by the sampler
+Plain data built by the walk (kernel/walk.py) and read by the sampler
 (kernel/cgroups.py); nothing here reads files.
 
 There is one Folder per cgroup folder of every hierarchy walked (six per cgroup on a

@@ -45,6 +45,17 @@ class NamedKill(NamedTuple):
     selected: bool  # in what this run reports (--match, --all, the default selection)
 
 
+class LateCount(NamedTuple):
+    """A gone cgroup's OOM-kill counter as read the moment it changed (kernel/memevents.py),
+    with what it was called while alive."""
+
+    cgroup: str
+    oom_kills_total: int
+    container: Optional[Container]
+    pod: Optional[Pod]
+    unit: Optional[str]
+
+
 class _Gone(NamedTuple):
     cgroup: str
     container: Optional[Container]
@@ -88,6 +99,18 @@ class KillNamer:
         while self._gone and (len(self._gone) > self.max_gone
                               or now - next(iter(self._gone.values())).when > self.keep_s):
             self._gone.popitem(last=False)
+
+    def late(self, counts: Dict[str, int], live: Iterable[str]) -> List[LateCount]:
+        """The counts (cgroup path -> oom_kill read as it changed) of cgroups not in `live`
+        (this tick's reported paths), named as they were; v2, where the record's path is
+        the memory path."""
+        alive = set(live)
+        out = []
+        for path, total in counts.items():
+            gone = self._gone.get(path)
+            if path not in alive and gone is not None and gone.selected:
+                out.append(LateCount(gone.cgroup, total, gone.container, gone.pod, gone.unit))
+        return out
 
     def name(self, reports: List[OomReport], classified: List[Tuple[Cgroup, PathInfo]],
              selected: Iterable[str], select_path) -> List[NamedKill]:

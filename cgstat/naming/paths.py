@@ -1,21 +1,7 @@
 """What a cgroup path says about its workload: container, pod, runtime monitor, systemd unit.
 
-Pure functions over the path alone (no I/O). Patterns, by runtime and cgroup driver:
-- Docker:      /system.slice/docker-<64hex>.scope (systemd), /docker/<64hex> (cgroupfs)
-- containerd:  .../cri-containerd-<64hex>.scope (Kubernetes, systemd driver),
-               /system.slice/nerdctl-<64hex>.scope, /nerdctl/<64hex>
-- CRI-O:       crio-<64hex>.scope or crio-<64hex>; crio-conmon-<64hex>.scope is its monitor
-- Podman:      libpod-<64hex>.scope (systemd), /libpod_parent/libpod-<64hex> (cgroupfs);
-               libpod-conmon-<64hex>.scope (cgroupfs: <parent>/conmon) is the monitor;
-               rootless Podman on v2 puts the processes in a nested "container" child of
-               the scope, part of the container
-- LXC:         lxc.payload.<name> (lxc.monitor.<name> is the monitor), older /lxc/<name>
-- Kubernetes:  pods kubepods-<qos>-pod<uid with _>.slice / kubepods-pod<uid>.slice
-               (systemd), /kubepods/<qos>/pod<uid> and /kubepods/pod<uid> (cgroupfs);
-               a container directly under a pod folder as a bare <64hex> (cgroupfs driver:
-               the runtime is not in the path)
-- systemd:     *.service, *.scope, *.slice, *.socket, *.mount, *.swap with \\xNN escapes
-               (systemd.unit(5), "String Escaping for Inclusion in Unit Names")
+Pure functions over the path alone (no I/O). The patterns, by runtime and cgroup
+driver: classify()'s docstring.
 """
 
 from __future__ import annotations
@@ -47,7 +33,7 @@ _UNIT = re.compile(r"^.+\.(service|scope|slice|socket|mount|swap|target|device|a
 
 
 class PathInfo(NamedTuple):
-    kind: Optional[str] = None  # "container", "pod", "monitor" or None
+    kind: Optional[str] = None  # "container", "pod", "monitor", "candidate" or None
     runtime: Optional[str] = None
     id: Optional[str] = None  # 64-hex container ID, or the LXC container name
     pod_uid: Optional[str] = None  # dashed form
@@ -142,6 +128,27 @@ def user_subtree_uid(path: str) -> Optional[int]:
 
 
 def classify(path: str) -> PathInfo:
+    """What `path` (a cgroup path as records name it) says. Patterns, by runtime and driver:
+    - Docker:      /system.slice/docker-<64hex>.scope (systemd), /docker/<64hex> (cgroupfs)
+    - containerd:  .../cri-containerd-<64hex>.scope (Kubernetes, systemd driver),
+                   /system.slice/nerdctl-<64hex>.scope, /nerdctl/<64hex>
+    - CRI-O:       crio-<64hex>.scope or crio-<64hex>; crio-conmon-<64hex>.scope is its monitor
+    - Podman:      libpod-<64hex>.scope (systemd), /libpod_parent/libpod-<64hex> (cgroupfs);
+                   libpod-conmon-<64hex>.scope (cgroupfs: <parent>/conmon) is the monitor;
+                   rootless Podman on v2 puts the processes in a nested "container" child of
+                   the scope, part of the container
+    - LXC:         lxc.payload.<name> (lxc.monitor.<name> is the monitor), older /lxc/<name>
+    - Kubernetes:  pods kubepods-<qos>-pod<uid with _>.slice / kubepods-pod<uid>.slice
+                   (systemd), /kubepods/<qos>/pod<uid> and /kubepods/pod<uid> (cgroupfs);
+                   a container directly under a pod folder as a bare <64hex> (cgroupfs driver:
+                   the runtime is not in the path)
+    - Elsewhere:   a bare <64hex> under any other parent (dockerd --cgroup-parent, ctr
+                   --cgroup, CI runners, Nomad) is only a "candidate": a user can make such
+                   a folder, so it is a container only once a runtime's state knows that ID
+                   (naming/workload.Namer promotes it)
+    - systemd:     *.service, *.scope, *.slice, *.socket, *.mount, *.swap with \\xNN escapes
+                   (systemd.unit(5), "String Escaping for Inclusion in Unit Names")
+    """
     info = _classify(path)
     uid = user_subtree_uid(path)
     if uid is None:
@@ -166,6 +173,9 @@ def _classify(path: str) -> PathInfo:
                 return PathInfo("pod", pod_uid=pod_uid, qos=qos, unit=_unit(comp))
             continue
         ctr = _container(comp, parent, pod_uid is not None)
+        if ctr is None and last and _BARE_ID.match(comp):
+            # a bare ID the path alone can't vouch for: a container only if a runtime knows it
+            return PathInfo("candidate", None, comp, pod_uid, qos, _unit(comp))
         if ctr:
             runtime, cid = ctr
             if last:

@@ -26,13 +26,14 @@ from cgstat.kernel.tree import Cgroup
 from cgstat.naming.devices import DeviceNames
 from cgstat.naming.paths import PathInfo, classify, container_root
 from cgstat.naming.pids import PidCgroups, PidMapper, start_ticks
+from cgstat.naming.runtimes.daemons import DaemonConfig, Daemons
 from cgstat.naming.runtimes.identities import Identities
 from cgstat.records import Container, Pod
 
 
 class Workload(NamedTuple):
-    """Who one cgroup's workload is, as its record says it (a tuple: one per record per
-    tick, and a frozen dataclass's __init__ costs ~1 us more)."""
+    """Who one cgroup's workload is, as its record says it (a NamedTuple: one is made per
+    record per tick)."""
 
     kind: str  # the record's type: "cgroup", or "pod" for a Kubernetes pod's cgroup
     unit: Optional[str]  # decoded systemd unit of the last path component
@@ -46,19 +47,28 @@ class Namer:
     """Resolves workloads; caches runtime answers per container ID, pruned to live ones."""
 
     def __init__(self, fs: HostFS, layout: Layout, warn: Optional[Callable[[str, str], None]] = None,
-                 read_state: bool = True):
+                 read_state: bool = True, daemons: DaemonConfig = DaemonConfig()):
         self.fs = fs
-        self.runtimes = Identities(fs, warn, read_state)
+        self.runtimes = Identities(fs, warn, read_state, Daemons(fs, daemons))
         self.devices = DeviceNames(fs)
         self.pids = PidMapper(fs, layout)
         self._sandbox: Dict[str, bool] = {}  # this tick: cgroup path -> is a pod sandbox
         self._classified: List[Tuple[Cgroup, PathInfo]] = []  # the last tick's cgroups...
         self._runtime: List[Tuple[Cgroup, PathInfo]] = []  # ...those of them with runtime state
-        self._members: Dict[int, int] = {}  # folder inode -> the member PID chosen
+        self._members: Dict[int, Tuple[Tuple[int, ...], Optional[bool]]] = {}  # folder inode -> PIDs chosen
+        self.subtrees: Dict[str, bool] = {}  # the last member_pids: parents' PIDs from below (see there)
         self._empty: Dict[int, float] = {}  # folder inode -> when to look again (no process below it)
+        self._named: List[Tuple[Cgroup, PathInfo]] = []  # the last tick's list, candidates promoted
+        self._named_from: Optional[List[Tuple[Cgroup, PathInfo]]] = None  # ...made from this one
+        self._named_paths: set = set()  # ...with these candidates promoted
 
-    def begin_tick(self, classified: List[Tuple[Cgroup, PathInfo]]) -> None:
-        """Look up what this tick's new containers and pods are; forget the gone ones."""
+    def begin_tick(self, classified: List[Tuple[Cgroup, PathInfo]]) -> List[Tuple[Cgroup, PathInfo]]:
+        """Look up what this tick's new containers and pods are; forget the gone ones.
+
+        Returns `classified` with each candidate (a bare 64-hex folder under no known
+        runtime's parent) that a runtime's state knows turned into a container: the same
+        list object while that set does not change, so callers can keep what they made
+        of it."""
         ids = self.runtimes
         if classified is not self._classified:
             # Only containers and pods have runtime state; the same list again (the
@@ -70,10 +80,32 @@ class Namer:
         runtime = self._runtime
         ids.retain(x for _, info in runtime for x in (info.id, info.pod_uid) if x)
         ids.refresh_if_new(info for _, info in runtime)
+        ids.recheck()
+        runtime = self._promote(classified, runtime)
         self._sandbox = {cg.path: ids.is_sandbox(info, cg.folders[0].local)
                          for cg, info in runtime if info.kind == "container"}
         ids.note_pod_members(info for cg, info in runtime
                              if info.pod_uid and not self._sandbox.get(cg.path, False))
+        return self._named
+
+    def _promote(self, classified: List[Tuple[Cgroup, PathInfo]],
+                 runtime: List[Tuple[Cgroup, PathInfo]]) -> List[Tuple[Cgroup, PathInfo]]:
+        """Candidates a runtime knows become containers (in this tick's lists)."""
+        known = {cg.path: promoted for cg, info in runtime if info.kind == "candidate"
+                 for promoted in (self.runtimes.promote(info),) if promoted is not None}
+        if classified is not self._named_from or known.keys() != self._named_paths:
+            self._named_from, self._named_paths = classified, set(known)
+            self._named = [(cg, known.get(cg.path, info)) for cg, info in classified] if known else classified
+        if not known:
+            return runtime
+        return [(cg, known.get(cg.path, info)) for cg, info in runtime]
+
+    def promote(self, info: PathInfo) -> PathInfo:
+        """`info`, or the container it is when it is a candidate that a runtime knows."""
+        if info.kind != "candidate":
+            return info
+        self.runtimes.refresh_if_new([info])
+        return self.runtimes.promote(info) or info
 
     def is_sandbox(self, cg: Cgroup, info: PathInfo) -> bool:
         """A pod's sandbox container (left out of the default selection)."""
@@ -105,7 +137,7 @@ class Namer:
             return _no_pid(pid, "no such process")
         except ReadError as exc:
             return _no_pid(pid, exc.detail)
-        info = self.owner_of(found.cgroup or "/")
+        info = self.promote(self.owner_of(found.cgroup or "/"))
         self.runtimes.refresh_if_new([info])
         return {"pid": pid, "error": None, "cgroup": found.cgroup, "paths": found.paths,
                 "unit": info.unit, "container": self.runtimes.container(info)}
@@ -132,53 +164,68 @@ class Namer:
                 return UNKNOWN
         except (ReadError, ValueError, IndexError):
             return UNKNOWN  # exited, or not in our PID namespace: no cgroup claims it
-        info = self.owner_of(found.cgroup or "/")
+        info = self.promote(self.owner_of(found.cgroup or "/"))
         self.runtimes.refresh_if_new([info])
         return Owner(comm, found.cgroup, self.runtimes.container(info))
+
+    def close(self) -> None:
+        """Release what the runtime lookups hold (watches of state folders)."""
+        self.runtimes.close()
 
     def retain_pids(self, live: Iterable[int]) -> None:
         self.pids.retain(live)
 
     def member_pids(self, cgroups: Iterable[Cgroup]) -> Dict[str, List[int]]:
-        """One process of each cgroup (for its network namespace), by cgroup path.
+        """Processes of each cgroup to find its network namespace by, by cgroup path.
 
-        A cgroup's own members first; a cgroup without any (a pod, a slice, rootless
-        Podman's container with its processes in a nested leaf) takes the first member of
-        its subtree. The choice is kept per folder inode while that process lives, so a
-        steady host reads one `stat` per cgroup per tick, not its cgroup.procs.
+        A cgroup's own first member; a cgroup without any (a pod, a slice, rootless
+        Podman's container with its processes in a nested leaf) the first member of each
+        cgroup below it that has some (not below those), breadth first: `subtrees` then
+        says which cgroups those are, and whether every folder below was looked at, so
+        that a parent over containers in several namespaces is not given one child's
+        traffic (kernel/netns.NetnsReader.read). The choice is kept per folder inode
+        while its processes live, so a steady host reads one `stat` per chosen process
+        per tick, not cgroup.procs files.
         """
         out: Dict[str, List[int]] = {}
-        kept: Dict[int, int] = {}
+        kept: Dict[int, Tuple[Tuple[int, ...], Optional[bool]]] = {}
         empty: Dict[int, float] = {}
+        subtrees: Dict[str, bool] = {}
         now = time.monotonic()
         for cg in cgroups:
             folder = cg.folders[0]
-            pid = self._members.get(folder.inode)
-            if pid is None or not os.path.exists(self.fs.path(f"/proc/{pid}")):
+            choice = self._members.get(folder.inode)
+            if choice is None or not all(os.path.exists(self.fs.path(f"/proc/{pid}")) for pid in choice[0]):
                 due = self._empty.get(folder.inode)
                 if due is not None and now < due:
                     # found empty a moment ago (a slice stays empty for ever): not every tick
                     empty[folder.inode] = due
                     out[cg.path] = []
                     continue
-                pid = _first_member(folder.local)
-            if pid is not None:
-                kept[folder.inode] = pid
-                out[cg.path] = [pid]
+                choice = _members_below(folder.local)
+            pids, complete = choice
+            if pids:
+                kept[folder.inode] = choice
+                out[cg.path] = list(pids)
+                if complete is not None:
+                    subtrees[cg.path] = complete
             else:
                 empty[folder.inode] = now + recheck_after_s(folder.inode)
                 out[cg.path] = []
-        self._members, self._empty = kept, empty
+        self._members, self._empty, self.subtrees = kept, empty, subtrees
         return out
 
 
 _SUBTREE_FOLDERS = 32  # folders looked at below a cgroup without members of its own
 
 
-def _first_member(local: str) -> Optional[int]:
-    """The first PID in the folder or, breadth first, in its subfolders (links not followed)."""
+def _members_below(local: str) -> Tuple[Tuple[int, ...], Optional[bool]]:
+    """((first PID,), None) of a folder with processes; for one without, (the first PID
+    of each folder below it that has processes, whether every folder below was looked
+    at), breadth first, links not followed, at most _SUBTREE_FOLDERS folders."""
     queue = [local]
     seen = 0
+    found: List[int] = []
     while queue and seen < _SUBTREE_FOLDERS:
         folder = queue.pop(0)
         seen += 1
@@ -187,13 +234,16 @@ def _first_member(local: str) -> Optional[int]:
         except (ReadError, ValueError):
             continue
         if pids:
-            return pids[0]
+            if folder == local:
+                return (pids[0],), None
+            found.append(pids[0])
+            continue  # below a cgroup with processes: that workload's own sub-cgroups
         try:
             with os.scandir(folder) as it:
                 queue.extend(sorted(e.path for e in it if e.is_dir(follow_symlinks=False)))
         except OSError:
             continue
-    return None
+    return tuple(found), not queue
 
 
 def _no_pid(pid: int, error: str) -> Dict[str, Any]:

@@ -7,7 +7,7 @@ never waits for a scraper.
 
 - `Exporter(listen)`: the server plus the renderer; `publish(records, tick_seconds)`
   once per tick, `close()` at the end. `stream --listen` uses it beside its sink.
-`cgstat serve` is pipeline/modes.run_stream with no sink: bind (a bad address fails now,
+`cgstat serve` is app/stream.run_stream with no sink: bind (a bad address fails now,
 exit 1), warm up, READY=1, then a tick per interval with WATCHDOG=1 after each;
 SIGTERM/SIGINT end it with exit 0.
 """
@@ -21,6 +21,8 @@ from cgstat import __version__
 from cgstat.errors import CgstatError
 from cgstat.outputs import prometheus
 from cgstat.outputs.http import DEFAULT_LISTEN, MetricsServer, address_note
+from cgstat.outputs.prometheus_labels import LabelCache
+from cgstat.outputs.prometheus_retention import OomRetention
 from cgstat.pipeline.diagnostics import Warner
 from cgstat.records import Sampled
 
@@ -38,8 +40,8 @@ class Exporter:
         self.timestamps = timestamps
         self.ticks = 0
         self.render_s: Optional[float] = None
-        self.labels = prometheus.LabelCache()  # the last tick's workloads' labels, rendered
-        self.retention = prometheus.OomRetention()  # gone cgroups' OOM-kill counters
+        self.labels = LabelCache()  # the last tick's workloads' labels, rendered
+        self.retention = OomRetention()  # gone cgroups' OOM-kill counters
         try:
             self.server = MetricsServer(listen, stale_after_s=stale_after_s,
                                         on_error=lambda m: self.warner.warn("http", m))
@@ -56,9 +58,10 @@ class Exporter:
         self.address = "[%s]:%d" % (host, port) if ":" in host else "%s:%d" % (host, port)
 
     def publish(self, records: Sequence[Sampled], tick_seconds: Optional[float] = None,
-                kills: Iterable[Any] = ()) -> None:
+                kills: Iterable[Any] = (), late: Iterable[Any] = ()) -> None:
         """Render `records` (one tick) and make them what /metrics serves from now on.
-        `kills`: the tick's kernel-log OOM kills (Sampler.kills), for the gone cgroups' counters."""
+        `kills`, `late`: the tick's kernel-log OOM kills and gone cgroups' counters read as they
+        changed (Sampler.kills, .late_counts), for the gone cgroups' counters."""
         began = time.monotonic()
         self.ticks += 1
         own: Dict[str, Any] = {
@@ -70,7 +73,7 @@ class Exporter:
         }
         stamps = self.timestamps
         labels = self.labels
-        retained = self.retention.update(records, kills, began)
+        retained = self.retention.update(records, kills, began, late)
         text = prometheus.render(records, prometheus.TEXT, own, stamps, labels, retained)
 
         def openmetrics() -> bytes:  # made on the first scrape that asks, in the server thread

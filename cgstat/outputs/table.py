@@ -1,6 +1,7 @@
 """`--format table` and `--format csv`: the same records, for people and spreadsheets.
 
 - table: one block per batch, laid out as `docker stats --no-stream` prints it (a header,
+  CONTAINER ID first: a container's 12-hex short ID, "--" for other cgroups,
   columns padded the way Go's tabwriter does there: at least 10 wide, 3 spaces apart),
   sizes in docker's units: `units.BytesSize` (binary, "%.4g" + B/KiB/MiB/GiB...) for
   memory, `units.HumanSizeWithPrecision(x, 3)` (decimal, kB/MB/GB) for network and block
@@ -27,41 +28,12 @@ import os
 import unicodedata
 from typing import Any, Iterable, Iterator, List, Optional, Sequence, cast
 
-from cgstat import fields
+from cgstat import fields, names
 from cgstat.outputs.jsonl import FileSink, StdoutSink
 from cgstat.pipeline.record import number_at, value_at
 from cgstat.records import CgroupRecord, EventRecord, JsonObject
 from cgstat.text import escape_controls
-
-# -- docker's units (github.com/docker/go-units, size.go) ------------------------------------
-
-_BINARY = ("B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB", "ZiB", "YiB")
-_DECIMAL = ("B", "kB", "MB", "GB", "TB", "PB", "EB", "ZB", "YB")
-
-
-def _scaled(size: float, base: float, names: Sequence[str]):
-    i = 0
-    while size >= base and i < len(names) - 1:
-        size /= base
-        i += 1
-    return size, names[i]
-
-
-def bytes_size(size: Optional[float]) -> str:
-    """docker's units.BytesSize: 1024-based, 4 significant digits ("24.65MiB", "64MiB")."""
-    if size is None:
-        return "--"
-    value, unit = _scaled(float(size), 1024.0, _BINARY)
-    return "%.4g%s" % (value, unit)
-
-
-def human_size(size: Optional[float], precision: int = 3) -> str:
-    """docker's units.HumanSizeWithPrecision: 1000-based ("1.2MB", "0B")."""
-    if size is None:
-        return "--"
-    value, unit = _scaled(float(size), 1000.0, _DECIMAL)
-    return "%.*g%s" % (precision, value, unit)
-
+from cgstat.units import bytes_size, human_size
 
 def percent(value: Optional[float]) -> str:
     return "--" if value is None else "%.2f%%" % value
@@ -70,16 +42,8 @@ def percent(value: Optional[float]) -> str:
 # -- reading a record ------------------------------------------------------------------------
 
 def display_name(record: CgroupRecord) -> str:
-    """The container's name, else the systemd unit, else the cgroup path; controls escaped.
-
-    A pod-level record (`type: "pod"`) is named `namespace/pod` when the pod is known.
-    """
-    container = record["container"]
-    name = container["name"] if container is not None else None
-    pod = record["pod"]
-    if not name and record["type"] == "pod" and pod is not None and pod["name"]:
-        name = "%s/%s" % (pod["namespace"] or "", pod["name"])
-    return escape_controls(str(name or record["unit"] or record["cgroup"] or "--"))
+    """names.display_name, controls escaped."""
+    return escape_controls(names.display_name(record))
 
 
 def text_width(text: str) -> int:
@@ -94,8 +58,15 @@ def text_width(text: str) -> int:
     return w
 
 
-TABLE_HEADER = ("NAME", "CPU %", "MEM USAGE / LIMIT", "MEM %", "NET I/O", "BLOCK I/O", "PIDS", "GPU MEM",
+TABLE_HEADER = ("CONTAINER ID", "NAME", "CPU %", "MEM USAGE / LIMIT", "MEM %", "NET I/O", "BLOCK I/O", "PIDS", "GPU MEM",
                 "GPU SM %")
+
+
+def container_id(record: CgroupRecord) -> str:
+    """docker's CONTAINER ID: the first 12 hex digits of a container's ID, else "--"."""
+    container = record["container"]
+    short = container["short_id"] if container is not None else None
+    return escape_controls(str(short)) if short else "--"
 
 
 def table_row(record: CgroupRecord) -> List[str]:
@@ -122,7 +93,7 @@ def table_row(record: CgroupRecord) -> List[str]:
     if gpu is not None:
         gpu_mem = bytes_size(number_at(gpu["memory_bytes"]))
         gpu_sm = percent(number_at(gpu["sm_percent"]))
-    return [display_name(record), percent(number_at(record["cpu"]["percent"])), mem, percent(mem_pct), net_io,
+    return [container_id(record), display_name(record), percent(number_at(record["cpu"]["percent"])), mem, percent(mem_pct), net_io,
             block, "--" if pids is None else "%d" % pids, gpu_mem, gpu_sm]
 
 

@@ -1,48 +1,10 @@
-"""`cgstat top`: a live table of the workloads in the terminal, like `docker stats`.
-
-One row per workload (container name, else systemd unit, else cgroup; pods as
-`namespace/pod`): CPU % and its limit on the same scale (100 % = one core, so a 0.5-core
-quota reads "50%" beside a CPU % near it), memory working set / limit and %, network and
-block IO per second, PIDs, GPU memory and SM % ("--" where a record has no `network` or a
-null `gpu`), and the diagnostics events of an EventDetector run over the ticks: the
-EVENTS column names each workload's open episodes (its row bold, red for critical,
-yellow for warning) and the latest events are listed under the table.
-
-Keys (in the footer): c CPU, m memory, g GPU, i IO (block, then network), p PIDs, n name
-(sort; numbers largest first, unknown last, ties by name), up/down (j/k), PgUp/PgDn and
-Home scroll the rows, left/right (h/l) scroll the columns after NAME, q (or Ctrl-C, or
-SIGTERM; SIGHUP, the terminal gone) quits with exit status 0.
-
-A terminal too small shows what fits: the footer (q first) and the header, then at least
-a few rows, then the event list, then the other rows; long names are cut so the figures
-stay on screen, every line is cut at the right edge, and resizes redraw at once. The
-screen's cells are table.py's (`table_row`: docker's units, "--" for null); its columns
-are two spaces apart rather than docker's ten-wide minimum, so more fits.
-
-When stdout is not a terminal (or the terminal can't be driven: no terminfo entry), it
-prints a plain table per tick instead, laid out by outputs/table.py as `--format table`
-does (docker's units and column spacing), each after a title line and followed by that
-tick's events; a closed pipe ends it with status 0.
-
-Timing: the counters are read at start and the first screen comes after a short warm-up,
-min(interval, 0.5 s), so a long --interval doesn't mean a blank screen (a "sampling"
-screen is shown meanwhile); from then on screens follow the one drift-free Schedule
-(start + k * interval). The warm-up screen's rates are over that shorter window. `count`
-counts screens with figures, the warm-up one included.
-
-curses, not rich: curses is in the standard library on every Python cgstat supports,
-while rich only comes with the typer that Python 3.10+ gets (the older typer of 3.7-3.9
-does not bring it, and cgstat's run-time dependencies are orjson and typer only). curses
-also gives what a top needs that rich's Live display does not: keys without Enter,
-KEY_RESIZE, and the alternate screen restored on exit. Drawing is a pure function of the
-model and the screen size (`compose`), so it is tested without a terminal.
-
-Names are hostile (any byte but '/' and NUL in a cgroup folder name, container names
-from state files): every text that reaches the terminal has its control, bidi and
-line-separator characters escaped (text.escape_controls), then whatever the terminal's
-encoding can't represent is written as a backslash escape. While the screen is ours,
-warnings (the diagnostics channel, and anything else on sys.stderr) go to a status line
-instead of the terminal; they are repeated on stderr after the screen is given back.
+"""What `cgstat top` shows (app/top.py runs it): the model of a tick's rows and events, the
+screen composed from it as a pure function of the model and the terminal's size
+(`compose`), the plain frame for a pipe, and the curses terminal (keys, resizes, the
+alternate screen). Cells are table.py's; every text that reaches the terminal has its
+controls escaped (names are hostile), then what the terminal's encoding can't hold is
+written as a backslash escape. Keys: c m g i p n sort, arrows/j k h l PgUp PgDn Home
+scroll, q quits.
 """
 
 from __future__ import annotations
@@ -53,23 +15,18 @@ import sys
 import time
 from typing import Any, Callable, Deque, Dict, List, NamedTuple, Optional, Sequence, Tuple, cast
 
-from cgstat.outputs.jsonl import ReaderGone, SinkError, StdoutSink
-from cgstat.outputs.table import human_size, render_table, table_row, text_width
-from cgstat.pipeline.events import EventDetector, Thresholds
-from cgstat.pipeline.record import number_at, value_at
-from cgstat.pipeline.sampler import Sampler
-from cgstat.pipeline.schedule import Schedule, _Wake
+from cgstat.outputs.table import render_table, table_row, text_width
+from cgstat.pipeline.record import number_at
 from cgstat.records import CgroupRecord, EventRecord, Sampled
 from cgstat.text import escape_controls
+from cgstat.units import human_size
 
-FIRST_SCREEN_S = 0.5  # the warm-up before the first screen (at most one interval)
-_KEY_POLL_S = 0.25  # longest wait for a key before the loop looks at signals again
 _EVENT_LINES = 5  # latest events listed under the table (when there is room)
 _MIN_ROWS = 3  # rows kept on screen before the event list gets any line
 _MIN_NAME = 12  # a name is never cut shorter than this
 _GAP = 2  # spaces between the screen's columns
 
-TOP_HEADER = ("NAME", "CPU %", "CPU LIMIT", "MEM USAGE / LIMIT", "MEM %", "NET I/O/s", "BLOCK I/O/s",
+TOP_HEADER = ("NAME", "CONTAINER ID", "CPU %", "CPU LIMIT", "MEM USAGE / LIMIT", "MEM %", "NET I/O/s", "BLOCK I/O/s",
               "PIDS", "GPU MEM", "GPU SM %", "EVENTS")
 
 # sort name -> key; the order of the footer
@@ -125,7 +82,7 @@ def _sum(*values: Optional[float]) -> Optional[float]:
 
 def make_row(record: CgroupRecord, open_kinds: Dict[str, str]) -> Row:
     """One workload's row; `open_kinds` is kind -> severity of its open event episodes."""
-    name, cpu, mem, mem_pct, _net, _block, pids, gpu_mem, gpu_sm = table_row(record)
+    cid, name, cpu, mem, mem_pct, _net, _block, pids, gpu_mem, gpu_sm = table_row(record)
     io = record["io"]
     rd = number_at(io["read_bytes_per_second"])
     wr = number_at(io["write_bytes_per_second"])
@@ -154,7 +111,7 @@ def make_row(record: CgroupRecord, open_kinds: Dict[str, str]) -> Row:
         "name": name.lower(),
     }
     worst = max(open_kinds.values(), key=lambda s: _SEVERITY_RANK.get(s, 0)) if open_kinds else None
-    cells = [name, cpu, _cpu_limit(number_at(cpu_figures["limit_cores"])), mem, mem_pct, net_cell,
+    cells = [name, cid, cpu, _cpu_limit(number_at(cpu_figures["limit_cores"])), mem, mem_pct, net_cell,
              _rate_pair(rd, wr), pids, gpu_mem, gpu_sm, marks or ""]
     return Row(record["cgroup"], cells, keys, worst)
 
@@ -177,9 +134,8 @@ def sort_rows(rows: Sequence[Row], sort: str) -> List[Row]:
 class Model:
     """What the screen shows: the latest tick's rows, open episodes and the latest events."""
 
-    def __init__(self, sort: str = "cpu", detector: Optional[EventDetector] = None, host: str = ""):
+    def __init__(self, sort: str = "cpu", host: str = ""):
         self.sort = sort_name(sort)
-        self.detector = detector
         self.host = escape_controls(host)
         self.rows: List[Row] = []
         self.ts: Optional[float] = None  # time.time() of the latest tick
@@ -189,8 +145,9 @@ class Model:
         self.tick_events: List[str] = []  # this tick's event lines
         self.status = ""  # the latest warning
 
-    def update(self, records: Sequence[Sampled], now: Optional[float] = None) -> None:
-        events = self.detector.observe(records) if self.detector is not None else []
+    def update(self, records: Sequence[Sampled], events: Sequence[EventRecord] = (),
+               now: Optional[float] = None) -> None:
+        """The tick's records and the events judged on them."""
         workloads = [cast(CgroupRecord, r) for r in records if r["type"] in ("cgroup", "pod")]
         present = {r["cgroup"] for r in workloads}
         self.open = {cg: kinds for cg, kinds in self.open.items() if cg in present}
@@ -222,7 +179,8 @@ class Model:
 
 def event_line(e: EventRecord) -> str:
     """'! severity kind name: message', as `--format table` lists events; controls escaped."""
-    who = value_at(e, "container", "name") or e.get("cgroup") or "--"
+    container = e["container"]
+    who = (container["name"] if container is not None else None) or e["cgroup"] or "--"
     kind = e.get("kind")
     if kind == "resolved" and e.get("resolves"):
         kind = "resolved %s" % e.get("resolves")
@@ -349,7 +307,7 @@ def plain_frame(model: Model, interval_s: float) -> str:
 
 # -- the terminal ------------------------------------------------------------------------------
 
-class _ViewLog:
+class ViewLog:
     """A stream for the Warner (and sys.stderr) while the screen is ours: the latest line
     goes to the status line, every line is kept (bounded) to be repeated afterwards."""
 
@@ -378,32 +336,6 @@ class _ViewLog:
         return False
 
 
-class _KeyedSchedule(Schedule):
-    """The Schedule whose sleeps wait for keys (and resizes) instead of sleeping blind."""
-
-    def __init__(self, interval_s: float, warner: Any, wait_key: Callable[[float], None]):
-        super().__init__(interval_s, warner)
-        self._wait_key = wait_key
-
-    def sleep_until(self, deadline: float) -> None:
-        if self.stop:
-            return
-        self._sleeping = True  # a stop signal now raises _Wake here
-        try:
-            while not self.stop:
-                if self.take_reopen():  # SIGHUP: the terminal hung up
-                    self.stop = True
-                    break
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    break
-                self._wait_key(min(remaining, _KEY_POLL_S))
-        except _Wake:
-            pass
-        finally:
-            self._sleeping = False
-
-
 def _scroll_keys() -> Dict[int, Tuple[Optional[int], int]]:
     """key -> (rows down (None: to the top; +-2: a page), columns right)."""
     import curses
@@ -413,7 +345,7 @@ def _scroll_keys() -> Dict[int, Tuple[Optional[int], int]]:
             curses.KEY_RIGHT: (0, 1), ord("l"): (0, 1), curses.KEY_LEFT: (0, -1), ord("h"): (0, -1)}
 
 
-class _Screen:
+class Screen:
     """curses: set up, draw `compose`'s lines, read keys; always given back."""
 
     def __init__(self, model: Model, interval_s: float):
@@ -550,112 +482,3 @@ class _Screen:
         else:
             return
         self.draw()
-
-
-# -- run ---------------------------------------------------------------------------------------
-
-def run_top(sampler: Sampler, interval_s: float, sort: str = "cpu", events: bool = True,
-            count: Optional[int] = None, thresholds: Optional[Thresholds] = None) -> int:
-    """`cgstat top`: the live table on a terminal, plain tables every tick on anything else.
-
-    `sort`: one of SORTS (cpu, memory, gpu, io, pids, name); ValueError otherwise.
-    `events`: run an EventDetector (with `thresholds`) and mark the episodes. `count`:
-    stop after that many screens (None: until q, Ctrl-C or SIGTERM). Returns the exit
-    status (0).
-    """
-    model = Model(sort, EventDetector(thresholds) if events else None, sampler.host.hostname)
-    if count is not None and count < 1:
-        return 0
-    if os.isatty(1):
-        try:
-            screen = _Screen(model, interval_s)  # imports curses: ImportError where _curses is missing
-            screen.start()
-        except Exception as exc:  # noqa: BLE001 (curses.error: no terminfo for TERM; _curses missing)
-            sampler.warner.once("top-plain", "cannot drive the terminal (%s): printing tables instead" % (exc,))
-        else:
-            return _run_screen(sampler, model, screen, interval_s, count)
-    return _run_plain(sampler, model, interval_s, count)
-
-
-def _ticks(sampler: Sampler, schedule: Schedule, interval_s: float, count: Optional[int],
-           show: Callable[[List[Sampled]], None]) -> None:
-    """The warm-up, the first screen after min(interval, FIRST_SCREEN_S), then the Schedule."""
-    sampler.warm_up()
-    done = 0
-    first = min(interval_s, FIRST_SCREEN_S)
-    if first < interval_s:
-        schedule.sleep_until(schedule.start + first)
-        if schedule.stop:
-            return
-        show(sampler.tick())
-        done = 1
-        if count is not None and done >= count:
-            return
-    for _ in schedule.ticks(None if count is None else count - done):
-        show(sampler.tick())
-
-
-def _run_screen(sampler: Sampler, model: Model, screen: _Screen, interval_s: float,
-                count: Optional[int]) -> int:
-    warner = sampler.warner
-    saved_stream, saved_stderr = warner.stream, sys.stderr
-
-    def on_line(line: str) -> None:
-        model.status = line
-        screen.draw()
-
-    log = _ViewLog(on_line)
-    warner.stream = log
-    sys.stderr = log
-
-    def wait_key(timeout_s: float) -> None:
-        screen.wait_key(timeout_s)
-        if screen.quit:
-            schedule.stop = True
-
-    schedule = _KeyedSchedule(interval_s, warner, wait_key).install_signals()
-
-    def show(records: List[Sampled]) -> None:
-        model.update(records)
-        screen.draw()
-
-    try:
-        screen.draw()  # "sampling..." at once
-        _ticks(sampler, schedule, interval_s, count, show)
-    finally:
-        screen.stop()
-        warner.stream, sys.stderr = saved_stream, saved_stderr
-        # what was said while the screen was ours, now where it belongs
-        out = saved_stream or saved_stderr
-        try:
-            if log.dropped:
-                out.write("cgstat: %d earlier warnings not repeated\n" % log.dropped)
-            for line in log.lines:
-                out.write(line + "\n")
-            out.flush()
-        except (OSError, ValueError):
-            pass
-    return 0
-
-
-def _run_plain(sampler: Sampler, model: Model, interval_s: float, count: Optional[int]) -> int:
-    sink = StdoutSink(sampler.warner.warn)
-    schedule = Schedule(interval_s, sampler.warner).install_signals()
-    shown = [0]
-
-    def show(records: List[Sampled]) -> None:
-        model.update(records)
-        text = plain_frame(model, interval_s)
-        if shown[0]:
-            text = "\n" + text
-        shown[0] += 1
-        try:
-            sink.write_bytes(text.encode("utf-8", "backslashreplace"))
-        except SinkError as exc:
-            sampler.warner.warn("sink", str(exc))
-
-    try:
-        _ticks(sampler, schedule, interval_s, count, show)
-    except ReaderGone:
-        return 0
-    return 0

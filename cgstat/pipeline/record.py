@@ -7,9 +7,7 @@ unknown is None (JSON null), never a fake 0.
 
 from __future__ import annotations
 
-import math
-import time
-from typing import TYPE_CHECKING, Any, Iterable, List, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Dict, Iterable, List, Optional, Tuple
 
 from cgstat import records
 from cgstat.kernel.host import HostInfo
@@ -18,11 +16,15 @@ from cgstat.kernel.sample import MemoryEvents, PressureSample, Problem, Sample, 
 from cgstat.naming.workload import Workload
 from cgstat.pipeline.network import network_record
 from cgstat.pipeline.rates import NO_IO_RATES, Rates
-from cgstat.records import CgroupRecord, GpuRecord, GpuUse, IoDevice, Pressure, Psi, RecordError
+from cgstat.numbers import finite
+from cgstat.records import (CgroupRecord, GpuGpm, GpuRecord, GpuRemappedRows, GpuRetiredPages, GpuUse, IoDevice,
+                            Pressure, Psi, RecordError)
+from cgstat.timestamps import rfc3339
 
 if TYPE_CHECKING:  # GPU records are built only with GPUs: a run without any never loads them
     from cgstat.gpu.join import Attributed
-    from cgstat.gpu.sample import GpuDevice
+    from cgstat.gpu.energy import Idle
+    from cgstat.gpu.sample import GpuDevice, GpuSnapshot
 
 SCHEMA_VERSION = 1
 
@@ -40,23 +42,7 @@ def value_at(record: Any, *keys: str) -> Any:
 
 def number_at(record: Any, *keys: str) -> Optional[float]:
     """The finite number at record[k1][k2]..., else None (null, missing, not a number)."""
-    value = value_at(record, *keys)
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        return None
-    return value
-
-
-_second: Tuple[int, str] = (-1, "")  # the last second formatted: a tick's records share it
-
-
-def rfc3339(wall_s: float) -> str:
-    global _second
-    whole = int(wall_s)
-    ms = int((wall_s - whole) * 1000)
-    last = _second  # one read, one write: a thread beside this one at worst formats again
-    if last[0] != whole:
-        last = _second = (whole, time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(whole)))
-    return f"{last[1]}.{ms:03d}Z"
+    return finite(value_at(record, *keys))
 
 
 def build(sample: Sample, rates: Rates, workload: Workload, host: HostInfo,
@@ -228,9 +214,43 @@ def _problems(problems: Iterable[Problem]) -> List[RecordError]:
     return [{"source": p.source, "error": p.error, "detail": p.detail} for p in problems]
 
 
+def _remapped(rows: Optional[Tuple[int, int, int, int]]) -> Optional[GpuRemappedRows]:
+    if rows is None:
+        return None
+    return {"correctable": rows[0], "uncorrectable": rows[1], "pending": rows[2], "failure": rows[3]}
+
+
+def _retired(pages: Optional[Tuple[Optional[int], Optional[int], Optional[bool]]]) -> Optional[GpuRetiredPages]:
+    if pages is None:
+        return None
+    return {"single_bit": pages[0], "double_bit": pages[1], "pending": pages[2]}
+
+
+def _gpm(values: Optional[Dict[str, Optional[float]]]) -> Optional[GpuGpm]:
+    if values is None:
+        return None
+    g = values.get
+    return {"graphics_activity_percent": g("graphics_activity_percent"), "sm_activity_percent": g("sm_activity_percent"),
+            "sm_occupancy_percent": g("sm_occupancy_percent"), "tensor_activity_percent": g("tensor_activity_percent"),
+            "dram_bandwidth_percent": g("dram_bandwidth_percent"),
+            "pcie_tx_bytes_per_second": g("pcie_tx_bytes_per_second"),
+            "pcie_rx_bytes_per_second": g("pcie_rx_bytes_per_second"),
+            "nvlink_tx_bytes_per_second": g("nvlink_tx_bytes_per_second"),
+            "nvlink_rx_bytes_per_second": g("nvlink_rx_bytes_per_second")}
+
+
 def build_gpu(device: GpuDevice, processes: Iterable[Attributed], host: HostInfo, wall_s: float,
-              interval_s: Optional[float]) -> GpuRecord:
-    """A `type: "gpu"` record: one GPU (or MIG device) and every process NVML lists on it."""
+              interval_s: Optional[float], snapshot: Optional[GpuSnapshot] = None,
+              idle: Optional[Idle] = None) -> GpuRecord:
+    """A `type: "gpu"` record: one GPU (or MIG device), its health, and every process NVML
+    lists on it. `snapshot`: the reading it is from (driver and CUDA versions); `idle`: the
+    GPU's idle power as the energy model knows it (None on MIG devices)."""
+    h = device.health
+    if h is None:  # a lost GPU: every health figure unknown
+        from cgstat.gpu.health import DeviceHealth
+
+        h = DeviceHealth()
+    errors = list(device.errors) + list(h.errors)
     return {
         "schema": SCHEMA_VERSION,
         "type": "gpu",
@@ -245,13 +265,41 @@ def build_gpu(device: GpuDevice, processes: Iterable[Attributed], host: HostInfo
             "memory_reserved_bytes": device.memory_reserved_bytes,
             "temperature_celsius": device.temperature_celsius, "power_watts": device.power_watts,
             "mig_mode": device.mig_mode, "parent_uuid": device.parent_uuid,
+            "gpu_instance_id": device.gpu_instance_id,
+            "sm_clock_mhz": h.sm_clock_mhz, "memory_clock_mhz": h.memory_clock_mhz,
+            "sm_clock_max_mhz": h.sm_clock_max_mhz, "memory_clock_max_mhz": h.memory_clock_max_mhz,
+            "clocks_event_reasons": None if h.clocks_event_reasons is None else list(h.clocks_event_reasons),
+            "violation_seconds_total": {"power": h.violation_power_seconds_total,
+                                        "thermal": h.violation_thermal_seconds_total},
+            "energy_joules_total": h.energy_joules_total,
+            "idle_power_watts": None if idle is None else idle.power_watts,
+            "idle_power_observed": None if idle is None else idle.observed,
+            "power_limit_watts": h.power_limit_watts,
+            "memory_temperature_celsius": h.memory_temperature_celsius,
+            "pcie_tx_bytes_per_second": h.pcie_tx_bytes_per_second,
+            "pcie_rx_bytes_per_second": h.pcie_rx_bytes_per_second,
+            "pcie_replays_total": h.pcie_replays_total,
+            "nvlink_tx_bytes_total": h.nvlink_tx_bytes_total, "nvlink_rx_bytes_total": h.nvlink_rx_bytes_total,
+            "encoder_utilization_percent": h.encoder_utilization_percent,
+            "decoder_utilization_percent": h.decoder_utilization_percent,
+            "ecc_errors_total": {"corrected": h.ecc_corrected_total, "uncorrected": h.ecc_uncorrected_total},
+            "remapped_rows": _remapped(h.remapped_rows), "retired_pages": _retired(h.retired_pages),
+            "xid_errors_total": h.xid_errors_total, "last_xid": h.last_xid,
+            "recent_xids": [] if snapshot is None or device.parent_uuid is not None else
+            [x.code for x in snapshot.xids if x.gpu_index == device.index],
+            "compute_mode": h.compute_mode, "persistence_mode": h.persistence_mode,
+            "pci_bus_id": h.pci_bus_id, "serial": h.serial, "minor_number": h.minor_number,
+            "driver_version": None if snapshot is None else snapshot.driver_version,
+            "cuda_version": None if snapshot is None else snapshot.cuda_version,
+            "gpm": _gpm(h.gpm),
         },
         "processes": [{
             "pid": a.process.pid, "name": a.owner.name, "type": a.process.type,
             "memory_bytes": a.process.memory_bytes, "sm_percent": a.process.sm_percent,
             "memory_percent": a.process.memory_percent, "encoder_percent": a.process.encoder_percent,
             "decoder_percent": a.process.decoder_percent,
+            "power_watts": a.power_watts, "energy_joules_total": a.energy_joules_total,
             "cgroup": a.owner.cgroup, "container": a.owner.container,
         } for a in processes],
-        "errors": _problems(device.errors),
+        "errors": _problems(errors),
     }

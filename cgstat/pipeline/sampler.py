@@ -26,14 +26,16 @@ from typing import Any, Dict, Iterable, Iterator, List, NamedTuple, Optional, Pa
 from cgstat.errors import CgstatError
 from cgstat.kernel.cgroups import read_cgroup
 from cgstat.kernel.discover import Discoverer
+from cgstat.kernel.handles import KeptFiles
 from cgstat.kernel.hierarchy import detect
 from cgstat.kernel.host import HostClock, host_root_note, read_host
 from cgstat.kernel.hostfs import HostFS
 from cgstat.kernel.kmsg import KmsgFollower, KmsgUnavailable
 from cgstat.kernel.sample import Sample
 from cgstat.kernel.tree import Cgroup
-from cgstat.naming.kills import KillNamer, NamedKill
+from cgstat.naming.kills import KillNamer, LateCount, NamedKill
 from cgstat.naming.paths import PathInfo, classify
+from cgstat.naming.runtimes.daemons import DaemonConfig
 from cgstat.naming.pids import pid_namespace_note
 from cgstat.naming.workload import Namer, Workload
 from cgstat.pipeline.diagnostics import Warner
@@ -44,9 +46,11 @@ from cgstat.records import Sampled
 from cgstat.text import quote
 
 if TYPE_CHECKING:  # imported where used: a run without GPUs or network namespaces never loads them
+    from cgstat.gpu.energy import EnergyModel
+    from cgstat.kernel.memevents import MemoryEventsWatcher
     from cgstat.gpu.join import Attributed
     from cgstat.gpu.nvml import Gateway
-    from cgstat.gpu.sample import GpuDevice, GpuSnapshot
+    from cgstat.gpu.sample import GpuDevice, GpuReader, GpuSnapshot
     from cgstat.kernel.netns import NetnsReader, NetworkResult, NetworkSample
 
 _QUIET_ERRORS = {"missing", "unavailable", "gone"}
@@ -60,16 +64,20 @@ class Sampler:
     (string or compiled) on cgroup paths. `max_user_cgroups`: cgroups walked per user's
     delegated subtree. `follow`: walk the folders once and follow them with inotify (a
     long run); False walks them on every tick (a one-shot, where watching every folder
-    would be work for nothing). `kernel_log`: follow the kernel log's OOM reports from now
-    on (default: on the live kernel when following; `follow_kernel_log()` starts it later, or
-    a KmsgFollower given here is read instead). Raises CgstatError (one line) when the host
-    can't be read.
+    would be work for nothing). The kernel log's OOM reports and v2 memory.events as they
+    change are followed once asked (`follow_kernel_log()`, `watch_memory_events()`: the run
+    modes do; each holds a descriptor, the second a thread, until close()); `kernel_log`: a
+    KmsgFollower to read instead (a recorded log). `daemons`: Docker's data root and socket
+    when given (--docker-data-root, --docker-host), else found (naming/runtimes/daemons.py).
+    Raises CgstatError (one line) when the
+    host can't be read.
     """
 
     def __init__(self, host_root: str = "/", all: bool = False,
                  match: Union[None, str, Pattern[str]] = None, warner: Optional[Warner] = None,
                  read_state: bool = True, max_user_cgroups: Optional[int] = 1000, gpu: bool = True,
-                 follow: bool = True, kernel_log: Union[None, bool, KmsgFollower] = None):
+                 follow: bool = True, kernel_log: Optional[KmsgFollower] = None,
+                 daemons: DaemonConfig = DaemonConfig()):
         if isinstance(match, str):
             try:
                 match = compile_match(match)
@@ -85,11 +93,14 @@ class Sampler:
         self.host = read_host(self.fs)
         self.clock = HostClock(self.fs, self.host.live)
         self.warner = warner or Warner()
+        # The descriptors kept for cgroup files, read by read_cgroup, closed as the
+        # discoverer sees folders go, and all at close().
+        self.kept = KeptFiles()
         self.discoverer = Discoverer(self.fs, self.layout, max_user_cgroups=max_user_cgroups,
-                                     warn=self.warner.once, follow=None if follow else False)
+                                     warn=self.warner.once, follow=None if follow else False, kept=self.kept)
         self.all_cgroups = all_cgroups
         self.match = match
-        self.namer = Namer(self.fs, self.layout, self.warner.once, read_state)
+        self.namer = Namer(self.fs, self.layout, self.warner.once, read_state, daemons)
         # GPUs only on the live kernel (a recorded tree's processes aren't NVML's); pynvml
         # is imported on the first read, never at start-up.
         self._gateway: Optional[Gateway] = None
@@ -98,6 +109,10 @@ class Sampler:
 
             self._gateway = Gateway(self.warner.once)
         self._gpu_read_s: Optional[float] = None
+        # made on the first reading with a driver (they import the GPU record modules)
+        self._gpu_reader: Optional[GpuReader] = None
+        self._energy: Optional[EnergyModel] = None
+        self._unsaid_xids: Tuple[Any, ...] = ()  # XIDs read by a tick that made no records (a warm-up)
         # Network namespaces are read through member processes' /proc/<pid>/ns/net: only on
         # the live kernel (a recording has no namespaces to open).
         self._netns: Optional[NetnsReader] = None
@@ -110,12 +125,13 @@ class Sampler:
         # Last tick's cgroups, what their paths say, and the selection made of them.
         self._tree: Tuple[List[Cgroup], List[Tuple[Cgroup, PathInfo]], Optional[Tuple[Selected, str]]] = ([], [], None)
         self.kills: List[NamedKill] = []  # the last tick's OOM kills from the kernel log
+        self.late_counts: List[LateCount] = []  # gone cgroups' OOM-kill counters read as they changed
+        self._memevents: Optional[MemoryEventsWatcher] = None
+        self._followed: Any = None  # the selection whose memory.events are watched
         self._kmsg: Optional[KmsgFollower] = None
         self._kill_namer = KillNamer(self.layout, self.namer)
-        if isinstance(kernel_log, KmsgFollower):
+        if kernel_log is not None:
             self._kmsg = kernel_log
-        elif kernel_log or (kernel_log is None and follow and self.host.live):
-            self.follow_kernel_log()
         note = pid_namespace_note(self.fs)
         if note:
             self.warner.once("pidns", note)
@@ -138,6 +154,20 @@ class Sampler:
         except KmsgUnavailable as exc:
             self.warner.once("kmsg", f"{exc.reason}: OOM kills of cgroups removed before the next tick "
                              "can't be seen, nor who was killed; the OOM-kill counters are still reported")
+            return False
+        return True
+
+    def watch_memory_events(self) -> bool:
+        """v2: read each reported cgroup's memory.events the moment the kernel says it
+        changed (kernel/memevents.py), so a kill's count is known before its cgroup goes.
+        False where there is no v2 memory controller or no inotify instance to spare."""
+        if self.layout.kind != "v2" or self._memevents is not None:
+            return self._memevents is not None
+        from cgstat.kernel.memevents import MemoryEventsWatcher
+
+        try:
+            self._memevents = MemoryEventsWatcher()
+        except OSError:
             return False
         return True
 
@@ -168,24 +198,32 @@ class Sampler:
             self._classified = {cg.path: known.get(cg.path) or classify(cg.path) for cg in cgroups}
             classified = [(cg, self._classified[cg.path]) for cg in cgroups]
             selection = None
-            if self._kmsg is not None and last[1]:
+            if (self._kmsg is not None or self._memevents is not None) and last[1]:
                 # named while the naming stage still knows them: a kill the log reports
                 # after its cgroup went keeps the name it had
                 now = set(map(id, cgroups))
                 self._kill_namer.note_gone([(cg, info) for cg, info in last[1] if id(cg) not in now],
                                            [cg.path for cg, _ in last[2][0]] if last[2] else ())
-        namer.begin_tick(classified)
+        named = namer.begin_tick(classified)
+        if named is not classified:
+            # candidates a runtime knows are containers: what select() sees, this tick
+            classified, selection = named, (selection if named is last[1] else None)
         if selection is None or (self.match is None and not self.all_cgroups):
             # (the default selection leaves pod sandboxes out: runtime state, per tick)
             selection = select(classified, self.all_cgroups, self.match, namer.is_sandbox)
         self._tree = (cgroups, classified, selection)
         selected, what = selection
+        if self._memevents is not None and selection is not self._followed:
+            self._followed = selection
+            unified = self.layout.unified
+            self._memevents.follow({cg.path: f.local for cg, _ in selected
+                                    for f in [cg.folder(unified)] if f is not None} if unified else {})
         self.warner.once("selection", f"{self.layout.kind} cgroup layout; showing {what}")
         # Network namespaces and GPUs first (they need only which cgroups): the cgroups'
         # own files are then read one by one as the records are made.
         network: Dict[str, NetworkResult] = {}
         if self._netns is not None:
-            network = self._netns.read(namer.member_pids(cg for cg, _ in selected))
+            network = self._netns.read(namer.member_pids(cg for cg, _ in selected), namer.subtrees)
             if self._netns.host.note:
                 self.warner.once("netns-host", self._netns.host.note)
         gpu = self._read_gpus()
@@ -195,9 +233,10 @@ class Sampler:
     def _read(self, selected: Selected) -> Iterator[Tuple[Sample, Workload]]:
         namer = self.namer
         clock = self.clock
+        kept = self.kept
         for cg, info in selected:
             now = clock.monotonic()
-            sample = read_cgroup(cg, self.layout, now, clock.wall(now))
+            sample = read_cgroup(cg, self.layout, now, clock.wall(now), kept)
             if sample.gone and not all(os.path.isdir(f.local) for f in cg.folders):
                 continue  # removed while we read it: its record stops here
             for p in sample.errors:
@@ -215,14 +254,28 @@ class Sampler:
             # asked first: a host without the NVIDIA library never imports the GPU records
             self.warner.once(f"gpu-off:{gateway.reason}", f"GPU metrics off: {gateway.reason}")
             return None, (), now
-        from cgstat.gpu.join import Attributed
-        from cgstat.gpu.sample import read_gpus
+        from cgstat.gpu.join import attribute
 
-        snapshot = read_gpus(gateway)  # asks available() again: the same answer within a tick
+        if self._gpu_reader is None:
+            from cgstat.gpu.energy import EnergyModel
+            from cgstat.gpu.sample import GpuReader
+
+            self._gpu_reader = GpuReader(gateway)
+            self._energy = EnergyModel()
+        snapshot = self._gpu_reader.read()  # asks available() again: the same answer within a tick
+        if self._unsaid_xids:
+            from dataclasses import replace
+
+            snapshot = replace(snapshot, xids=self._unsaid_xids + snapshot.xids)
+            self._unsaid_xids = ()
         if not snapshot.available:
             self.warner.once(f"gpu-off:{snapshot.reason}", f"GPU metrics off: {snapshot.reason}")
             return None, (), now
-        attributed = tuple(Attributed(p, self.namer.gpu_owner(p.pid)) for p in snapshot.processes)
+        assert self._energy is not None
+        shares = self._energy.update(snapshot, now)
+        attributed = attribute(snapshot.processes, self.namer.gpu_owner, shares)
+        self._energy.charge((((a.process.gpu_uuid, a.process.pid), a.owner.cgroup) for a in attributed),
+                            self._classified)
         self.namer.retain_pids(p.pid for p in snapshot.processes)
         return snapshot, attributed, now
 
@@ -230,6 +283,7 @@ class Sampler:
         """The counters of a warm-up sample: what the next tick's rates start from."""
         if tick.gpu is not None:
             self._gpu_read_s = tick.gpu_time_s
+            self._unsaid_xids = tick.gpu.xids  # no record said them: the next tick's will
         return {sample.path: counters(sample, self._net_sample(tick, sample.path)) for sample, _ in tick.samples}
 
     @staticmethod
@@ -247,10 +301,13 @@ class Sampler:
                 current: Dict[str, Counters]) -> Iterator[Sampled]:
         """The records one by one; fills `current` with the counters as it goes."""
         subtrees: Dict[str, Any] = {}
+        energy: Dict[str, float] = {}
         if tick.gpu is not None:
             from cgstat.gpu.join import by_subtree, cgroup_gpu
 
             subtrees = by_subtree(tick.attributed)
+            if self._energy is not None:
+                energy = self._energy.by_subtree()
         network = tick.network
         host = self.host
         cpus = host.cpus_online
@@ -259,21 +316,29 @@ class Sampler:
             net = network.get(path)
             c = current[path] = counters(sample, None if net is None else net.network)
             rates = derive(previous.get(path), c, cpus)
-            gpu = cgroup_gpu(subtrees.get(path, ())) if tick.gpu is not None else None
+            gpu = cgroup_gpu(subtrees.get(path, ()), energy.get(path, 0.0)) if tick.gpu is not None else None
             yield build(sample, rates, workload, host, gpu, net)
         self._read_kills()
         if tick.gpu is not None:
             interval = None if self._gpu_read_s is None else tick.gpu_time_s - self._gpu_read_s
             self._gpu_read_s = tick.gpu_time_s
             wall = time.time()
-            for device in tick.gpu.devices:
+            snapshot = tick.gpu
+            for device in snapshot.devices:
                 on_it = [a for a in tick.attributed if _on(a, device)]
-                yield build_gpu(device, on_it, host, wall, interval)
+                idle = self._energy.idle(device.uuid) if self._energy is not None and device.parent_uuid is None else None
+                yield build_gpu(device, on_it, host, wall, interval, snapshot, idle)
 
     def _read_kills(self) -> None:
         """The kernel log since the last tick: this tick's OOM kills, named (after the
         cgroups were read: see the module docstring)."""
         self.kills = []
+        self.late_counts = []
+        if self._memevents is not None:
+            counts = self._memevents.take()
+            if counts:
+                selection = self._tree[2]
+                self.late_counts = self._kill_namer.late(counts, [cg.path for cg, _ in selection[0]] if selection else ())
         follower = self._kmsg
         if follower is None:
             return
@@ -319,11 +384,16 @@ class Sampler:
                 gc.enable()
 
     def close(self) -> None:
-        """Forget the previous tick; release the inotify watches, kept descriptors and NVML."""
+        """Forget the previous tick; release the inotify watches (cgroups and runtime
+        state), kept descriptors and NVML."""
         self.previous = {}
         self.discoverer.close()
+        self.namer.close()
+        self.kept.close_all()
         if self._kmsg is not None:
             self._kmsg.close()
+        if self._memevents is not None:
+            self._memevents.close()
         if self._gateway is not None:
             self._gateway.close()
 

@@ -11,6 +11,7 @@ own every half WatchdogSec=, so any interval works with the shipped unit.
 
 from __future__ import annotations
 
+import contextlib
 import signal
 import time
 from typing import Iterator, Optional
@@ -62,8 +63,7 @@ class Schedule:
         remaining = deadline - time.monotonic()
         if remaining <= 0 or self.stop:
             return
-        self._sleeping = True
-        try:
+        with self.asleep():
             while remaining > 0 and not self.stop:
                 if self.heartbeat_s is not None and remaining > self.heartbeat_s:
                     time.sleep(self.heartbeat_s)
@@ -71,6 +71,14 @@ class Schedule:
                 else:
                     time.sleep(remaining)
                 remaining = deadline - time.monotonic()
+
+    @contextlib.contextmanager
+    def asleep(self) -> Iterator[None]:
+        """A wait that a stop signal cuts short: the signal ends the block (a sleep_until
+        of one's own, such as one that waits for keys, runs in it)."""
+        self._sleeping = True
+        try:
+            yield
         except _Wake:
             pass
         finally:

@@ -27,12 +27,12 @@ import errno
 import fcntl
 import os
 import stat
-import tempfile
 import time
 from typing import Any, Dict, Optional, Tuple
 
 import orjson
 
+from cgstat.atomic import AtomicFile
 from cgstat.errors import CgstatError, file_kind, os_reason
 from cgstat.pipeline.rates import Counters
 
@@ -101,7 +101,7 @@ class StateFile:
         self.lock_path = path + ".lock"
         self.lock_wait_s = lock_wait_s
         self._lock_fd: Optional[int] = None
-        self._tmp: Optional[Tuple[int, str]] = None
+        self._out = AtomicFile(path, ".cgstat-state-")
         self._data = b""
         self.extras: Dict[str, Any] = {}  # what the previous run kept for events (judge_runs)
         self.kernel_log_seq: Optional[int] = None  # the last kernel log record the previous run read
@@ -117,7 +117,7 @@ class StateFile:
             self._data = self._read()  # again, now that no other run can replace it
             folder = os.path.dirname(os.path.abspath(self.path))
             try:
-                self._tmp = tempfile.mkstemp(prefix=".cgstat-state-", dir=folder)
+                self._out.prepare()
             except OSError as exc:
                 raise StateError(f"cannot write state in {folder}: {os_reason(exc)}") from None
         except BaseException:
@@ -126,14 +126,7 @@ class StateFile:
         return self
 
     def __exit__(self, *exc) -> None:
-        if self._tmp is not None:
-            fd, tmp = self._tmp
-            self._tmp = None
-            os.close(fd)
-            try:
-                os.unlink(tmp)
-            except OSError:
-                pass
+        self._out.discard()
         if self._lock_fd is not None:
             os.close(self._lock_fd)  # closing drops the flock
             self._lock_fd = None
@@ -219,9 +212,6 @@ class StateFile:
     def save(self, boot_id: Optional[str], host_root: str, now_s: float,
              cgroups: Dict[str, Counters], extras: Optional[Dict[str, Any]] = None,
              kernel_log_seq: Optional[int] = None) -> None:
-        assert self._tmp is not None, "save() once, inside the with block"
-        fd, tmp = self._tmp
-        self._tmp = None
         obj = {
             "cgstat": "once-state",  # the marker: first key, so the file starts with MARKER
             "version": STATE_VERSION,
@@ -233,17 +223,8 @@ class StateFile:
             "kernel_log_seq": kernel_log_seq,  # where the next run reads the kernel log from (this boot)
         }
         try:
-            with os.fdopen(fd, "wb") as f:
-                f.write(orjson.dumps(obj))
-                f.flush()
-                os.fsync(f.fileno())
-            # rename() replaces the name itself, never a link's target.
-            os.replace(tmp, self.path)
+            self._out.commit(orjson.dumps(obj))
         except OSError as exc:
-            try:
-                os.unlink(tmp)
-            except OSError:
-                pass
             raise StateError(f"cannot write state {self.path}: {os_reason(exc)}") from None
 
 

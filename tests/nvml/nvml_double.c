@@ -12,10 +12,18 @@
  *   -DNO_V2     no ..._v2 (drivers 430/440: only the unversioned 16-byte struct)
  *   -DNO_PUI    no nvmlDeviceGetProcessesUtilizationInfo (drivers < 550)
  *   -DNO_MEMV2  no nvmlDeviceGetMemoryInfo_v2 (drivers < 510)
+ *   -DNO_CER    no nvmlDeviceGetCurrentClocksEventReasons (drivers < 535: only ...ThrottleReasons)
+ *   -DNO_MPS3   no nvmlDeviceGetMPSComputeRunningProcesses_v3 (drivers < 510: only _v2)
+ *   -DNO_GPM    no nvmlGpm* (drivers < 520)
+ *
+ * $NVML_DOUBLE_LOG, when set, names a file each device call and event wait appends one
+ * line to ("<function>" or "nvmlEventSetWait_v2 timeout=<ms>"): how tests check what is
+ * called how often.
  *
  * Struct layouts and protocols: /work/shared/notes/nvml.md and pynvml.py 13.615.71.
  */
 #define _GNU_SOURCE
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -43,23 +51,40 @@ enum {
 /* a value from the scenario: a number, or an error code the call returns instead */
 typedef struct { unsigned long long v; int err; } val_t;
 
+#define GPM_IDS 64  /* GPM metric ids the double knows (NVML_GPM_METRIC_* below 64) */
+
+typedef struct { double v[GPM_IDS]; int err[GPM_IDS]; } gpm_vals_t;
+
 typedef struct {
     int present;
     char uuid[96], name[96];
     val_t mem_total, mem_used, mem_reserved;
     unsigned gi, ci;
+    gpm_vals_t gpm;
 } mig_t;
 
 typedef struct {
     int present, lost, handle_err;
     char uuid[96], name[96];
     val_t mem_total, mem_used, mem_reserved, util_gpu, util_mem, temp, power_mw, mig, procutil;
-    val_t compute_err, graphics_err;
+    val_t compute_err, graphics_err, mps_err;
+    /* device health (issue 22): numbers, or an error the call returns */
+    val_t sm_clock, mem_clock, sm_clock_max, mem_clock_max, reasons, viol_power, viol_thermal,
+          energy_mj, power_limit_mw, mem_temp, pcie_tx_kbs, pcie_rx_kbs, pcie_tx_bytes, pcie_rx_bytes,
+          replay, nvlink_tx_kib, nvlink_rx_kib, enc, dec, ecc_cor, ecc_unc, remap_cor, remap_unc,
+          remap_pending, remap_failure, retired_sbe, retired_dbe, retired_pending, compute_mode,
+          persistence, minor, events, gpm, serial_err, pci_err;
+    char serial[96], bus_id[96];
+    gpm_vals_t gpmv;
     unsigned mig_max;
     mig_t migs[MAX_MIG];
 } gpu_t;
 
-typedef struct { int gpu, mig, graphics; unsigned pid; unsigned long long mem; } proc_t;
+enum { K_COMPUTE, K_GRAPHICS, K_MPS };
+typedef struct { int gpu, mig, graphics; unsigned pid; unsigned long long mem; } proc_t;  /* graphics: K_* */
+
+#define MAX_XIDS 1024
+typedef struct { int gpu, id; unsigned long long code; } xid_t;
 
 enum { TS_ABS, TS_BUSY, TS_ONCE };
 typedef struct {
@@ -77,6 +102,9 @@ static struct {
     int nprocs;
     sample_t samples[MAX_SAMPLES];
     int nsamples;
+    val_t cuda;
+    xid_t xids[MAX_XIDS];
+    int nxids;
 } S;
 
 static struct stat last_st;
@@ -129,6 +157,38 @@ static int next_kv(char **p, char **key, char **value) {
 
 static void copy(char *dst, const char *src) { snprintf(dst, 96, "%s", src); }
 
+#define F(name) {#name, offsetof(gpu_t, name)}
+static const struct { const char *key; size_t off; } GPU_VALS[] = {
+    F(sm_clock), F(mem_clock), F(sm_clock_max), F(mem_clock_max), F(reasons), F(viol_power),
+    F(viol_thermal), F(energy_mj), F(power_limit_mw), F(mem_temp), F(pcie_tx_kbs), F(pcie_rx_kbs),
+    F(pcie_tx_bytes), F(pcie_rx_bytes), F(replay), F(nvlink_tx_kib), F(nvlink_rx_kib), F(enc), F(dec),
+    F(ecc_cor), F(ecc_unc), F(remap_cor), F(remap_unc), F(remap_pending), F(remap_failure),
+    F(retired_sbe), F(retired_dbe), F(retired_pending), F(compute_mode), F(persistence), F(minor),
+    F(events), F(gpm), {"mps", offsetof(gpu_t, mps_err)}, {"serial_err", offsetof(gpu_t, serial_err)},
+    {"pci_err", offsetof(gpu_t, pci_err)},
+};
+#undef F
+
+/* gpm_<id>=<value or error>: a GPM metric's value over any two samples */
+static int gpm_kv(gpm_vals_t *g, const char *k, const char *v) {
+    int id;
+    if (strncmp(k, "gpm_", 4)) return 0;
+    id = atoi(k + 4);
+    if (id <= 0 || id >= GPM_IDS) return 1;
+    g->err[id] = err_word(v);
+    if (!g->err[id]) g->v[id] = strtod(v, NULL);
+    return 1;
+}
+
+static int gpu_kv(gpu_t *g, const char *k, const char *v) {
+    size_t i;
+    for (i = 0; i < sizeof GPU_VALS / sizeof GPU_VALS[0]; i++)
+        if (!strcmp(k, GPU_VALS[i].key)) { *(val_t *)((char *)g + GPU_VALS[i].off) = parse_val(v); return 1; }
+    if (!strcmp(k, "serial")) { copy(g->serial, v); return 1; }
+    if (!strcmp(k, "bus_id")) { copy(g->bus_id, v); return 1; }
+    return gpm_kv(&g->gpmv, k, v);
+}
+
 static void parse_line(char *line) {
     char *p = line, *word, *k, *v;
     while (*p == ' ' || *p == '\t') p++;
@@ -174,9 +234,13 @@ static void parse_line(char *line) {
             else if (!strcmp(k, "graphics")) g.graphics_err = parse_val(v);
             else if (!strcmp(k, "lost")) g.lost = atoi(v);
             else if (!strcmp(k, "handle")) g.handle_err = err_word(v);
+            else gpu_kv(&g, k, v);
         }
         if (idx < 0) idx = S.ngpus;
         if (idx >= MAX_GPUS) return;
+        if (!g.serial[0]) snprintf(g.serial, 96, "13200000000%02d", idx);
+        if (!g.bus_id[0]) snprintf(g.bus_id, 96, "00000000:%02X:00.0", 0x10 + idx);
+        if (!g.minor.v && !g.minor.err) g.minor.v = (unsigned)idx;
         if (!g.uuid[0]) snprintf(g.uuid, 96, "GPU-00000000-0000-0000-0000-%012d", idx);
         if (!g.name[0]) copy(g.name, "NVIDIA Double");
         S.gpus[idx] = g;
@@ -197,6 +261,7 @@ static void parse_line(char *line) {
             else if (!strcmp(k, "mem_reserved")) m.mem_reserved = parse_val(v);
             else if (!strcmp(k, "gi")) m.gi = (unsigned)atoi(v);
             else if (!strcmp(k, "ci")) m.ci = (unsigned)atoi(v);
+            else gpm_kv(&m.gpm, k, v);
         }
         if (gpu < 0 || gpu >= MAX_GPUS || idx < 0 || idx >= MAX_MIG) return;
         if (!m.uuid[0]) snprintf(m.uuid, 96, "MIG-00000000-0000-0000-%04d-%012d", gpu, idx);
@@ -210,9 +275,21 @@ static void parse_line(char *line) {
             else if (!strcmp(k, "mig")) q.mig = atoi(v);
             else if (!strcmp(k, "pid")) q.pid = (unsigned)strtoul(v, NULL, 0);
             else if (!strcmp(k, "mem")) q.mem = parse_val(v).v;
-            else if (!strcmp(k, "type")) q.graphics = !strcmp(v, "graphics");
+            else if (!strcmp(k, "type")) q.graphics = !strcmp(v, "graphics") ? K_GRAPHICS : !strcmp(v, "mps") ? K_MPS : K_COMPUTE;
         }
         S.procs[S.nprocs++] = q;
+    } else if (!strcmp(word, "cuda")) {
+        if (next_kv(&p, &k, &v)) S.cuda = parse_val(k);
+    } else if (!strcmp(word, "xid")) {
+        xid_t x = {0, 0, 0};
+        if (S.nxids >= MAX_XIDS) return;
+        x.id = S.nxids + 1;
+        while (next_kv(&p, &k, &v)) {
+            if (!strcmp(k, "gpu")) x.gpu = atoi(v);
+            else if (!strcmp(k, "code")) x.code = strtoull(v, NULL, 0);
+            else if (!strcmp(k, "id")) x.id = atoi(v);
+        }
+        S.xids[S.nxids++] = x;
     } else if (!strcmp(word, "sample")) {
         sample_t s;
         if (S.nsamples >= MAX_SAMPLES) return;
@@ -256,6 +333,7 @@ static void refresh(void) {
     memset(&S, 0, sizeof S);
     S.stale_code = GPU_IS_LOST;
     snprintf(S.driver, sizeof S.driver, "550.54.15");
+    S.cuda.v = 12040;
     while (fgets(line, sizeof line, f)) parse_line(line);
     fclose(f);
     last_st = st;
@@ -294,8 +372,18 @@ static int resolve(nvmlDevice_t h, gpu_t **g, mig_t **m, int *gpu_index, int *mi
     return OK;
 }
 
+static void log_call(const char *what, long arg, int with_arg) {
+    const char *path = getenv("NVML_DOUBLE_LOG");
+    FILE *f;
+    if (!path || !(f = fopen(path, "a"))) return;
+    if (with_arg) fprintf(f, "%s timeout=%ld\n", what, arg);
+    else fprintf(f, "%s\n", what);
+    fclose(f);
+}
+
 #define RESOLVE(h) gpu_t *g; mig_t *m; int gidx, midx; \
-    int rc_ = resolve(h, &g, &m, &gidx, &midx); if (rc_) return rc_; (void)gidx; (void)midx;
+    int rc_; log_call(__func__, 0, 0); rc_ = resolve(h, &g, &m, &gidx, &midx); if (rc_) return rc_; \
+    (void)gidx; (void)midx;
 
 static int put_val(val_t x, unsigned *out) { if (x.err) return x.err; *out = (unsigned)x.v; return OK; }
 
@@ -510,7 +598,7 @@ static int procs_of(gpu_t *g, int gidx, int midx, int graphics, proc_t **out, in
     (void)g;
     for (i = 0; i < S.nprocs; i++) {
         proc_t *q = &S.procs[i];
-        if (q->gpu != gidx || q->graphics != graphics) continue;
+        if (q->gpu != gidx || q->graphics != graphics) continue;  /* graphics: the K_* kind */
         if (midx >= 0 && q->mig != midx) continue;
         if (out && n < max) out[n] = q;
         n++;
@@ -524,7 +612,7 @@ static int running(nvmlDevice_t h, int graphics, unsigned *count, void *buf, int
     int n, i, rc;
     val_t e;
     RESOLVE(h);
-    e = graphics ? g->graphics_err : g->compute_err;
+    e = graphics == K_MPS ? g->mps_err : graphics ? g->graphics_err : g->compute_err;
     if (e.err) return e.err;
     if (!count) return INVALID_ARGUMENT;
     n = procs_of(g, gidx, midx, graphics, scratch, MAX_PROCS);
@@ -687,6 +775,398 @@ EXPORT nvmlReturn_t nvmlDeviceGetProcessesUtilizationInfo(nvmlDevice_t h, pui_t 
     }
     info->processSamplesCount = (unsigned)n;
     info->lastSeenTimeStamp = newest;
+    return OK;
+}
+#endif
+
+/* ---- MPS clients (issue 22) ---------------------------------------------------------- */
+
+/* Clients of an MPS server (proc ... type=mps): listed only by this call, never by the
+ * compute list, which holds the server. */
+EXPORT nvmlReturn_t nvmlDeviceGetMPSComputeRunningProcesses_v2(nvmlDevice_t h, unsigned *c, proc_v2_t *p) { return running(h, K_MPS, c, p, 2); }
+#ifndef NO_MPS3
+EXPORT nvmlReturn_t nvmlDeviceGetMPSComputeRunningProcesses_v3(nvmlDevice_t h, unsigned *c, proc_v2_t *p) { return running(h, K_MPS, c, p, 3); }
+#endif
+
+/* ---- device health: clocks, reasons, violations, energy, errors, identity ------------- */
+
+/* The device-health calls answer NOT_SUPPORTED on MIG device handles, as real boards do
+ * for most of them (the parent GPU answers for the whole board). */
+#define WHOLE_GPU() if (m) return NOT_SUPPORTED;
+
+static int put_ull(val_t x, unsigned long long *out) { if (x.err) return x.err; *out = x.v; return OK; }
+
+EXPORT nvmlReturn_t nvmlDeviceGetClockInfo(nvmlDevice_t h, int type, unsigned *mhz) {
+    RESOLVE(h);
+    WHOLE_GPU();
+    if (type == 0 || type == 1) return put_val(g->sm_clock, mhz);  /* graphics, SM */
+    if (type == 2) return put_val(g->mem_clock, mhz);
+    return INVALID_ARGUMENT;
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetMaxClockInfo(nvmlDevice_t h, int type, unsigned *mhz) {
+    RESOLVE(h);
+    WHOLE_GPU();
+    if (type == 0 || type == 1) return put_val(g->sm_clock_max, mhz);
+    if (type == 2) return put_val(g->mem_clock_max, mhz);
+    return INVALID_ARGUMENT;
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetCurrentClocksThrottleReasons(nvmlDevice_t h, unsigned long long *r) {
+    RESOLVE(h);
+    WHOLE_GPU();
+    return put_ull(g->reasons, r);
+}
+
+#ifndef NO_CER
+EXPORT nvmlReturn_t nvmlDeviceGetCurrentClocksEventReasons(nvmlDevice_t h, unsigned long long *r) {
+    RESOLVE(h);
+    WHOLE_GPU();
+    return put_ull(g->reasons, r);
+}
+#endif
+
+typedef struct { unsigned long long referenceTime, violationTime; } violation_t;
+
+EXPORT nvmlReturn_t nvmlDeviceGetViolationStatus(nvmlDevice_t h, int policy, violation_t *out) {
+    val_t x;
+    RESOLVE(h);
+    WHOLE_GPU();
+    if (policy == 0) x = g->viol_power;
+    else if (policy == 1) x = g->viol_thermal;
+    else return NOT_SUPPORTED;
+    if (x.err) return x.err;
+    out->referenceTime = now_us();
+    out->violationTime = x.v;  /* ns */
+    return OK;
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetTotalEnergyConsumption(nvmlDevice_t h, unsigned long long *mj) {
+    RESOLVE(h);
+    WHOLE_GPU();
+    return put_ull(g->energy_mj, mj);
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetEnforcedPowerLimit(nvmlDevice_t h, unsigned *mw) {
+    RESOLVE(h);
+    WHOLE_GPU();
+    return put_val(g->power_limit_mw, mw);
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetPcieThroughput(nvmlDevice_t h, int counter, unsigned *kbs) {
+    RESOLVE(h);
+    WHOLE_GPU();
+    if (counter == 0) return put_val(g->pcie_tx_kbs, kbs);
+    if (counter == 1) return put_val(g->pcie_rx_kbs, kbs);
+    return INVALID_ARGUMENT;
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetPcieReplayCounter(nvmlDevice_t h, unsigned *n) {
+    RESOLVE(h);
+    WHOLE_GPU();
+    return put_val(g->replay, n);
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetEncoderUtilization(nvmlDevice_t h, unsigned *util, unsigned *period_us) {
+    RESOLVE(h);
+    WHOLE_GPU();
+    *period_us = 167000;
+    return put_val(g->enc, util);
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetDecoderUtilization(nvmlDevice_t h, unsigned *util, unsigned *period_us) {
+    RESOLVE(h);
+    WHOLE_GPU();
+    *period_us = 167000;
+    return put_val(g->dec, util);
+}
+
+/* errorType 0 corrected, 1 uncorrected; the volatile and aggregate counters are the same here */
+EXPORT nvmlReturn_t nvmlDeviceGetTotalEccErrors(nvmlDevice_t h, int type, int counter, unsigned long long *n) {
+    RESOLVE(h);
+    WHOLE_GPU();
+    if (counter != 0 && counter != 1) return INVALID_ARGUMENT;
+    if (type == 0) return put_ull(g->ecc_cor, n);
+    if (type == 1) return put_ull(g->ecc_unc, n);
+    return INVALID_ARGUMENT;
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetRemappedRows(nvmlDevice_t h, unsigned *cor, unsigned *unc, unsigned *pending,
+                                              unsigned *failure) {
+    int rc;
+    RESOLVE(h);
+    WHOLE_GPU();
+    if ((rc = put_val(g->remap_cor, cor)) || (rc = put_val(g->remap_unc, unc)) ||
+        (rc = put_val(g->remap_pending, pending)) || (rc = put_val(g->remap_failure, failure)))
+        return rc;
+    return OK;
+}
+
+/* cause 0: multiple single-bit errors, 1: a double-bit error; NVML's two-call protocol */
+EXPORT nvmlReturn_t nvmlDeviceGetRetiredPages(nvmlDevice_t h, int cause, unsigned *count, unsigned long long *addresses) {
+    val_t x;
+    unsigned i, n;
+    RESOLVE(h);
+    WHOLE_GPU();
+    if (cause == 0) x = g->retired_sbe;
+    else if (cause == 1) x = g->retired_dbe;
+    else return INVALID_ARGUMENT;
+    if (x.err) return x.err;
+    n = (unsigned)x.v;
+    if (n == 0) { *count = 0; return OK; }
+    if (!addresses || *count < n) { *count = n; return INSUFFICIENT_SIZE; }
+    for (i = 0; i < n; i++) addresses[i] = 0x100000ULL * (i + 1) + (unsigned long long)cause;
+    *count = n;
+    return OK;
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetRetiredPagesPendingStatus(nvmlDevice_t h, unsigned *pending) {
+    RESOLVE(h);
+    WHOLE_GPU();
+    return put_val(g->retired_pending, pending);
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetComputeMode(nvmlDevice_t h, unsigned *mode) {
+    RESOLVE(h);
+    WHOLE_GPU();
+    return put_val(g->compute_mode, mode);
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetPersistenceMode(nvmlDevice_t h, unsigned *mode) {
+    RESOLVE(h);
+    WHOLE_GPU();
+    return put_val(g->persistence, mode);
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetMinorNumber(nvmlDevice_t h, unsigned *minor) {
+    RESOLVE(h);
+    WHOLE_GPU();
+    return put_val(g->minor, minor);
+}
+
+typedef struct {
+    char busIdLegacy[16];
+    unsigned domain, bus, device, pciDeviceId, pciSubSystemId;
+    char busId[32];
+} pci_v3_t;
+
+EXPORT nvmlReturn_t nvmlDeviceGetPciInfo_v3(nvmlDevice_t h, pci_v3_t *pci) {
+    RESOLVE(h);
+    WHOLE_GPU();
+    if (g->pci_err.err) return g->pci_err.err;
+    memset(pci, 0, sizeof *pci);
+    memcpy(pci->busId, g->bus_id, sizeof pci->busId - 1);
+    memcpy(pci->busIdLegacy, g->bus_id + 4, sizeof pci->busIdLegacy - 1);
+    pci->bus = (unsigned)(0x10 + gidx);
+    pci->pciDeviceId = 0x233010de;
+    return OK;
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetSerial(nvmlDevice_t h, char *serial, unsigned length) {
+    RESOLVE(h);
+    WHOLE_GPU();
+    if (g->serial_err.err) return g->serial_err.err;
+    return put_str(g->serial, serial, length);
+}
+
+EXPORT nvmlReturn_t nvmlSystemGetCudaDriverVersion(int *version) {
+    refresh();
+    if (!initialised) return UNINITIALIZED;
+    if (S.cuda.err) return S.cuda.err;
+    *version = (int)S.cuda.v;
+    return OK;
+}
+
+EXPORT nvmlReturn_t nvmlSystemGetCudaDriverVersion_v2(int *version) { return nvmlSystemGetCudaDriverVersion(version); }
+
+/* Field values: the ids cgstat asks for; any other id answers NOT_SUPPORTED in its slot. */
+typedef union { double d; unsigned ui; unsigned long ul; unsigned long long ull; long long sll; int si; } value_t;
+typedef struct {
+    unsigned fieldId, scopeId;
+    long long timestamp, latencyUsec;
+    unsigned valueType;
+    int nvmlReturn;
+    value_t value;
+} field_t;  /* 40 bytes */
+
+static val_t *field_of(gpu_t *g, unsigned id) {
+    switch (id) {
+    case 3: return &g->ecc_cor;          /* NVML_FI_DEV_ECC_SBE_VOL_TOTAL */
+    case 4: return &g->ecc_unc;          /* NVML_FI_DEV_ECC_DBE_VOL_TOTAL */
+    case 82: return &g->mem_temp;        /* NVML_FI_DEV_MEMORY_TEMP */
+    case 94: return &g->replay;          /* NVML_FI_DEV_PCIE_REPLAY_COUNTER */
+    case 138: return &g->nvlink_tx_kib;  /* NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX (KiB) */
+    case 139: return &g->nvlink_rx_kib;  /* NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX (KiB) */
+    case 197: return &g->pcie_tx_bytes;  /* NVML_FI_DEV_PCIE_COUNT_TX_BYTES */
+    case 198: return &g->pcie_rx_bytes;  /* NVML_FI_DEV_PCIE_COUNT_RX_BYTES */
+    default: return NULL;
+    }
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetFieldValues(nvmlDevice_t h, int count, field_t *values) {
+    int i;
+    unsigned long long now = now_us();
+    RESOLVE(h);
+    WHOLE_GPU();
+    if (count < 0 || (count && !values)) return INVALID_ARGUMENT;
+    for (i = 0; i < count; i++) {
+        field_t *f = &values[i];
+        val_t *x = field_of(g, f->fieldId);
+        f->timestamp = (long long)now;
+        f->latencyUsec = 0;
+        f->valueType = 3;  /* NVML_VALUE_TYPE_UNSIGNED_LONG_LONG */
+        if (!x) { f->nvmlReturn = NOT_SUPPORTED; continue; }
+        f->nvmlReturn = x->err;
+        f->value.ull = x->err ? 0 : x->v;
+    }
+    return OK;
+}
+
+/* ---- XID events ------------------------------------------------------------------- */
+
+/* An event set remembers which `xid` statements (by id) it has delivered, across scenario
+ * changes: a test appends XIDs between ticks and each is delivered once. */
+#define EV_XID 0x8ULL  /* nvmlEventTypeXidCriticalError */
+typedef struct { unsigned long long reg[MAX_GPUS]; unsigned char done[MAX_XIDS + 1]; int freed; } evset_t;
+typedef struct { nvmlDevice_t device; unsigned long long eventType, eventData; unsigned gi, ci; } event_t;
+
+EXPORT nvmlReturn_t nvmlEventSetCreate(evset_t **set) {
+    refresh();
+    if (!initialised) return UNINITIALIZED;
+    *set = calloc(1, sizeof **set);
+    return *set ? OK : UNKNOWN;
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetSupportedEventTypes(nvmlDevice_t h, unsigned long long *types) {
+    RESOLVE(h);
+    WHOLE_GPU();
+    if (g->events.err) return g->events.err;
+    *types = EV_XID | 0x1ULL | 0x2ULL | 0x4ULL;  /* XID, single/double-bit ECC, P-state */
+    return OK;
+}
+
+EXPORT nvmlReturn_t nvmlDeviceRegisterEvents(nvmlDevice_t h, unsigned long long types, evset_t *set) {
+    RESOLVE(h);
+    WHOLE_GPU();
+    if (!set) return INVALID_ARGUMENT;
+    if (g->events.err) return g->events.err;
+    set->reg[gidx] |= types;
+    return OK;
+}
+
+static nvmlReturn_t wait_event(evset_t *set, event_t *data, unsigned timeout_ms) {
+    int i;
+    log_call("nvmlEventSetWait_v2", (long)timeout_ms, 1);
+    refresh();
+    if (!initialised) return UNINITIALIZED;
+    if (!set || !data) return INVALID_ARGUMENT;
+    for (i = 0; i < S.nxids; i++) {
+        xid_t *x = &S.xids[i];
+        if (x->id <= 0 || x->id > MAX_XIDS || set->done[x->id]) continue;
+        if (x->gpu < 0 || x->gpu >= S.ngpus || !(set->reg[x->gpu] & EV_XID)) continue;
+        set->done[x->id] = 1;
+        data->device = make_handle(x->gpu, -1);
+        data->eventType = EV_XID;
+        data->eventData = x->code;
+        data->gi = data->ci = 0xFFFFFFFFu;
+        return OK;
+    }
+    return 10;  /* NVML_ERROR_TIMEOUT: nothing pending (the double never blocks) */
+}
+
+EXPORT nvmlReturn_t nvmlEventSetWait_v2(evset_t *set, event_t *data, unsigned timeout_ms) { return wait_event(set, data, timeout_ms); }
+EXPORT nvmlReturn_t nvmlEventSetWait(evset_t *set, event_t *data, unsigned timeout_ms) { return wait_event(set, data, timeout_ms); }
+
+EXPORT nvmlReturn_t nvmlEventSetFree(evset_t *set) {
+    if (!set) return INVALID_ARGUMENT;
+    free(set);
+    return OK;
+}
+
+/* ---- GPM (Hopper and later) ------------------------------------------------------- */
+
+#ifndef NO_GPM
+typedef struct { int taken, gpu, gi; unsigned long long seq; } gpm_sample_t;
+typedef struct { const char *shortName, *longName, *unit; } metric_info_t;
+typedef struct { unsigned metricId; int nvmlReturn; double value; metric_info_t info; } gpm_metric_t;  /* 40 */
+typedef struct { unsigned version, numMetrics; gpm_sample_t *sample1, *sample2; gpm_metric_t metrics[477]; } gpm_get_t;
+typedef struct { unsigned version, isSupportedDevice; } gpm_support_t;
+
+static unsigned long long gpm_seq;
+
+EXPORT nvmlReturn_t nvmlGpmQueryDeviceSupport(nvmlDevice_t h, gpm_support_t *support) {
+    RESOLVE(h);
+    if (!support) return INVALID_ARGUMENT;
+    if (support->version != 1) return ARGUMENT_VERSION_MISMATCH;
+    WHOLE_GPU();
+    if (g->gpm.err) return g->gpm.err;
+    support->isSupportedDevice = g->gpm.v ? 1 : 0;
+    return OK;
+}
+
+EXPORT nvmlReturn_t nvmlGpmSampleAlloc(gpm_sample_t **s) {
+    if (!s) return INVALID_ARGUMENT;
+    *s = calloc(1, sizeof **s);
+    return *s ? OK : UNKNOWN;
+}
+
+EXPORT nvmlReturn_t nvmlGpmSampleFree(gpm_sample_t *s) {
+    if (!s) return INVALID_ARGUMENT;
+    free(s);
+    return OK;
+}
+
+EXPORT nvmlReturn_t nvmlGpmSampleGet(nvmlDevice_t h, gpm_sample_t *s) {
+    RESOLVE(h);
+    WHOLE_GPU();
+    if (!s) return INVALID_ARGUMENT;
+    if (g->gpm.err) return g->gpm.err;
+    if (!g->gpm.v) return NOT_SUPPORTED;
+    s->taken = 1; s->gpu = gidx; s->gi = -1; s->seq = ++gpm_seq;
+    return OK;
+}
+
+EXPORT nvmlReturn_t nvmlGpmMigSampleGet(nvmlDevice_t h, unsigned gi, gpm_sample_t *s) {
+    int i;
+    RESOLVE(h);
+    WHOLE_GPU();
+    if (!s) return INVALID_ARGUMENT;
+    if (!g->gpm.v || g->gpm.err) return g->gpm.err ? g->gpm.err : NOT_SUPPORTED;
+    for (i = 0; i < MAX_MIG; i++) {
+        if (g->migs[i].present && g->migs[i].gi == gi) {
+            s->taken = 1; s->gpu = gidx; s->gi = (int)gi; s->seq = ++gpm_seq;
+            return OK;
+        }
+    }
+    return INVALID_ARGUMENT;
+}
+
+EXPORT nvmlReturn_t nvmlGpmMetricsGet(gpm_get_t *mg) {
+    gpu_t *g;
+    gpm_vals_t *vals = NULL;
+    unsigned i;
+    int k;
+    log_call("nvmlGpmMetricsGet", 0, 0);
+    refresh();
+    if (!initialised) return UNINITIALIZED;
+    if (!mg) return INVALID_ARGUMENT;
+    if (mg->version != 1) return ARGUMENT_VERSION_MISMATCH;
+    if (!mg->sample1 || !mg->sample2 || !mg->sample1->taken || !mg->sample2->taken) return INVALID_ARGUMENT;
+    if (mg->sample1->gpu != mg->sample2->gpu || mg->sample1->gi != mg->sample2->gi) return INVALID_ARGUMENT;
+    if (mg->sample2->seq <= mg->sample1->seq) return INVALID_ARGUMENT;  /* sample2 must be the later one */
+    if (mg->numMetrics > 477) return INVALID_ARGUMENT;
+    if (mg->sample1->gpu >= S.ngpus) return INVALID_ARGUMENT;
+    g = &S.gpus[mg->sample1->gpu];
+    if (mg->sample1->gi < 0) vals = &g->gpmv;
+    else for (k = 0; k < MAX_MIG; k++)
+        if (g->migs[k].present && (int)g->migs[k].gi == mg->sample1->gi) vals = &g->migs[k].gpm;
+    if (!vals) return INVALID_ARGUMENT;
+    for (i = 0; i < mg->numMetrics; i++) {
+        gpm_metric_t *x = &mg->metrics[i];
+        if (x->metricId == 0 || x->metricId >= GPM_IDS) { x->nvmlReturn = NOT_SUPPORTED; continue; }
+        x->nvmlReturn = vals->err[x->metricId];
+        x->value = x->nvmlReturn ? 0.0 : vals->v[x->metricId];
+    }
     return OK;
 }
 #endif

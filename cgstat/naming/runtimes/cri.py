@@ -1,9 +1,12 @@
-"""CRI containers' OCI specs: the annotations containerd and CRI-O write into config.json.
+"""Containers' OCI specs: the annotations containerd and CRI-O write into config.json.
 
-Reads /run/containerd/io.containerd.runtime.v2.task/<namespace>/<id>/config.json
-(containerd) and <containers/storage>/<driver>-containers/<id>/userdata/config.json
+Reads <state>/io.containerd.runtime.v2.task/<namespace>/<id>/config.json (containerd; the
+state folders are daemons.Daemons': /run/containerd, or a running containerd's --state or
+its config's `state`) and <containers/storage>/<driver>-containers/<id>/userdata/config.json
 (CRI-O; the store's layout is naming/runtimes/storage.py's); the CRI annotations name the
-container, its image, its pod and whether it is the pod's sandbox.
+container, its image, its pod and whether it is the pod's sandbox. A containerd container
+without them (nerdctl, `ctr run`, in any namespace but Docker's own "moby") is still a
+containerd container: named by nerdctl's "nerdctl/name" annotation when it has one.
 """
 
 from __future__ import annotations
@@ -13,7 +16,8 @@ from typing import Any, List, Optional
 from cgstat.naming.runtimes.entry import ContainerEntry, str_dict
 from cgstat.naming.runtimes.trust import LookupPass
 
-CONTAINERD_TASKS = "/run/containerd/io.containerd.runtime.v2.task"
+DOCKER_NAMESPACE = "moby"  # dockerd's own containers: named from Docker's state
+NERDCTL_NAME = "nerdctl/name"  # nerdctl's labels are copied into the spec's annotations
 
 # The CRI annotations each runtime puts in a container's OCI spec:
 # (container type, container name, image, pod namespace, pod name)
@@ -45,11 +49,16 @@ def entry_from_spec(obj: Any, runtime: str) -> Optional[ContainerEntry]:
 
 def containerd_entry(lookup: LookupPass, tasks: str, namespaces: List[str],
                      cid: str) -> Optional[ContainerEntry]:
-    """containerd's entry of cid in the last of its namespaces (`tasks`: local path) that has it."""
-    entry = None
+    """containerd's entry of cid in the last of its namespaces (`tasks`: local path) that
+    has it with CRI annotations; else a plain containerd entry from another namespace."""
+    entry = plain = None
     for ns in namespaces:
-        entry = entry_from_spec(lookup.read(tasks, [ns, cid, "config.json"], "containerd"), "containerd") or entry
-    return entry
+        spec = lookup.read(tasks, [ns, cid, "config.json"], "containerd")
+        entry = entry_from_spec(spec, "containerd") or entry
+        if entry is None and plain is None and ns != DOCKER_NAMESPACE and isinstance(spec, dict):
+            ann = str_dict(spec.get("annotations")) or {}
+            plain = ContainerEntry(runtime="containerd", name=ann.get(NERDCTL_NAME))
+    return entry or plain
 
 
 def crio_entry(lookup: LookupPass, storage: str, drivers: List[str], cid: str) -> Optional[ContainerEntry]:

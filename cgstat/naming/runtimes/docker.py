@@ -1,22 +1,23 @@
 """Docker's state: a container's config.v2.json, and where dockerd keeps it.
 
 Reads <data root>/containers/<id>/config.v2.json (Name, Config.Image, Config.Labels, incl.
-io.kubernetes.* under dockershim); the data root is /var/lib/docker, or /etc/docker/
-daemon.json "data-root" when set. Rootless Docker: ~/.local/share/docker/containers/<id>/
-config.v2.json of the one user whose subtree holds the cgroup (naming/runtimes/trust.py).
+io.kubernetes.* under dockershim); the data roots are daemons.Daemons' (/var/lib/docker,
+daemon.json "data-root", a running dockerd's --data-root, or --docker-data-root); a
+changed file (docker rename) is re-read (watch.py says which; `signature` is its stat).
+Rootless Docker:
+~/.local/share/docker/containers/<id>/config.v2.json of the one user whose subtree holds
+the cgroup (naming/runtimes/trust.py).
 """
 
 from __future__ import annotations
 
-from typing import Any, Collection, Dict, Optional
+import os
+from typing import Any, Collection, Dict, Optional, Tuple
 
-import orjson
-
-from cgstat.kernel.hostfs import HostFS, ReadError, read_untrusted
+from cgstat.kernel.hostfs import ReadError, open_dir_under
 from cgstat.naming.runtimes.entry import ContainerEntry, str_dict
-from cgstat.naming.runtimes.trust import CONFIG_MAX, LookupPass
+from cgstat.naming.runtimes.trust import LookupPass
 
-DEFAULT_ROOT = "/var/lib/docker"
 ROOTLESS = (".local", "share", "docker", "containers")  # below a user's home
 
 
@@ -40,21 +41,29 @@ def entry_from_config(obj: Any) -> Optional[ContainerEntry]:
     )
 
 
-def data_root(fs: HostFS) -> str:
-    """dockerd's data root as a host path: daemon.json's absolute "data-root", or the default."""
+CONFIG = "config.v2.json"
+Signature = Tuple[int, int, int]  # (inode, mtime ns, size) of a state file
+
+
+def signature(folder: str, name: str = CONFIG) -> Optional[Signature]:
+    """The identity of <folder>/<name> (local path), the file's link not followed; None
+    when it can't be seen."""
     try:
-        conf = orjson.loads(read_untrusted(fs.path("/etc/docker/daemon.json"), CONFIG_MAX))
-    except (ReadError, orjson.JSONDecodeError):
-        return DEFAULT_ROOT
-    root = conf.get("data-root") if isinstance(conf, dict) else None
-    if isinstance(root, str) and root.startswith("/") and root.rstrip("/"):
-        return root.rstrip("/")
-    return DEFAULT_ROOT
+        fd = open_dir_under(folder, [])
+    except ReadError:
+        return None
+    try:
+        st = os.stat(name, dir_fd=fd, follow_symlinks=False)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    return (st.st_ino, st.st_mtime_ns, st.st_size)
 
 
 def system_entry(lookup: LookupPass, containers: str, cid: str) -> Optional[ContainerEntry]:
     """The system Docker's entry of cid; `containers` is <data root>/containers (local path)."""
-    return entry_from_config(lookup.read(containers, [cid, "config.v2.json"], "Docker"))
+    return entry_from_config(lookup.read(containers, [cid, CONFIG], "Docker"))
 
 
 def rootless_entry(lookup: LookupPass, home: str, cid: str,

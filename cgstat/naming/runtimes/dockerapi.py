@@ -1,13 +1,15 @@
 """The Docker Engine API over its socket: GET /containers/<id>/json, within time limits.
 
-Used only for a system Docker container whose state file can't be read (a moved data root,
-no permission). Talks to /var/run/docker.sock (under the host root); no other file.
+Used only for a system container whose state file can't be read (a moved data root, no
+permission). Talks to the sockets daemons.Daemons names (/var/run/docker.sock under the
+host root, daemon.json "hosts", a running dockerd's -H, or --docker-host / DOCKER_HOST
+alone when given); no other file.
 """
 
 from __future__ import annotations
 
 import time
-from typing import Optional, Tuple
+from typing import Callable, Dict, List, Optional, Tuple
 
 import orjson
 
@@ -18,7 +20,8 @@ from cgstat.naming.runtimes.trust import CONFIG_MAX
 
 TIMEOUT_S = 0.5  # one API call, connect to last byte
 BUDGET_S = 1.0  # API calls, per lookup pass
-BACKOFF_S = 60.0  # no API call for this long after a timeout or failed connect
+BACKOFF_S = 60.0  # no call to a socket for this long after a timeout or failed connect
+DEFAULT_SOCKET = "/var/run/docker.sock"
 
 
 class DockerAPI:
@@ -30,27 +33,34 @@ class DockerAPI:
     ID a timeout, one after another.
     """
 
-    def __init__(self, fs: HostFS):
+    def __init__(self, fs: HostFS, sockets: Optional[Callable[[], List[str]]] = None):
         self.fs = fs
-        self.paused_until = 0.0
+        self.sockets = sockets or (lambda: [fs.path(DEFAULT_SOCKET)])  # local paths, in order
+        self.paused_until: Dict[str, float] = {}  # socket -> no call before then
 
     def lookup(self, cid: str, budget_deadline: float) -> Optional[ContainerEntry]:
-        now = time.monotonic()
-        if now < self.paused_until or now >= budget_deadline:
-            return None
-        status, body = _docker_get(self.fs, cid, min(TIMEOUT_S, budget_deadline - now))
-        if status is None:
-            self.paused_until = time.monotonic() + BACKOFF_S
-            return None
-        return _api_entry(status, body)
+        for sock in self.sockets():
+            now = time.monotonic()
+            if now >= budget_deadline:
+                return None
+            if now < self.paused_until.get(sock, 0.0):
+                continue
+            status, body = _docker_get(sock, cid, min(TIMEOUT_S, budget_deadline - now))
+            if status is None:
+                self.paused_until[sock] = time.monotonic() + BACKOFF_S
+                continue
+            entry = _api_entry(status, body)
+            if entry is not None:
+                return entry
+        return None
 
 
 def docker_api(fs: HostFS, cid: str, timeout_s: float = TIMEOUT_S) -> Optional[ContainerEntry]:
     """One GET /containers/<id>/json (no budget, no pause): the entry, or None."""
-    return _api_entry(*_docker_get(fs, cid, timeout_s))
+    return _api_entry(*_docker_get(fs.path(DEFAULT_SOCKET), cid, timeout_s))
 
 
-def _docker_get(fs: HostFS, cid: str, timeout_s: float) -> Tuple[Optional[int], bytes]:
+def _docker_get(sock_path: str, cid: str, timeout_s: float) -> Tuple[Optional[int], bytes]:
     """(HTTP status, body) of GET /containers/<cid>/json; (None, b"") when the socket is
     absent, refuses, or does not answer in timeout_s.
 
@@ -61,7 +71,6 @@ def _docker_get(fs: HostFS, cid: str, timeout_s: float) -> Tuple[Optional[int], 
 
     if not HEX64.match(cid):
         return None, b""
-    sock_path = fs.path("/var/run/docker.sock")
     deadline = time.monotonic() + timeout_s
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:

@@ -2,12 +2,16 @@
 the record's `container` and `pod` objects from what was found.
 
 Looks up, only for the 64-hex IDs of live cgroups not named yet, in the runtimes' state
-(docker.py, cri.py, storage.py, kubelet.py, under the trust rules of trust.py), then the
-Docker API (dockerapi.py) for a system Docker container still unnamed. An ID seen for the
-first time is looked up at once (a container that lives 1.5 s is named); one still unknown
-is retried every _RETRY_UNKNOWN_S; a pass stops reading after _BUDGET_S (said once).
-Entries of containers that are gone are forgotten (retain). Reads itself only
-/proc/<pid>/comm of a pod's members and their cgroup.procs (pause detection).
+(docker.py, cri.py, storage.py, kubelet.py, under the trust rules of trust.py, in the
+places daemons.py finds), then the Docker API (dockerapi.py) for a system container still
+unnamed. A bare 64-hex folder under no runtime's known parent (paths.py's "candidate") is
+a container only when one of these knows its ID (`promote`). An ID seen for the first time
+is looked up at once (a container that lives 1.5 s is named); one still unknown is retried
+every _RETRY_UNKNOWN_S; a pass stops reading after _BUDGET_S (said once). When Docker's
+own cgroups (docker-<id>.scope, /docker/<id>) get no name on a host with Docker (a data
+root or socket exists), one warning says where cgstat looked and what to set. A Docker entry is re-read when its config.v2.json changes (a
+rename; watch.py tells which, on each tick, without reading them). Entries of containers that are gone are forgotten (retain). Reads itself
+only /proc/<pid>/comm of a pod's members and their cgroup.procs (pause detection).
 """
 
 from __future__ import annotations
@@ -20,10 +24,12 @@ from cgstat.kernel import parse
 from cgstat.kernel.hostfs import HostFS, ReadError, read_text
 from cgstat.naming.paths import PathInfo
 from cgstat.naming.runtimes import cri, docker, kubelet, storage
-from cgstat.naming.runtimes.dockerapi import BUDGET_S as _API_BUDGET_S
+from cgstat.naming.runtimes.daemons import CONTAINERD_TASKS, Daemons
+from cgstat.naming.runtimes.dockerapi import BUDGET_S as API_BUDGET_S
 from cgstat.naming.runtimes.dockerapi import DockerAPI
 from cgstat.naming.runtimes.entry import HEX64, ContainerEntry, Key
 from cgstat.naming.runtimes.trust import Budget, LookupPass, homes_of, owners_for, passwd_homes
+from cgstat.naming.runtimes.watch import StateWatch
 from cgstat.records import Container, Pod
 
 _RETRY_UNKNOWN_S = 60.0  # an ID no state named is looked up again after this long
@@ -34,8 +40,9 @@ class Identities:
     """Fills the `container` object of records; caches what the state files said per ID."""
 
     def __init__(self, fs: HostFS, warn: Optional[Callable[[str, str], None]] = None,
-                 read_state: bool = True):
+                 read_state: bool = True, daemons: Optional[Daemons] = None):
         self.fs = fs
+        self.daemons = daemons or Daemons(fs)
         self.warn = warn
         self.read_state = read_state  # False: IDs from paths only (what naming costs, bench/)
         self._names: Dict[Key, ContainerEntry] = {}
@@ -43,7 +50,12 @@ class Identities:
         self._pods: Dict[str, Tuple[str, str]] = {}  # system pod uid -> (namespace, name)
         self._pod_dirs: Dict[str, List[str]] = {}  # pod uid -> kubelet container log folders
         self._pods_tried: Dict[str, float] = {}
-        self._api = DockerAPI(fs)
+        self._api = DockerAPI(fs, self._sockets)
+        # Docker entries read from a config.v2.json: key -> <data root>/containers (a
+        # local path), and the watch that says when one changes (docker rename)
+        self._docker_files: Dict[Key, str] = {}
+        self._watch: StateWatch[Key] = StateWatch(docker.signature)
+        self._asked_daemons: Set[str] = set()  # IDs the running daemons were looked at for
         self._pause: Dict[Key, bool] = {}
         # (uid of the subtree, pod uid) -> this tick's application container IDs: a pod-like
         # cgroup a user makes can't change what a system pod's members are.
@@ -63,7 +75,7 @@ class Identities:
         todo: Dict[Key, Optional[str]] = {}
         pods: Set[str] = set()
         for info in infos:
-            if info.kind == "container" and info.id and HEX64.match(info.id):
+            if info.kind in ("container", "candidate") and info.id and HEX64.match(info.id):
                 key = (info.user_uid, info.id)
                 if key not in self._names and self._due(self._tried.get(key), now):
                     todo[key] = info.runtime
@@ -75,9 +87,59 @@ class Identities:
         if todo or pods:
             self._lookup(todo, pods, now)
 
+    def promote(self, info: PathInfo) -> Optional[PathInfo]:
+        """The container a candidate is, when a runtime's state knows its ID; else None."""
+        entry = self._entry(info) if info.kind == "candidate" else None
+        if entry is None:
+            return None
+        return info._replace(kind="container", runtime=entry.runtime)
+
+    def recheck(self) -> None:
+        """Re-read the Docker entries whose config.v2.json changed (docker rename, a label
+        update) since the last tick."""
+        if not self.read_state or not self._docker_files:
+            return
+        changed = [key for key in self._watch.changed() if key in self._docker_files]
+        if not changed:
+            return
+        lookup = LookupPass(Budget(_BUDGET_S))
+        for key in changed:
+            self._read_docker(lookup, key, self._docker_files[key])
+        self._report(lookup)
+
+    def _read_docker(self, lookup: LookupPass, key: Key, containers: str) -> Optional[ContainerEntry]:
+        """The entry in <containers>/<id>/config.v2.json, then followed for changes (the
+        watch is set before the read: a change after it is seen on the next tick)."""
+        folder = containers + "/" + key[1]
+        self._watch.watch(key, folder, docker.CONFIG, docker.signature(folder))
+        entry = docker.system_entry(lookup, containers, key[1])
+        if entry is None:
+            self._watch.forget(key)
+            return None
+        self._docker_files[key] = containers
+        if key in self._names and self._names[key].runtime == "docker":
+            self._names[key] = entry
+        return entry
+
+    def close(self) -> None:
+        """Release the watches."""
+        self._watch.close()
+        self._docker_files.clear()
+
+    def _docker_present(self) -> bool:
+        """A Docker data root or socket exists (the ones known or found, or the given ones)."""
+        roots = [self.fs.path(root) for root in self.daemons.docker_roots()]
+        return any(os.path.exists(p) for p in roots + self._sockets())
+
+    def _sockets(self) -> List[str]:
+        given = self.daemons.config.docker_host is not None
+        return [s if given else self.fs.path(s) for s in self.daemons.docker_sockets()]
+
     def refresh(self) -> None:
         """Forget every answer: the next refresh_if_new looks everything up again."""
         self._names.clear()
+        self._docker_files.clear()
+        self._watch.retain(lambda k: False)
         self._tried.clear()
         self._pods.clear()
         self._pod_dirs.clear()
@@ -101,14 +163,22 @@ class Identities:
                 if not lookup.budget.left():
                     break
                 self._lookup_user(lookup, uid, {cid for u, cid in todo if u == uid}, passwd)
-        api_deadline = time.monotonic() + _API_BUDGET_S
+        api_deadline = time.monotonic() + API_BUDGET_S
         for cid, runtime in sorted(system.items()):
-            # Only Docker's own cgroups (docker-<id>.scope, /docker/<id>) outside users'
-            # subtrees: those are the only IDs dockerd can know.
-            if runtime == "docker" and (None, cid) not in lookup.found:
+            # Only Docker's own cgroups (docker-<id>.scope, /docker/<id>) and bare IDs
+            # outside users' subtrees: those are the only IDs dockerd can know.
+            if runtime in ("docker", None) and (None, cid) not in lookup.found:
                 entry = self._api.lookup(cid, api_deadline)
                 if entry:
                     lookup.found[(None, cid)] = entry
+        unnamed = sorted(cid for cid, runtime in system.items() if runtime == "docker" and (None, cid) not in lookup.found)
+        # (only where Docker is there at all: a host without it, or a recording of one,
+        # has nothing to set; a bare runc container at /docker/<id> is not Docker's)
+        if unnamed and self.warn is not None and self._docker_present():
+            self.warn("docker-state", f"{len(unnamed)} Docker containers (e.g. {unnamed[0][:12]}) have no "
+                      f"readable state ({self.daemons.where()}): their names, images and labels are "
+                      "missing; give dockerd's data root with --docker-data-root, or its socket with "
+                      "--docker-host or DOCKER_HOST")
         for key in todo:
             if key in lookup.found:
                 self._names[key] = lookup.found[key]
@@ -132,20 +202,41 @@ class Identities:
                       f"after {_RETRY_UNKNOWN_S:g} s)")
 
     def _lookup_system(self, lookup: LookupPass, ids: Dict[str, Optional[str]]) -> None:
+        self._lookup_system_in(lookup, set(ids))
+        missing = {cid for cid in ids if (None, cid) not in lookup.found}
+        # Not where the fixed places and daemon.json say: the running daemons' command
+        # lines may name another data root or containerd state. Looked at for IDs not
+        # asked about before (at most once a minute): a folder no runtime knows, retried
+        # every minute, does not cost a walk of /proc each time.
+        new = missing - self._asked_daemons
+        if new and lookup.budget.left() and self.daemons.due():
+            self._asked_daemons |= missing
+            if self.daemons.find():
+                self._lookup_system_in(lookup, missing)
+
+    def _lookup_system_in(self, lookup: LookupPass, ids: Set[str]) -> None:
         fs = self.fs
-        containers = fs.path(docker.data_root(fs) + "/containers")
-        tasks = fs.path(cri.CONTAINERD_TASKS)
+        roots = [fs.path(root + "/containers") for root in self.daemons.docker_roots()]
+        tasks = [fs.path(state + "/" + CONTAINERD_TASKS) for state in self.daemons.containerd_states()]
         store = fs.path(storage.STORAGE)
         # No exists()/isdir() first: they say False on EACCES (a 0700 /var/lib/containers
         # as a non-root user), which hid the missing names; the open says "denied".
-        namespaces = lookup.subdirs(tasks, [], "containerd")
+        namespaces = [(t, lookup.subdirs(t, [], "containerd")) for t in tasks]
         drivers = storage.driver_folders(lookup.subdirs(store, [], "Podman and CRI-O"))
         for cid in sorted(ids):
             if not lookup.budget.left():
                 return
-            # Later sources win, as CRI annotations say more than Docker's config.
-            entry = docker.system_entry(lookup, containers, cid)
-            entry = cri.containerd_entry(lookup, tasks, namespaces, cid) or entry
+            # Later sources win, as CRI annotations say more than Docker's config; a plain
+            # containerd entry (no CRI annotations) only names what nothing else does.
+            entry = None
+            for containers in roots:
+                entry = self._read_docker(lookup, (None, cid), containers)
+                if entry:
+                    break
+            for t, names in namespaces:
+                found = cri.containerd_entry(lookup, t, names, cid)
+                if found and (entry is None or found.k8s_pod is not None):
+                    entry = found
             entry = cri.crio_entry(lookup, store, drivers, cid) or entry
             if entry:
                 lookup.found[(None, cid)] = entry
@@ -219,6 +310,9 @@ class Identities:
         live = set(live_ids)
         self._pause = {k: v for k, v in self._pause.items() if k[1] in live}
         self._names = {k: v for k, v in self._names.items() if k[1] in live}
+        self._docker_files = {k: v for k, v in self._docker_files.items() if k[1] in live}
+        self._watch.retain(lambda k: k[1] in live)
+        self._asked_daemons &= live
         self._tried = {k: v for k, v in self._tried.items() if k[1] in live}
         self._pods = {k: v for k, v in self._pods.items() if k in live}
         self._pod_dirs = {k: v for k, v in self._pod_dirs.items() if k in live}

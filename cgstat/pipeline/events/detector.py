@@ -4,7 +4,6 @@ counters' rises and the kernel log's kills make the oom_kill events (kills.py)."
 
 from __future__ import annotations
 
-import math
 import time
 from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, Iterator, List, Mapping, Optional, Set, Tuple, Union
 
@@ -14,23 +13,18 @@ from cgstat.pipeline.events.kills import OomLedger, Rise
 from cgstat.pipeline.events.rules import CGROUP_RULES, GPU_RULES, GpuRule
 from cgstat.pipeline.events.thresholds import Thresholds
 from cgstat.pipeline.events.window import Sample
-from cgstat.pipeline.record import rfc3339
+from cgstat.numbers import finite
+from cgstat.timestamps import rfc3339
 from cgstat.records import EventRecord, JsonObject
 from cgstat.timestamps import parse_ts
 
 if TYPE_CHECKING:
-    from cgstat.naming.kills import NamedKill
+    from cgstat.naming.kills import LateCount, NamedKill
 
     Kills = Union[None, List[NamedKill], Callable[[], List[NamedKill]]]
+    Late = Union[None, List[LateCount], Callable[[], List[LateCount]]]
 
 _new_sample = tuple.__new__  # Sample(...) without the Python-level __new__: once per cgroup per tick
-
-
-def _number(value: Any) -> Optional[float]:
-    """record.number_at's rule for one value: a finite number, else None."""
-    if value is None or isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        return None
-    return value
 
 
 class _Tick:
@@ -68,17 +62,18 @@ class EventDetector:
         return [rule(self.th) for rule in GPU_RULES]
 
     def observe(self, records: Iterable[Mapping[str, Any]], now: Optional[float] = None,
-                kills: Kills = None) -> List[EventRecord]:
+                kills: Kills = None, late: Late = None) -> List[EventRecord]:
         """The events of one tick (possibly none), given that tick's records. `kills`: the
-        tick's OOM kills from the kernel log (Sampler.kills), or a function giving them."""
+        tick's OOM kills from the kernel log (Sampler.kills), or a function giving them;
+        `late`: gone cgroups' OOM-kill counters read as they changed (Sampler.late_counts)."""
         now = None if now is None else float(now)  # a sample's time is a float (Window)
         tick = _Tick()
         for r in records:
             self._feed(tick, r, now)
-        return self._end(tick, kills)
+        return self._end(tick, kills, late)
 
     def watch(self, records: Iterable[Mapping[str, Any]], now: Optional[float] = None,
-              kills: Kills = None) -> Iterator[JsonObject]:
+              kills: Kills = None, late: Late = None) -> Iterator[JsonObject]:
         """observe() for a tick whose records come one at a time: each record, observed as
         it passes, then the events of the tick. Holds no record once it has passed (GPU
         device records, few, until the end of the tick). `kills` as for observe(); a
@@ -88,7 +83,7 @@ class EventDetector:
         for r in records:
             self._feed(tick, r, now)
             yield r
-        yield from self._end(tick, kills)
+        yield from self._end(tick, kills, late)
 
     def forget(self) -> None:
         """Drop every history and open episode (e.g. after the sampler was reset)."""
@@ -110,14 +105,25 @@ class EventDetector:
             tick.stamp = r
         self._observe_cgroup(path, r, now, tick)
 
-    def _end(self, tick: _Tick, kills: Kills = None) -> List[EventRecord]:
+    def _end(self, tick: _Tick, kills: Kills = None, late: Late = None) -> List[EventRecord]:
         events, seen = tick.events, tick.seen
         found = (kills() if callable(kills) else kills) or []
         stamp = tick.stamp
         if stamp is not None:
             self._host = stamp.get("host")
+        ts = stamp.get("ts") if stamp is not None else rfc3339(time.time())
+        for lc in (late() if callable(late) else late) or ():
+            # a cgroup gone by this tick whose counter moved after its last record
+            h = self._cgroups.get(lc.cgroup)
+            before = h.last.oom_kills_total if h is not None and h.last is not None else None
+            if lc.cgroup not in seen and before is not None and lc.oom_kills_total > before:
+                rec = {"type": "cgroup", "cgroup": lc.cgroup, "container": lc.container, "pod": lc.pod,
+                       "unit": lc.unit, "ts": ts, "host": self._host}
+                last = h.last if h is not None else None
+                tick.oom_rises.append(Rise(lc.cgroup, int(lc.oom_kills_total - before), lc.oom_kills_total, rec,
+                                           last.limit_bytes if last else None,
+                                           last.working_set_bytes if last else None, None, False))
         if tick.oom_rises or found:
-            ts = stamp.get("ts") if stamp is not None else rfc3339(time.time())
             events.extend(self._oom.judge(tick.oom_rises, found, ts, self._host))
         events.extend(deepest_only(tick.hierarchical))
         for path in [p for p in self._cgroups if p not in seen]:
@@ -133,7 +139,7 @@ class EventDetector:
     def _observe_cgroup(self, path: str, r: Mapping[str, Any], now: Optional[float], tick: _Tick) -> None:
         th = self.th
         h = self._cgroups.get(path)
-        interval = _number(r.get("interval_s"))
+        interval = finite(r.get("interval_s"))
         if h is None or interval is None:  # first sample, or a new life of the cgroup
             h = self._cgroups[path] = History()
             h.t = now if now is not None else (parse_ts(r.get("ts")) or 0.0)
@@ -143,25 +149,25 @@ class EventDetector:
         gpu = r.get("gpu")
         sm = gprocs = None
         if isinstance(gpu, dict):
-            sm = _number(gpu.get("sm_percent"))
+            sm = finite(gpu.get("sm_percent"))
             procs = gpu.get("processes")
             gprocs = len(procs) if isinstance(procs, list) else None
         # number_at's rules (a finite number, else None), one lookup of each object
         mem, cpu, pids = r.get("memory"), r.get("cpu"), r.get("pids")
         high = high_bytes = None
         if isinstance(mem, dict):
-            ws, limit, kills = (_number(mem.get("working_set_bytes")), _number(mem.get("limit_bytes")),
-                                _number(mem.get("oom_kills_total")))
+            ws, limit, kills = (finite(mem.get("working_set_bytes")), finite(mem.get("limit_bytes")),
+                                finite(mem.get("oom_kills_total")))
             events = mem.get("events_local") or mem.get("events")
             if events.__class__ is dict:
-                high, high_bytes = _number(events.get("high")), _number(mem.get("high_bytes"))
+                high, high_bytes = finite(events.get("high")), finite(mem.get("high_bytes"))
         else:
             ws = limit = kills = None
-        forks = _number(pids.get("events_max_total")) if isinstance(pids, dict) else None
+        forks = finite(pids.get("events_max_total")) if isinstance(pids, dict) else None
         if isinstance(cpu, dict):
             usage, periods, throttled, cores = (
-                _number(cpu.get("usage_seconds_total")), _number(cpu.get("periods_total")),
-                _number(cpu.get("throttled_periods_total")), _number(cpu.get("limit_cores")))
+                finite(cpu.get("usage_seconds_total")), finite(cpu.get("periods_total")),
+                finite(cpu.get("throttled_periods_total")), finite(cpu.get("limit_cores")))
         else:
             usage = periods = throttled = cores = None
         values = (ws, limit, kills, usage, periods, throttled, cores, sm, gprocs, high, high_bytes, forks)

@@ -5,11 +5,10 @@ from __future__ import annotations
 
 from typing import Any, Dict, List, Mapping, Optional, Tuple, TypeVar
 
+from cgstat.names import workload_name
 from cgstat.records import EventRecord
 
 EVENT_SCHEMA = 1
-
-MiB = 1024 * 1024
 
 _UNSET = object()
 
@@ -46,18 +45,9 @@ class Episode:
         self.extra: Dict[str, Any] = {}
 
 
-def mib(n: Optional[float]) -> str:
-    return "unknown" if n is None else "%.1f MiB" % (n / MiB)
-
-
 def who(record: Mapping[str, Any]) -> str:
-    """The workload a message is about."""
-    c = record.get("container")
-    if isinstance(c, dict) and c.get("name"):
-        return "container %s" % c["name"]
-    if record.get("unit"):
-        return "unit %s" % record["unit"]
-    return "cgroup %s" % record.get("cgroup")
+    """The workload a message is about ("container trainer", "pod ns/job", "unit x.service")."""
+    return "%s %s" % workload_name(record)
 
 
 def duration(s: float) -> str:

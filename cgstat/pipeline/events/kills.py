@@ -25,8 +25,9 @@ from __future__ import annotations
 from typing import Any, Dict, List, Mapping, NamedTuple, Optional
 
 from cgstat.naming.kills import NamedKill
-from cgstat.pipeline.events.event import cap, deepest_only, make_event, mib, who
+from cgstat.pipeline.events.event import cap, deepest_only, make_event, who
 from cgstat.records import EventRecord
+from cgstat.units import mib
 
 CREDIT_TICKS = 2
 
@@ -41,6 +42,7 @@ class Rise(NamedTuple):
     limit_bytes: Optional[float]
     working_set_bytes_before: Optional[float]
     working_set_bytes: Optional[float]
+    exists: bool = True  # False: read as it changed, the cgroup gone by the tick (kernel/memevents.py)
 
 
 def _ancestors(path: str) -> List[str]:
@@ -117,7 +119,7 @@ def kill_event(stamp: Mapping[str, Any], k: NamedKill, rise: Optional[Rise]) -> 
     if rise is not None:
         r = rise.record
         cgroup, container, pod, unit, exists = (
-            rise.path, r.get("container"), r.get("pod"), r.get("unit"), True)
+            rise.path, r.get("container"), r.get("pod"), r.get("unit"), rise.exists)
     limit = rep.limit_bytes if rep.limit_bytes is not None else (rise.limit_bytes if rise else None)
     rss = None
     if rep.anon_rss_bytes is not None:
@@ -173,5 +175,5 @@ def counter_event(r: Rise, kills: int) -> EventRecord:
                                    mib(r.working_set_bytes_before)))
     evidence = {"kills": kills, "oom_kills_total": r.total, "limit_bytes": r.limit_bytes,
                 "working_set_bytes_before": r.working_set_bytes_before, "working_set_bytes": r.working_set_bytes,
-                "cgroup_exists": True, "pod": rec.get("pod"), "source": "counter"}
+                "cgroup_exists": r.exists, "pod": rec.get("pod"), "source": "counter"}
     return make_event(rec, "oom_kill", "critical", cap(msg), evidence)

@@ -3,21 +3,28 @@
 A cgroup rule's `judge(case)` is called for every cgroup record of every tick; a GPU rule's
 `judge(gpu_records, events)` once per tick with that tick's `type: "gpu"` records, keeping
 its own state. A new rule is one class here, added to CGROUP_RULES or GPU_RULES, plus its
-kind in cgstat/event.schema.json and docs/diagnostics.md.
+kind in cgstat/event.schema.json and docs/diagnostics.md. The rules on a GPU's own health
+(XIDs, throttling, ECC, row remapping) and the GPU rules' base class are in gpu.py.
 """
 
 from __future__ import annotations
 
 from typing import Any, Dict, List, Mapping, Tuple, Type
 
+from cgstat import fields
 from cgstat.pipeline.events.case import Case
-from cgstat.pipeline.events.event import Episode, cap, duration, make_event, mib, who
+from cgstat.pipeline.events.event import Episode, cap, duration, make_event, who
+from cgstat.pipeline.events.gpu import GPU_DEVICE_RULES, GpuRule
 from cgstat.pipeline.events.kills import Rise
 from cgstat.pipeline.events.thresholds import Thresholds
 from cgstat.pipeline.events.window import FIELD, fit_line
 from cgstat.pipeline.record import number_at
 from cgstat.records import EventRecord
+from cgstat.units import mib
 
+# the record fields read by path (fields.keys: a path not in the table fails at import)
+_PIDS_CURRENT = fields.keys("pids.current")
+_PIDS_LIMIT = fields.keys("pids.limit")
 
 _HIGH = FIELD["memory_high_events"]
 
@@ -31,19 +38,6 @@ class CgroupRule:
         self.th = th
 
     def judge(self, c: Case) -> None:
-        raise NotImplementedError
-
-
-class GpuRule:
-    """Judges a tick's GPU device records; holds its own episodes (a fresh one is made when
-    GPU metrics go away)."""
-
-    kind = ""
-
-    def __init__(self, th: Thresholds):
-        self.th = th
-
-    def judge(self, gpu_records: List[Mapping[str, Any]], events: List[EventRecord]) -> None:
         raise NotImplementedError
 
 
@@ -116,7 +110,7 @@ class PidsLimitHit(CgroupRule):
         if now is not None and then is not None and now > then:
             failures = int(now - then)
             if ep is None:
-                limit = number_at(c.record, "pids", "limit")
+                limit = number_at(c.record, *_PIDS_LIMIT)
                 msg = ("%s: %d fork%s refused because the cgroup reached its pids.max%s: new processes and "
                        "threads fail with EAGAIN (\"Resource temporarily unavailable\", \"can't start new "
                        "thread\"); raise the pids limit (docker --pids-limit, Kubernetes podPidsLimit) or find "
@@ -125,7 +119,7 @@ class PidsLimitHit(CgroupRule):
                            "" if limit is None else " (%d)" % limit))
                 ep = c.raise_(self.kind, "warning", cap(msg),
                               {"failures": failures, "pids_events_max_total": int(now), "limit": limit,
-                               "current": number_at(c.record, "pids", "current")}, hierarchical=True)
+                               "current": number_at(c.record, *_PIDS_CURRENT)}, hierarchical=True)
                 ep.extra["failures"] = failures
             else:
                 ep.extra["failures"] += failures
@@ -325,6 +319,6 @@ class GpuProcessOutsideContainer(GpuRule):
 # Every rule, in the order a tick's events come in (a cgroup's events in this order).
 CGROUP_RULES: List[Type[CgroupRule]] = [OomKill, MemoryNearLimit, MemoryGrowth, CpuThrottled, GpuIdleCpuBound,
                                          MemoryHighThrottled, PidsLimitHit]
-GPU_RULES: List[Type[GpuRule]] = [GpuProcessOutsideContainer]
+GPU_RULES: List[Type[GpuRule]] = [GpuProcessOutsideContainer] + GPU_DEVICE_RULES
 
 KINDS = tuple(r.kind for r in CGROUP_RULES) + tuple(r.kind for r in GPU_RULES) + ("resolved",)

@@ -7,14 +7,22 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Any, Dict, Iterable, List, Mapping, Optional
 
-from cgstat.pipeline.events.event import cap, make_event, mib, who
+from cgstat import fields
+from cgstat.pipeline.events.event import cap, make_event, who
 from cgstat.pipeline.events.kills import OomLedger, Rise
 from cgstat.pipeline.events.thresholds import Thresholds
-from cgstat.pipeline.record import number_at, rfc3339
+from cgstat.pipeline.record import number_at
+from cgstat.timestamps import rfc3339
 from cgstat.records import EventRecord
+from cgstat.units import mib
 
 if TYPE_CHECKING:
     from cgstat.naming.kills import NamedKill
+
+# the record fields read by path (fields.keys: a path not in the table fails at import)
+_MEMORY_LIMIT_BYTES = fields.keys("memory.limit_bytes")
+_MEMORY_OOM_KILLS_TOTAL = fields.keys("memory.oom_kills_total")
+_MEMORY_WORKING_SET_BYTES = fields.keys("memory.working_set_bytes")
 
 
 def state_extras(records: Iterable[Mapping[str, Any]]) -> Dict[str, Dict[str, Any]]:
@@ -22,9 +30,9 @@ def state_extras(records: Iterable[Mapping[str, Any]]) -> Dict[str, Dict[str, An
     out: Dict[str, Dict[str, Any]] = {}
     for r in records:
         if r.get("type") in ("cgroup", "pod") and isinstance(r.get("cgroup"), str):
-            out[r["cgroup"]] = {"oom_kills_total": number_at(r, "memory", "oom_kills_total"),
-                                "working_set_bytes": number_at(r, "memory", "working_set_bytes"),
-                                "limit_bytes": number_at(r, "memory", "limit_bytes")}
+            out[r["cgroup"]] = {"oom_kills_total": number_at(r, *_MEMORY_OOM_KILLS_TOTAL),
+                                "working_set_bytes": number_at(r, *_MEMORY_WORKING_SET_BYTES),
+                                "limit_bytes": number_at(r, *_MEMORY_LIMIT_BYTES)}
     return out
 
 
@@ -51,8 +59,8 @@ def judge_runs(previous: Mapping[str, Mapping[str, Any]], records: Iterable[Mapp
         p = previous.get(r["cgroup"])
         if isinstance(p, Mapping) and "memory" in p:
             p = state_extras([p]).get(r["cgroup"])
-        ws, limit = number_at(r, "memory", "working_set_bytes"), number_at(r, "memory", "limit_bytes")
-        kills_now = number_at(r, "memory", "oom_kills_total")
+        ws, limit = number_at(r, *_MEMORY_WORKING_SET_BYTES), number_at(r, *_MEMORY_LIMIT_BYTES)
+        kills_now = number_at(r, *_MEMORY_OOM_KILLS_TOTAL)
         if isinstance(p, Mapping) and r.get("interval_s") is not None:
             before = p.get("oom_kills_total")
             if isinstance(kills_now, (int, float)) and isinstance(before, (int, float)) and kills_now > before:

@@ -1,0 +1,142 @@
+"""GPU power and energy per process and per cgroup, the way Kepler splits a GPU's power.
+
+Each reading, per GPU:
+- idle power is the lowest power seen on that GPU while NVML listed no process on it.
+  Until such a reading, the lowest power seen at all is used (the GPU has only been seen
+  busy: what it draws at the least busy moment is the best bound, and it never gives
+  processes more than the GPU drew); `idle_observed` says which.
+- active power = power - idle power (never below 0). It is split between the GPU's
+  processes by their SM share (`sm_percent` over the sum of all of theirs), evenly when
+  none has a sample (all idle, or MIG: NVML has no per-process SM there, so the GPU's
+  active power is split evenly between the processes of all its MIG instances). With MPS
+  clients on the GPU, the split is between the clients: the MPS server runs their work.
+- each process's energy grows by its power times the time since the previous reading
+  (monotonic); the first reading of a process adds nothing. Idle power stays on the device.
+
+Per cgroup, the energy of the processes that ran in it is kept (by the cgroup they were
+in) while that cgroup exists, so a container's total does not drop when one of its
+processes exits; a record sums its whole subtree, as the other GPU figures do.
+"""
+
+from __future__ import annotations
+
+from typing import Dict, Iterable, List, NamedTuple, Optional, Sequence, Tuple
+
+from cgstat.gpu.sample import GpuProcess, GpuSnapshot
+
+
+def ancestors(path: str) -> List[str]:
+    """"/a/b" -> ["/", "/a", "/a/b"]: the cgroups whose subtree holds `path`."""
+    parts = [p for p in path.split("/") if p]
+    return ["/"] + ["/" + "/".join(parts[:i]) for i in range(1, len(parts) + 1)]
+
+
+class Share(NamedTuple):
+    power_watts: Optional[float]  # None where the GPU's power is unknown
+    energy_joules_total: Optional[float]
+
+
+class Idle(NamedTuple):
+    power_watts: Optional[float]
+    observed: bool  # True: measured with no process on the GPU; False: the lowest seen so far
+
+
+class EnergyModel:
+    """Keeps idle power per GPU, energy per process and per cgroup between readings."""
+
+    def __init__(self) -> None:
+        self._idle: Dict[str, float] = {}  # GPU UUID -> lowest power with no process
+        self._floor: Dict[str, float] = {}  # GPU UUID -> lowest power seen at all
+        self._energy: Dict[Tuple[Optional[str], int], float] = {}  # (device UUID, pid) -> joules
+        self._cgroups: Dict[str, float] = {}  # cgroup path (where the process was) -> joules
+        self._last: Optional[float] = None
+        self._added: Dict[Tuple[Optional[str], int], float] = {}  # joules each process drew since the last reading
+
+    def idle(self, uuid: Optional[str]) -> Idle:
+        if uuid is None:
+            return Idle(None, False)
+        if uuid in self._idle:
+            return Idle(self._idle[uuid], True)
+        return Idle(self._floor.get(uuid), False)
+
+    def update(self, snapshot: GpuSnapshot, now: float) -> Dict[Tuple[Optional[str], int], Share]:
+        """Each process's power and energy after this reading (key: device UUID, pid)."""
+        dt = 0.0 if self._last is None or now <= self._last else now - self._last
+        self._last = now
+        by_gpu: Dict[int, List[GpuProcess]] = {}
+        for p in snapshot.processes:
+            mine = by_gpu.get(p.gpu_index)
+            if mine is None:
+                mine = by_gpu[p.gpu_index] = []
+            mine.append(p)
+        out: Dict[Tuple[Optional[str], int], Share] = {}
+        energy: Dict[Tuple[Optional[str], int], float] = {}
+        added: Dict[Tuple[Optional[str], int], float] = {}
+        before = self._energy
+        new = tuple.__new__
+        for device in snapshot.devices:
+            if device.parent_uuid is not None:
+                continue  # MIG devices have no power reading: their GPU's is split below
+            procs = by_gpu.get(device.index, ())
+            watts = self._split(device.uuid, device.power_watts, procs)
+            for p in procs:
+                key = (p.gpu_uuid, p.pid)
+                w = watts.get(p.pid)
+                total = before.get(key)
+                if w is not None:
+                    if total is None:
+                        total = 0.0  # first seen: its energy starts now
+                    else:
+                        joules = added[key] = w * dt
+                        total += joules
+                if total is not None:
+                    energy[key] = total
+                out[key] = new(Share, (w, total))
+        self._energy = energy  # processes gone are forgotten (their cgroup keeps their share)
+        self._added = added
+        return out
+
+    def charge(self, owners: Iterable[Tuple[Tuple[Optional[str], int], Optional[str]]],
+               exists: Iterable[str]) -> None:
+        """Add this reading's energy of each process (key, its cgroup path) to that cgroup;
+        forget the cgroups not in `exists` (removed: their total goes with their records)."""
+        kept = self._cgroups
+        for key, path in owners:
+            joules = self._added.get(key)
+            if path is not None and joules is not None:
+                kept[path] = kept.get(path, 0.0) + joules
+        live = set(exists)
+        for path in [p for p in kept if p not in live]:
+            del kept[path]
+
+    def by_subtree(self) -> Dict[str, float]:
+        """cgroup path -> the energy of the GPU processes that ran in it or below it."""
+        out: Dict[str, float] = {}
+        for path, joules in self._cgroups.items():
+            for ancestor in ancestors(path):
+                out[ancestor] = out.get(ancestor, 0.0) + joules
+        return out
+
+    def _split(self, uuid: Optional[str], power: Optional[float],
+               procs: Sequence[GpuProcess]) -> Dict[int, Optional[float]]:
+        if power is None or uuid is None:
+            return {p.pid: None for p in procs}
+        floor = self._floor.get(uuid)
+        if floor is None or power < floor:
+            self._floor[uuid] = power
+        if not procs:
+            idle = self._idle.get(uuid)
+            if idle is None or power < idle:
+                self._idle[uuid] = power
+            return {}
+        idle_w = self.idle(uuid).power_watts or 0.0
+        active = max(power - idle_w, 0.0)
+        clients = [p for p in procs if p.type == "mps"]
+        sharing = clients or procs
+        sm = [p.sm_percent for p in sharing]
+        total = sum(s for s in sm if s is not None)
+        if total > 0 and all(s is not None for s in sm):
+            share = {p.pid: active * (p.sm_percent or 0) / total for p in sharing}
+        else:
+            share = {p.pid: active / len(sharing) for p in sharing}
+        return {p.pid: share.get(p.pid, 0.0) for p in procs}

@@ -1,0 +1,298 @@
+"""The rules on a GPU's own health, judged on each tick's `type: "gpu"` records: XIDs,
+hardware throttling held over the window, uncorrected ECC errors, rows waiting for a
+remap and remaps that failed. Each is raised once per episode per GPU and ends with one
+`resolved` notice, as the cgroup rules do.
+
+The containers an XID concerns are those whose processes were on that GPU (or on one of
+its MIG devices) in the tick the XID arrived: the device records list every process with
+its cgroup and container.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Dict, List, Mapping, Optional, Set, Tuple, Type
+
+from cgstat.gpu.xid import meaning
+from cgstat.pipeline.events.event import cap, duration, make_event
+from cgstat.pipeline.events.thresholds import Thresholds
+from cgstat.records import EventRecord
+from cgstat.timestamps import parse_ts
+
+# the clock-event reasons that are the hardware (or its thermal protection) slowing the GPU,
+# not a setting or idleness
+HARDWARE_REASONS = ("hw_slowdown", "hw_thermal_slowdown", "hw_power_brake_slowdown", "sw_thermal_slowdown")
+
+
+def _gpu(r: Mapping[str, Any]) -> Mapping[str, Any]:
+    g = r.get("gpu")
+    return g if isinstance(g, dict) else {}
+
+
+def _key(r: Mapping[str, Any]) -> str:
+    g = _gpu(r)
+    return str(g.get("uuid") or g.get("index"))
+
+
+def _int(value: Any) -> Optional[int]:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _since(ts: Any, r: Mapping[str, Any]) -> float:
+    """Seconds from an episode's start (its ts) to record r's."""
+    start, now = parse_ts(ts), parse_ts(r.get("ts"))
+    return 0.0 if start is None or now is None else round(max(now - start, 0.0), 3)
+
+
+def _name(g: Mapping[str, Any]) -> str:
+    return "GPU %s (%s)" % (g.get("index"), g.get("uuid") or "no UUID")
+
+
+class GpuRule:
+    """Judges a tick's GPU device records; holds its own episodes (a fresh one is made when
+    GPU metrics go away)."""
+
+    kind = ""
+
+    def __init__(self, th: Thresholds):
+        self.th = th
+
+    def judge(self, gpu_records: List[Mapping[str, Any]], events: List[EventRecord]) -> None:
+        raise NotImplementedError
+
+
+class _DeviceRule(GpuRule):
+    """A GPU rule whose episodes are per GPU (the record's UUID)."""
+
+    def __init__(self, th: Thresholds):
+        super().__init__(th)
+        self.open: Dict[str, Dict[str, Any]] = {}  # GPU -> the raising event's ts and evidence
+
+    def _raise(self, r: Mapping[str, Any], severity: str, message: str, evidence: Dict[str, Any],
+               events: List[EventRecord], cgroup: Any = None, container: Any = None) -> None:
+        ev = make_event(r, self.kind, severity, cap(message), evidence, cgroup=cgroup, container=container)
+        self.open[_key(r)] = {"ts": r.get("ts"), "evidence": evidence}
+        events.append(ev)
+
+    def _resolve(self, r: Mapping[str, Any], message: str, evidence: Dict[str, Any],
+                 events: List[EventRecord]) -> None:
+        ep = self.open.pop(_key(r))
+        evidence["duration_s"] = _since(ep["ts"], r)
+        events.append(make_event(r, "resolved", "info", cap(message), evidence, cgroup=None, container=None,
+                                 resolves=self.kind, since=ep["ts"]))
+
+    def _forget_gone(self, gpu_records: List[Mapping[str, Any]]) -> None:
+        present = {_key(r) for r in gpu_records}
+        for key in [k for k in self.open if k not in present]:
+            del self.open[key]  # the GPU left the list (lost, driver unloaded): silently
+
+
+class GpuXid(_DeviceRule):
+    """XIDs from the driver's event API (gpu.recent_xids). One episode per GPU and code:
+    the same code again within window_s belongs to it (counted, not said again); it ends
+    window_s after the last one with the total."""
+
+    kind = "gpu_xid"
+
+    def judge(self, gpu_records: List[Mapping[str, Any]], events: List[EventRecord]) -> None:
+        on_gpu: Dict[str, List[Mapping[str, Any]]] = {}
+        for r in gpu_records:
+            g = _gpu(r)
+            parent = g.get("parent_uuid") or g.get("uuid")
+            on_gpu.setdefault(str(parent or g.get("index")), []).extend(
+                p for p in r.get("processes") or () if isinstance(p, dict))
+        seen_now = set()
+        for r in gpu_records:
+            g = _gpu(r)
+            if g.get("parent_uuid") is not None:
+                continue  # XIDs arrive on the GPU, never on one of its MIG devices
+            t = parse_ts(r.get("ts"))
+            codes = [c for c in g.get("recent_xids") or () if _int(c) is not None]
+            for code in dict.fromkeys(codes):  # each code once, in the order they came
+                key = "%s/%d" % (_key(r), code)
+                seen_now.add(key)
+                count = codes.count(code)
+                ep = self.open.get(key)
+                if ep is not None:
+                    ep["count"] += count
+                    ep["last"] = t
+                    continue
+                self._raise_xid(r, g, code, count, on_gpu.get(_key(r), []), t, key, events)
+        for key in list(self.open):
+            ep = self.open[key]
+            if key in seen_now:
+                continue
+            rec = self._record_of(gpu_records, ep["gpu"])
+            if rec is None:
+                del self.open[key]  # the GPU left the list: silently
+                continue
+            t = parse_ts(rec.get("ts"))
+            if t is not None and ep["last"] is not None and t - ep["last"] >= self.th.window_s:
+                ep = self.open.pop(key)
+                r = rec
+                events.append(make_event(
+                    r, "resolved", "info", "XID %d on %s: none for %s (%d in all)." % (
+                        ep["code"], _name(_gpu(r)), duration(self.th.window_s), ep["count"]),
+                    {"gpu_index": _gpu(r).get("index"), "gpu_uuid": _gpu(r).get("uuid"), "xid": ep["code"],
+                     "count": ep["count"], "duration_s": _since(ep["ts"], r)}, cgroup=None, container=None, resolves=self.kind, since=ep["ts"]))
+
+    @staticmethod
+    def _record_of(gpu_records: List[Mapping[str, Any]], key: str) -> Optional[Mapping[str, Any]]:
+        return next((r for r in gpu_records if _key(r) == key and _gpu(r).get("parent_uuid") is None), None)
+
+    def _raise_xid(self, r: Mapping[str, Any], g: Mapping[str, Any], code: int, count: int,
+                   processes: List[Mapping[str, Any]], t: Optional[float], key: str,
+                   events: List[EventRecord]) -> None:
+        m = meaning(code)
+        cgroups: List[str] = []
+        containers: List[Dict[str, Any]] = []
+        pids: List[int] = []
+        for p in processes:
+            pid = _int(p.get("pid"))
+            if pid is not None:
+                pids.append(pid)
+            cg = p.get("cgroup")
+            if isinstance(cg, str) and cg not in cgroups:
+                cgroups.append(cg)
+                c = p.get("container")
+                if isinstance(c, dict):
+                    containers.append(c)
+        names = [c.get("name") or c.get("short_id") or c.get("id") for c in containers]
+        pods = sorted({"%s/%s" % (c["pod"].get("namespace"), c["pod"].get("name")) for c in containers
+                       if isinstance(c.get("pod"), dict) and c["pod"].get("name")})
+        if names:
+            whose = "container%s %s" % ("s" if len(names) > 1 else "", ", ".join(str(n) for n in names))
+        elif cgroups:
+            whose = "cgroup%s %s" % ("s" if len(cgroups) > 1 else "", ", ".join(cgroups))
+        else:
+            whose = "no process"
+        msg = "XID %d on %s: %s. On the GPU: %s%s. %s." % (
+            code, _name(g), m.meaning, whose, (" (pods %s)" % ", ".join(pods)) if pods else "",
+            m.action[0].upper() + m.action[1:])
+        evidence = {"gpu_index": g.get("index"), "gpu_uuid": g.get("uuid"), "xid": code, "meaning": m.meaning,
+                    "count": count, "pids": sorted(set(pids)), "cgroups": cgroups,
+                    "containers": [{"id": c.get("id"), "name": c.get("name")} for c in containers],
+                    "pods": pods}
+        one = len(cgroups) == 1
+        ev = make_event(r, self.kind, m.severity, cap(msg), evidence, cgroup=cgroups[0] if one else None,
+                        container=containers[0] if one and containers else None)
+        self.open[key] = {"ts": r.get("ts"), "gpu": _key(r), "code": code, "count": count, "last": t}
+        events.append(ev)
+
+
+class GpuThrottled(_DeviceRule):
+    """A hardware or thermal slowdown, or the power brake, among the clock-event reasons in
+    every reading for window_s; resolved at the first reading without one."""
+
+    kind = "gpu_throttled"
+
+    def __init__(self, th: Thresholds):
+        super().__init__(th)
+        self.since: Dict[str, Tuple[float, Set[str]]] = {}  # GPU -> since when, and the reasons seen
+
+    def judge(self, gpu_records: List[Mapping[str, Any]], events: List[EventRecord]) -> None:
+        for r in gpu_records:
+            g = _gpu(r)
+            if g.get("parent_uuid") is not None:
+                continue
+            key = _key(r)
+            t = parse_ts(r.get("ts"))
+            reasons = g.get("clocks_event_reasons")
+            if t is None or not isinstance(reasons, list):
+                continue  # unknown: neither raises nor ends anything
+            hard = [x for x in reasons if x in HARDWARE_REASONS]
+            if not hard:
+                self.since.pop(key, None)
+                if key in self.open:
+                    self._resolve(r, "%s: the hardware slowdown is over (SM clock %s MHz)." % (
+                        _name(g), g.get("sm_clock_mhz")), {"gpu_index": g.get("index"), "gpu_uuid": g.get("uuid"),
+                                                           "reasons": reasons}, events)
+                continue
+            since, seen = self.since.setdefault(key, (t, set()))
+            seen.update(hard)
+            if key in self.open or t - since < self.th.coverage * self.th.window_s:
+                continue
+            held = t - since
+            msg = ("%s has been slowed by %s for %s (SM clock %s of %s MHz, %s °C, %s W of %s W): the hardware "
+                   "protects itself from heat or a power excursion; check cooling, airflow and the power "
+                   "supply, and whether jobs on it run slower." % (
+                       _name(g), " and ".join(sorted(seen)), duration(held), g.get("sm_clock_mhz"),
+                       g.get("sm_clock_max_mhz"), g.get("temperature_celsius"), g.get("power_watts"),
+                       g.get("power_limit_watts")))
+            self._raise(r, "warning", msg, {
+                "gpu_index": g.get("index"), "gpu_uuid": g.get("uuid"), "reasons": sorted(seen),
+                "duration_s": round(held, 3), "sm_clock_mhz": g.get("sm_clock_mhz"),
+                "temperature_celsius": g.get("temperature_celsius"), "power_watts": g.get("power_watts")}, events)
+        present = {_key(r) for r in gpu_records}
+        for key in [k for k in self.since if k not in present]:
+            del self.since[key]
+        self._forget_gone(gpu_records)
+
+
+class _CounterRule(_DeviceRule):
+    """An error figure of the GPU record above 0: raised when it first is (or grows while no
+    episode is open), resolved when it is back at 0 (a reset, a driver reload)."""
+
+    severity = "critical"
+
+    def value(self, g: Mapping[str, Any]) -> Optional[int]:
+        raise NotImplementedError
+
+    def message(self, g: Mapping[str, Any], value: int) -> str:
+        raise NotImplementedError
+
+    def judge(self, gpu_records: List[Mapping[str, Any]], events: List[EventRecord]) -> None:
+        for r in gpu_records:
+            g = _gpu(r)
+            value = self.value(g)
+            if value is None:
+                continue
+            key = _key(r)
+            evidence = {"gpu_index": g.get("index"), "gpu_uuid": g.get("uuid"), "count": value}
+            if value > 0 and key not in self.open:
+                self._raise(r, self.severity, self.message(g, value), evidence, events)
+            elif value == 0 and key in self.open:
+                self._resolve(r, "%s: %s is back at 0." % (_name(g), self.kind.replace("gpu_", "").replace("_", " ")),
+                              evidence, events)
+        self._forget_gone(gpu_records)
+
+
+class GpuEccUncorrected(_CounterRule):
+    kind = "gpu_ecc_uncorrected"
+
+    def value(self, g: Mapping[str, Any]) -> Optional[int]:
+        ecc = g.get("ecc_errors_total")
+        return _int(ecc.get("uncorrected")) if isinstance(ecc, dict) else None
+
+    def message(self, g: Mapping[str, Any], value: int) -> str:
+        return ("%s has had %d uncorrected ECC error%s since the driver loaded: a process using that memory "
+                "gets wrong data or is killed (XID 48/94/95); drain the GPU if the count grows." % (
+                    _name(g), value, "" if value == 1 else "s"))
+
+
+class GpuRowRemapPending(_CounterRule):
+    kind = "gpu_row_remap_pending"
+    severity = "warning"
+
+    def value(self, g: Mapping[str, Any]) -> Optional[int]:
+        rows = g.get("remapped_rows")
+        return _int(rows.get("pending")) if isinstance(rows, dict) else None
+
+    def message(self, g: Mapping[str, Any], value: int) -> str:
+        return ("%s has memory rows waiting to be remapped: the repair takes effect at the next GPU reset "
+                "(nvidia-smi -r, or a reboot) once its jobs are drained." % _name(g))
+
+
+class GpuRowRemapFailure(_CounterRule):
+    kind = "gpu_row_remap_failure"
+
+    def value(self, g: Mapping[str, Any]) -> Optional[int]:
+        rows = g.get("remapped_rows")
+        return _int(rows.get("failure")) if isinstance(rows, dict) else None
+
+    def message(self, g: Mapping[str, Any], value: int) -> str:
+        return ("%s failed to remap a memory row (XID 64): its memory can no longer be repaired; drain it and "
+                "have it replaced (RMA)." % _name(g))
+
+
+GPU_DEVICE_RULES: List[Type[GpuRule]] = [GpuXid, GpuThrottled, GpuEccUncorrected, GpuRowRemapPending,
+                                         GpuRowRemapFailure]
