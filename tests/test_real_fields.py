@@ -25,6 +25,26 @@ def _failcnt(g):
     return int(g.read("memory", "memory.failcnt"))
 
 
+def _stream(g, count, at):
+    """The group's records of `cgstat stream --interval 0.5 --count COUNT`, calling at[n]()
+    once the n-th has come."""
+    env = dict(os.environ, PYTHONPATH=ROOT)
+    stream = subprocess.Popen([sys.executable, "-m", "cgstat", "stream", "--interval", "0.5", "--count", str(count),
+                               "--no-events", "--match", g.name], stdout=subprocess.PIPE,
+                              stderr=subprocess.DEVNULL, cwd=ROOT, env=env)
+    records = []
+    try:
+        for line in stream.stdout:
+            rec = json.loads(line)
+            if rec.get("cgroup") == g.cgroup:
+                records.append(rec)
+                if len(records) in at:
+                    at[len(records)]()
+    finally:
+        stream.wait(timeout=60)
+    return records
+
+
 def test_peak_failcnt_and_weight_equal_the_v1_files(make_group, workload_bin, run_cgstat):
     g = make_group()
     if not os.path.exists(g.path("memory", "memory.max_usage_in_bytes")):
@@ -67,22 +87,11 @@ def test_stream_follows_failcnt_from_frozen_to_counting(make_group, workload_bin
     g = make_group()
     anchor = g.start([workload_bin, "sleep"])
     anchor.wait_line("ready")
-    env = dict(os.environ, PYTHONPATH=ROOT)
-    stream = subprocess.Popen([sys.executable, "-m", "cgstat", "stream", "--interval", "0.5", "--count", "12",
-                               "--no-events", "--match", g.name], stdout=subprocess.PIPE,
-                              stderr=subprocess.DEVNULL, cwd=ROOT, env=env)
-    records = []
-    try:
-        for line in stream.stdout:
-            rec = json.loads(line)
-            if rec.get("cgroup") != g.cgroup:
-                continue
-            records.append(rec)
-            if len(records) == 2:  # no limit so far: failcnt can't move, its kept value is served
-                g.set_memory_limit(32 * MIB)  # IN_MODIFY: the limit is read again, failcnt with it
-                g.start([workload_bin, "alloc", "96"]).wait(timeout=60)
-    finally:
-        stream.wait(timeout=60)
+    def after_two():  # no limit so far: failcnt can't move, its kept value is served
+        g.set_memory_limit(32 * MIB)  # IN_MODIFY: the limit is read again, failcnt with it
+        g.start([workload_bin, "alloc", "96"]).wait(timeout=60)
+
+    records = _stream(g, 12, {2: after_two})
     assert records[0]["memory"]["failcnt"] == 0 and records[0]["memory"]["limit_bytes"] is None
     assert records[-1]["memory"]["limit_bytes"] == 32 * MIB
     assert records[-1]["memory"]["failcnt"] == _failcnt(g) > 0
@@ -113,21 +122,7 @@ def test_stream_sees_pids_peak_and_events_of_a_job_that_came_and_went(make_group
     if not os.path.exists(g.path("pids", "pids.peak")):
         pytest.skip("no pids.peak on this kernel")
     g.set_pids_max(3)
-    env = dict(os.environ, PYTHONPATH=ROOT)
-    stream = subprocess.Popen([sys.executable, "-m", "cgstat", "stream", "--interval", "0.5", "--count", "10",
-                               "--no-events", "--match", g.name], stdout=subprocess.PIPE,
-                              stderr=subprocess.DEVNULL, cwd=ROOT, env=env)
-    records = []
-    try:
-        for line in stream.stdout:
-            rec = json.loads(line)
-            if rec.get("cgroup") != g.cgroup:
-                continue
-            records.append(rec)
-            if len(records) == 3:
-                assert g.start([sys.executable, "-c", _BURST, "6"]).wait(timeout=30) == 0
-    finally:
-        stream.wait(timeout=60)
+    records = _stream(g, 10, {3: lambda: g.start([sys.executable, "-c", _BURST, "6"]).wait(timeout=30)})
     assert records[1]["pids"] == {"current": 0, "limit": 3, "processes": 0, "peak": 0, "events_max_total": 0}
     last = records[-1]["pids"]
     assert last["current"] == 0
