@@ -20,21 +20,17 @@ scenario's values. The series and labels are also checked without a server.
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
-import time
-import urllib.error
 import urllib.parse
-import urllib.request
 
 import pytest
 
 import nvmldouble as D
 from contract import ROOT
+from test_serve_prometheus import free_port, http_get, query, wait_for
 
 from cgstat import fields
 from cgstat.outputs import prometheus as prom
@@ -111,43 +107,30 @@ def test_every_dashboard_series_and_label_is_there(tmp_path):
     assert ("DCGM_FI_DEV_GPU_UTIL", "1", None) not in by  # NVML can't say in MIG mode: no sample, never 0
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _get(url: str) -> dict:
-    try:
-        with urllib.request.urlopen(url, timeout=5) as r:  # loopback only
-            return json.loads(r.read())
-    except urllib.error.HTTPError as exc:
-        return json.loads(exc.read())
-
-
 def _query(api: str, expr: str) -> list:
-    r = _get("%s/api/v1/query?%s" % (api, urllib.parse.urlencode({"query": expr})))
+    r = query(api, expr)
     assert r["status"] == "success", (expr, r)
     return r["data"]["result"]
 
 
-def _wait(predicate, timeout: float):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            value = predicate()
-        except OSError:
-            value = None
-        if value:
-            return value
-        time.sleep(0.5)
-    return None
+def _labels(api: str, label: str, match: str) -> list:
+    return json.loads(http_get("%s/api/v1/label/%s/values?%s" % (
+        api, label, urllib.parse.urlencode({"match[]": match}))))["data"]
+
+
+def _stop(proc: subprocess.Popen, sig: int = signal.SIGTERM) -> None:
+    proc.send_signal(sig)
+    try:
+        proc.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
 
 
 @pytest.mark.skipif(PROMETHEUS is None, reason="Debian package prometheus not installed")
 def test_dashboard_shaped_queries_in_a_real_prometheus(tmp_path):
     path = D.write_scenario(tmp_path / "s.txt", scenario())
-    port = _free_port()
+    port = free_port()
     serve = subprocess.Popen([sys.executable, "-m", "cgstat", "serve", "--match", "^/$", "--listen",
                               "127.0.0.1:%d" % port, "--interval", "1"], env=D.env(path), cwd=ROOT,
                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
@@ -156,20 +139,22 @@ def test_dashboard_shaped_queries_in_a_real_prometheus(tmp_path):
         (tmp_path / "prometheus.yml").write_text(
             "global: {scrape_interval: 1s}\nscrape_configs:\n  - job_name: cgstat\n"
             "    static_configs: [{targets: ['127.0.0.1:%d']}]\n" % port)
-        prom_port = _free_port()
+        prom_port = free_port()
         prom_proc = subprocess.Popen(
             [PROMETHEUS, "--config.file=%s" % (tmp_path / "prometheus.yml"),
              "--storage.tsdb.path=%s" % (tmp_path / "data"), "--web.listen-address=127.0.0.1:%d" % prom_port,
              "--log.level=warn"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         api = "http://127.0.0.1:%d" % prom_port
-        assert _wait(lambda: _query(api, "DCGM_FI_PROF_GR_ENGINE_ACTIVE"), 60), "no DCGM series scraped"
-        hosts = _get("%s/api/v1/label/Hostname/values?%s" % (api, urllib.parse.urlencode(
-            {"match[]": "DCGM_FI_DEV_FB_FREE"})))["data"]
-        assert len(hosts) == 1
-        host = hosts[0]
-        gpus = _get("%s/api/v1/label/gpu/values?%s" % (api, urllib.parse.urlencode(
-            {"match[]": 'DCGM_FI_DEV_FB_FREE{Hostname=~"%s"}' % host})))["data"]
-        assert sorted(gpus) == ["0", "1"]
+        def scraped():
+            try:
+                return query(api, "DCGM_FI_PROF_GR_ENGINE_ACTIVE")["data"]["result"]
+            except (OSError, ValueError, KeyError):  # Prometheus still starting
+                return None
+
+        assert wait_for(scraped, 60), "no DCGM series scraped"
+        # the dashboard's variables: label_values(DCGM_FI_DEV_FB_FREE, Hostname), then gpu
+        (host,) = _labels(api, "Hostname", "DCGM_FI_DEV_FB_FREE")
+        assert sorted(_labels(api, "gpu", 'DCGM_FI_DEV_FB_FREE{Hostname=~"%s"}' % host)) == ["0", "1"]
         sel = '{Hostname=~"%s", gpu=~"0|1"}' % host
 
         def values(expr, *keys):
@@ -195,15 +180,8 @@ def test_dashboard_shaped_queries_in_a_real_prometheus(tmp_path):
         # an alert's shape: a GPU whose last XID is not 0
         assert values("DCGM_FI_DEV_XID_ERRORS%s > 0" % sel, "gpu") == [(("0",), 13.0)]
     finally:
-        if prom_proc is not None:
-            prom_proc.terminate()
-            prom_proc.wait(timeout=30)
-        serve.send_signal(signal.SIGTERM)
-        try:
-            serve.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            serve.kill()
-            serve.wait()
+        for proc in (p for p in (prom_proc, serve) if p is not None):
+            _stop(proc)
 
 
 def test_dcgm_families_are_declared_in_the_table():

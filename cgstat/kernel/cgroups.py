@@ -11,6 +11,7 @@ problem reported: a file the kernel doesn't have is not an error.
 
 from __future__ import annotations
 
+from itertools import combinations
 from typing import Dict, List, Optional, Tuple
 
 from cgstat.kernel.controllers.cpu import cpu_v1, cpu_v2
@@ -44,10 +45,15 @@ _NO_PSI = Problem("pressure", "unavailable", "no PSI files for this cgroup (cgro
 
 _NOT_ABSENT = Problem("", "", "")  # in a plan's place of a controller the cgroup has; never reported
 # A controller the cgroup has no folder for (v1), or that its parent does not enable (v2).
-# One shared Problem per controller: the record names the cgroup, and a copy per cgroup
-# with its path in the text was ~0.45 KiB kept per cgroup (0.9 MiB at 1,000 empty ones).
-_ABSENT = {c: Problem(c, "unavailable", f"no {c} cgroup at this path") for c in ("cpu", "memory", "io", "pids")}
-_ABSENT_TUPLES: Dict[Tuple[str, ...], Tuple[Problem, ...]] = {}
+# One shared Problem per controller (the record names the cgroup; a copy per cgroup with
+# its path in the text was kept per cgroup), and one shared tuple per set of controllers
+# missing (16 at most), keyed by the controllers missing in this order.
+_CONTROLLERS = ("cpu", "memory", "io", "pids")
+_ABSENT = {c: Problem(c, "unavailable", f"no {c} cgroup at this path") for c in _CONTROLLERS}
+_ABSENT_TUPLES: Dict[Tuple[str, ...], Tuple[Problem, ...]] = {
+    missing: tuple(_ABSENT[c] if c in missing else _NOT_ABSENT for c in _CONTROLLERS)
+    for n in range(len(_CONTROLLERS) + 1) for missing in combinations(_CONTROLLERS, n)
+}
 
 # (layout, cpuacct, cpu, unified, memory, blkio, pids folder, the "unavailable" problem of
 # cpu, memory, io and pids) of one cgroup
@@ -80,11 +86,7 @@ def _plan(cg: Cgroup, layout: Layout) -> _Plan:
         missing = [c for c, f in (("cpu", acct or cpu or unified), ("memory", mem), ("io", blk), ("pids", pids))
                    if f is None]
     # A tuple (cpu, memory, io, pids) rather than a dict: one per cgroup read, kept.
-    key = tuple(missing)
-    absent = _ABSENT_TUPLES.get(key)
-    if absent is None:  # at most 16 of them, shared by every cgroup missing the same
-        absent = _ABSENT_TUPLES[key] = tuple(_ABSENT[c] if c in missing else _NOT_ABSENT
-                                             for c in ("cpu", "memory", "io", "pids"))
+    absent = _ABSENT_TUPLES[tuple(missing)]
     plan = (layout, acct, cpu, unified, mem, blk, pids, absent)
     cg.remember(plan)
     return plan

@@ -16,12 +16,12 @@ import os
 from typing import Callable, Dict, Iterable, List, Optional, Tuple
 
 from cgstat.kernel import inotify
+from cgstat.kernel.delegated import DELEGATED
 from cgstat.kernel.handles import SLOW_FILES, KeptFiles
 from cgstat.kernel.hierarchy import Hierarchy
 from cgstat.kernel.inotify import Event, Inotify
 from cgstat.kernel.tree import Folder
 from cgstat.kernel.walk import Listing, Walker, Watcher
-from cgstat.kernel.delegated import DELEGATED
 from cgstat.text import decode_name, quote
 
 

@@ -44,6 +44,7 @@ class Watcher:
     outside delegated subtrees before it is listed (so no child made meanwhile is missed),
     and the roots of delegated subtrees, which are not entered."""
 
+    __slots__ = ()
     ok = True  # False: past the watch limit, the walk stops
 
     def watch(self, local: str) -> Optional[int]:

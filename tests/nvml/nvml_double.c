@@ -796,6 +796,10 @@ EXPORT nvmlReturn_t nvmlDeviceGetMPSComputeRunningProcesses_v3(nvmlDevice_t h, u
 
 static int put_ull(val_t x, unsigned long long *out) { if (x.err) return x.err; *out = x.v; return OK; }
 
+/* a whole-GPU call with one unsigned int out: the scenario's value of `field`, or its error */
+#define UINT_GETTER(name, field) \
+    EXPORT nvmlReturn_t name(nvmlDevice_t h, unsigned *out) { RESOLVE(h); WHOLE_GPU(); return put_val(g->field, out); }
+
 EXPORT nvmlReturn_t nvmlDeviceGetClockInfo(nvmlDevice_t h, int type, unsigned *mhz) {
     RESOLVE(h);
     WHOLE_GPU();
@@ -847,11 +851,7 @@ EXPORT nvmlReturn_t nvmlDeviceGetTotalEnergyConsumption(nvmlDevice_t h, unsigned
     return put_ull(g->energy_mj, mj);
 }
 
-EXPORT nvmlReturn_t nvmlDeviceGetEnforcedPowerLimit(nvmlDevice_t h, unsigned *mw) {
-    RESOLVE(h);
-    WHOLE_GPU();
-    return put_val(g->power_limit_mw, mw);
-}
+UINT_GETTER(nvmlDeviceGetEnforcedPowerLimit, power_limit_mw)
 
 EXPORT nvmlReturn_t nvmlDeviceGetPcieThroughput(nvmlDevice_t h, int counter, unsigned *kbs) {
     RESOLVE(h);
@@ -861,11 +861,7 @@ EXPORT nvmlReturn_t nvmlDeviceGetPcieThroughput(nvmlDevice_t h, int counter, uns
     return INVALID_ARGUMENT;
 }
 
-EXPORT nvmlReturn_t nvmlDeviceGetPcieReplayCounter(nvmlDevice_t h, unsigned *n) {
-    RESOLVE(h);
-    WHOLE_GPU();
-    return put_val(g->replay, n);
-}
+UINT_GETTER(nvmlDeviceGetPcieReplayCounter, replay)
 
 EXPORT nvmlReturn_t nvmlDeviceGetEncoderUtilization(nvmlDevice_t h, unsigned *util, unsigned *period_us) {
     RESOLVE(h);
@@ -920,29 +916,13 @@ EXPORT nvmlReturn_t nvmlDeviceGetRetiredPages(nvmlDevice_t h, int cause, unsigne
     return OK;
 }
 
-EXPORT nvmlReturn_t nvmlDeviceGetRetiredPagesPendingStatus(nvmlDevice_t h, unsigned *pending) {
-    RESOLVE(h);
-    WHOLE_GPU();
-    return put_val(g->retired_pending, pending);
-}
+UINT_GETTER(nvmlDeviceGetRetiredPagesPendingStatus, retired_pending)
 
-EXPORT nvmlReturn_t nvmlDeviceGetComputeMode(nvmlDevice_t h, unsigned *mode) {
-    RESOLVE(h);
-    WHOLE_GPU();
-    return put_val(g->compute_mode, mode);
-}
+UINT_GETTER(nvmlDeviceGetComputeMode, compute_mode)
 
-EXPORT nvmlReturn_t nvmlDeviceGetPersistenceMode(nvmlDevice_t h, unsigned *mode) {
-    RESOLVE(h);
-    WHOLE_GPU();
-    return put_val(g->persistence, mode);
-}
+UINT_GETTER(nvmlDeviceGetPersistenceMode, persistence)
 
-EXPORT nvmlReturn_t nvmlDeviceGetMinorNumber(nvmlDevice_t h, unsigned *minor) {
-    RESOLVE(h);
-    WHOLE_GPU();
-    return put_val(g->minor, minor);
-}
+UINT_GETTER(nvmlDeviceGetMinorNumber, minor)
 
 typedef struct {
     char busIdLegacy[16];

@@ -229,69 +229,49 @@ class GpuThrottled(_DeviceRule):
 
 
 class _CounterRule(_DeviceRule):
-    """An error figure of the GPU record above 0: raised when it first is (or grows while no
-    episode is open), resolved when it is back at 0 (a reset, a driver reload)."""
+    """An error figure of the GPU record (`path`) above 0: raised when it first is, resolved
+    when it is back at 0 (a reset, a driver reload). `text` is the message (GPU, count)."""
 
     severity = "critical"
-
-    def value(self, g: Mapping[str, Any]) -> Optional[int]:
-        raise NotImplementedError
-
-    def message(self, g: Mapping[str, Any], value: int) -> str:
-        raise NotImplementedError
+    path: Tuple[str, str] = ("", "")
+    text = ""
 
     def judge(self, gpu_records: List[Mapping[str, Any]], events: List[EventRecord]) -> None:
         for r in gpu_records:
             g = _gpu(r)
-            value = self.value(g)
+            obj = g.get(self.path[0])
+            value = _int(obj.get(self.path[1])) if isinstance(obj, dict) else None
             if value is None:
                 continue
             key = _key(r)
             evidence = {"gpu_index": g.get("index"), "gpu_uuid": g.get("uuid"), "count": value}
             if value > 0 and key not in self.open:
-                self._raise(r, self.severity, self.message(g, value), evidence, events)
+                self._raise(r, self.severity, self.text % {"gpu": _name(g), "count": value}, evidence, events)
             elif value == 0 and key in self.open:
-                self._resolve(r, "%s: %s is back at 0." % (_name(g), self.kind.replace("gpu_", "").replace("_", " ")),
-                              evidence, events)
+                self._resolve(r, "%s: %s.%s is back at 0." % (_name(g), self.path[0], self.path[1]), evidence, events)
         self._forget_gone(gpu_records)
 
 
 class GpuEccUncorrected(_CounterRule):
     kind = "gpu_ecc_uncorrected"
-
-    def value(self, g: Mapping[str, Any]) -> Optional[int]:
-        ecc = g.get("ecc_errors_total")
-        return _int(ecc.get("uncorrected")) if isinstance(ecc, dict) else None
-
-    def message(self, g: Mapping[str, Any], value: int) -> str:
-        return ("%s has had %d uncorrected ECC error%s since the driver loaded: a process using that memory "
-                "gets wrong data or is killed (XID 48/94/95); drain the GPU if the count grows." % (
-                    _name(g), value, "" if value == 1 else "s"))
+    path = ("ecc_errors_total", "uncorrected")
+    text = ("%(gpu)s has had %(count)d uncorrected ECC error(s) since the driver loaded: a process using that "
+            "memory gets wrong data or is killed (XID 48/94/95); drain the GPU if the count grows.")
 
 
 class GpuRowRemapPending(_CounterRule):
     kind = "gpu_row_remap_pending"
     severity = "warning"
-
-    def value(self, g: Mapping[str, Any]) -> Optional[int]:
-        rows = g.get("remapped_rows")
-        return _int(rows.get("pending")) if isinstance(rows, dict) else None
-
-    def message(self, g: Mapping[str, Any], value: int) -> str:
-        return ("%s has memory rows waiting to be remapped: the repair takes effect at the next GPU reset "
-                "(nvidia-smi -r, or a reboot) once its jobs are drained." % _name(g))
+    path = ("remapped_rows", "pending")
+    text = ("%(gpu)s has memory rows waiting to be remapped: the repair takes effect at the next GPU reset "
+            "(nvidia-smi -r, or a reboot) once its jobs are drained.")
 
 
 class GpuRowRemapFailure(_CounterRule):
     kind = "gpu_row_remap_failure"
-
-    def value(self, g: Mapping[str, Any]) -> Optional[int]:
-        rows = g.get("remapped_rows")
-        return _int(rows.get("failure")) if isinstance(rows, dict) else None
-
-    def message(self, g: Mapping[str, Any], value: int) -> str:
-        return ("%s failed to remap a memory row (XID 64): its memory can no longer be repaired; drain it and "
-                "have it replaced (RMA)." % _name(g))
+    path = ("remapped_rows", "failure")
+    text = ("%(gpu)s failed to remap a memory row (XID 64): its memory can no longer be repaired; drain it and "
+            "have it replaced (RMA).")
 
 
 GPU_DEVICE_RULES: List[Type[GpuRule]] = [GpuXid, GpuThrottled, GpuEccUncorrected, GpuRowRemapPending,
