@@ -480,6 +480,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                     if full and not args.setup_only:
                         groups.populate()
                     row: dict = {"n": n, "populated": full, "parent": groups.parent}
+                    # Only this run's groups: another run's (a second checkout measured at
+                    # the same time) would double what both read.
+                    match = groups.parent  # hex: the same as a regex (cgstat) and a substring (C)
                     if args.setup_only:
                         row["created"] = len(groups.created)
                         report["rows"].append(row)

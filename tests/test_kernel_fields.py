@@ -102,13 +102,16 @@ def test_parse_bool01_rejects(text):
 # -- every recorded tree: each field equals its file ---------------------------------------
 
 
-def _read(root, hdir, path, name):
-    full = os.path.join(root, "sys/fs/cgroup", hdir, path.lstrip("/"), name)
-    try:
-        with open(full) as f:
+def _files(root, hdir, path):
+    """name -> the text of that file of the cgroup's folder, None when there is none."""
+    folder = os.path.join(root, "sys/fs/cgroup", hdir, path.lstrip("/"))
+
+    def read(name):
+        if not os.path.isfile(os.path.join(folder, name)):
+            return None
+        with open(os.path.join(folder, name)) as f:
             return f.read()
-    except FileNotFoundError:
-        return None
+    return read
 
 
 def _int(text):
@@ -129,7 +132,7 @@ def _kv(text):
 
 
 def _v2_expected(root, p):
-    r = lambda name: _read(root, "", p, name)  # noqa: E731
+    r = _files(root, "", p)
     stat = _kv(r("memory.stat"))
     events, local, swap_events = _kv(r("memory.events")), _kv(r("memory.events.local")), _kv(r("memory.swap.events"))
     keys = ("low", "high", "max", "oom", "oom_kill", "oom_group_kill")
@@ -189,7 +192,7 @@ def _v1_expected(root, paths):
     for name, p in paths.items():
         controllers = name.split(",")
         d = name.replace("name=", "")
-        r = lambda f: _read(root, d, p, f)  # noqa: E731
+        r = _files(root, d, p)
         if "memory" in controllers:
             stat = _kv(r("memory.stat"))
             memory = {

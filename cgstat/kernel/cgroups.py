@@ -113,7 +113,7 @@ def read_cgroup(cg: Cgroup, layout: Layout, time_s: float, wall_s: float, kept: 
             else:
                 problems.append(absent[2])
             if "pids.current" in files:
-                pids = pids_sample(unified, r)
+                pids = pids_sample(unified, r, cpu.usage_seconds_total)
             else:
                 problems.append(absent[3])
     else:
@@ -122,7 +122,7 @@ def read_cgroup(cg: Cgroup, layout: Layout, time_s: float, wall_s: float, kept: 
         cpu = cpu_v1(acct, cpu_f, unified, r)
         memory = memory_v1(mem_f, r) if mem_f else _NO_MEMORY
         io = io_v1(blk_f, r) if blk_f else _NO_IO
-        pids = pids_sample(pids_f, r) if pids_f else _NO_PIDS
+        pids = pids_sample(pids_f, r, cpu.usage_seconds_total) if pids_f else _NO_PIDS
         if mem_f is None:
             problems.append(absent[1])
         if blk_f is None:

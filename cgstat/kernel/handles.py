@@ -34,8 +34,9 @@ PIN_ESTIMATE = 4608  # bytes of kernel memory per kept descriptor (file, kernfs/
 # (cgroup_file_notify: "a value change in this file generates a file modified event",
 # cgroup-v2.rst), for which IN_MODIFY comes without a write. And the effective cpusets,
 # which a parent's write or CPU hotplug changes without an event on the file: kept until
-# the folder's rescan (a minute at most). PIDS_EVENTS_IDLE is no file: the kept value of
-# pids.events while the cgroup has no task (cgroups.py), which v1 does not notify.
+# the folder's rescan (a minute at most). The FROZEN names are no files: the kept value of
+# a counter while the cgroup's state keeps it from changing (cgroups.py: pids.events and
+# pids.peak with no task, v1 memory.failcnt with no limit), which v1 does not notify.
 SLOW_FILES = frozenset({
     "cpu.cfs_quota_us", "cpu.cfs_period_us", "memory.limit_in_bytes", "pids.max",
     "cpu.max", "memory.max",
@@ -45,9 +46,9 @@ SLOW_FILES = frozenset({
     "blkio.throttle.read_iops_device", "blkio.throttle.write_iops_device",
     "memory.events.local", "memory.swap.events",
     "cpuset.cpus.effective", "cpuset.mems.effective",
-    "pids.events (no tasks)",
+    "pids.events (frozen)", "pids.peak (frozen)", "memory.failcnt (frozen)",
 })
-PIDS_EVENTS_IDLE = "pids.events (no tasks)"
+FROZEN = {name: name + " (frozen)" for name in ("pids.events", "pids.peak", "memory.failcnt")}
 
 _FLAGS = os.O_RDONLY | os.O_CLOEXEC
 _DIR_FLAGS = getattr(os, "O_PATH", os.O_RDONLY) | os.O_DIRECTORY | os.O_CLOEXEC

@@ -6,9 +6,9 @@ keeps their descriptors); `key` and `scaled` turn a parsed table into record val
 
 from __future__ import annotations
 
-from typing import Callable, Dict, List, Optional, TypeVar
+from typing import Any, Callable, Dict, List, Optional, TypeVar
 
-from cgstat.kernel.handles import MISSING, SLOW_FILES, KeptFiles
+from cgstat.kernel.handles import FROZEN, MISSING, SLOW_FILES, KeptFiles
 from cgstat.kernel.hostfs import Gone, ReadError, read_text
 from cgstat.kernel.sample import Problem
 from cgstat.kernel.tree import Folder
@@ -63,6 +63,30 @@ class FileReader:
         if folder is None or name not in folder.files:
             return None
         return self.get(folder, name, parser)
+
+    def counter(self, folder: Folder, name: str, parser: Callable[[str], Optional[int]],
+                state: Any) -> Optional[int]:
+        """A counter file (absent: None, no problem) that can't move while the cgroup stays
+        in the state `state` names (None: it may move). The value read in a state is kept
+        and served while the cgroup is found in that same state, read again when it is not.
+        v1 raises no IN_MODIFY on these files, so they can't be slow files; this spares
+        their read on most ticks."""
+        if name not in folder.files:
+            return None
+        if not self.keeping.get(folder.hierarchy.mount_dir):
+            return self.get(folder, name, parser)
+        kept, kept_as = self.kept, FROZEN[name]
+        if state is None:
+            kept.modified(folder, kept_as)  # it may move now: what was kept is stale
+            return self.get(folder, name, parser)
+        known = kept.cached(folder, kept_as)
+        if known is not MISSING and known[0] == state:
+            return known[1]  # type: ignore[no-any-return,unused-ignore]
+        kept.release(folder, name)  # read no more each tick: its slot goes to others
+        value = self._uncached(folder, name, parser, False)
+        if value is not None:
+            kept.keep(folder, kept_as, (state, value))
+        return value
 
     def read_once(self, folder: Folder, name: str, parser: Callable[[str], T]) -> Optional[T]:
         """A file read with open/read/close, whatever the cache keeps (failures as Problems)."""

@@ -160,9 +160,12 @@ def memory_v1(folder: Folder, r: FileReader) -> MemorySample:
         oom_events_total=None,
         peak_bytes=r.opt(folder, "memory.max_usage_in_bytes", parse.parse_uint),
         # docker run --memory-reservation (runc's Memory.Reservation) writes this file on
-        # v1 and memory.low on v2; cAdvisor reports either as the reservation.
+        # v1 and memory.low on v2; cAdvisor's reservation on v1 is this file too.
         low_bytes=_max_bytes(r.opt(folder, "memory.soft_limit_in_bytes", parse.parse_uint)),
-        failcnt=r.opt(folder, "memory.failcnt", parse.parse_uint),
+        # A charge is refused (failcnt) only at this cgroup's own limit (page_counter_try_charge
+        # counts the failure on the counter whose max it hit): it can't move without a limit.
+        failcnt=r.counter(folder, "memory.failcnt", parse.parse_uint,
+                          "no limit" if limit is not None and parse.limit_bytes(limit) is None else None),
         pgmajfault_total=stat.get("total_pgmajfault") if stat else None,
         # total_workingset_refault_* since 5.9 (older kernels: absent, None)
         workingset_refault_anon_total=stat.get("total_workingset_refault_anon") if stat else None,

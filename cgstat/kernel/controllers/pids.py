@@ -1,7 +1,7 @@
 """The pids controller's files of one cgroup, and its processes, as a PidsSample.
 
-Reads pids.current, pids.max, pids.peak, cgroup.procs (not while pids.current is 0) and
-pids.events (not again while pids.current stays 0).
+Reads pids.current, pids.max, cgroup.procs (not while pids.current is 0), pids.peak and
+pids.events (not again while the cgroup stays empty and idle).
 """
 
 from __future__ import annotations
@@ -10,12 +10,13 @@ from typing import Optional
 
 from cgstat.kernel import parse
 from cgstat.kernel.controllers.files import FileReader
-from cgstat.kernel.handles import MISSING, PIDS_EVENTS_IDLE
 from cgstat.kernel.sample import PidsSample
 from cgstat.kernel.tree import Folder
 
 
-def pids_sample(folder: Folder, r: FileReader) -> PidsSample:
+def pids_sample(folder: Folder, r: FileReader, cpu_seconds: Optional[float]) -> PidsSample:
+    """cpu_seconds: the cgroup's CPU time this tick (None: unknown), which tells an idle
+    empty cgroup from one a short job ran in since the last tick."""
     current = r.get(folder, "pids.current", parse.parse_uint)
     limit = r.get(folder, "pids.max", parse.parse_max_or_uint)
     if current == 0 and "cgroup.procs" in folder.files:
@@ -29,31 +30,13 @@ def pids_sample(folder: Folder, r: FileReader) -> PidsSample:
             r.kept.release(folder, "cgroup.procs")
     else:
         processes = r.get(folder, "cgroup.procs", _count_pids)
-    return PidsSample(current, limit, processes, r.opt(folder, "pids.peak", parse.parse_uint),
-                      _pids_events_max(folder, r, current))
-
-
-def _pids_events_max(folder: Folder, r: FileReader, current: Optional[int]) -> Optional[int]:
-    """pids.events max. Only a fork in the cgroup's subtree can change it, and with no task
-    there (pids.current 0) none can: the value read at a tick that already found it empty
-    is kept until a task comes back (v1 raises no IN_MODIFY on the file, so it can't be a
-    slow file). An empty cgroup, as most are, then costs no read of it."""
-    if "pids.events" not in folder.files:
-        return None
-    if not r.keeping.get(folder.hierarchy.mount_dir):
-        return r.get(folder, "pids.events", _pids_events)
-    kept = r.kept
-    if current != 0:
-        kept.modified(folder, PIDS_EVENTS_IDLE)  # tasks: what was kept may change
-        return r.get(folder, "pids.events", _pids_events)
-    known = kept.cached(folder, PIDS_EVENTS_IDLE)
-    if known is not MISSING:
-        return known  # type: ignore[no-any-return,unused-ignore]
-    kept.release(folder, "pids.events")  # read no more each tick: its slot goes to others
-    value = r.read_once(folder, "pids.events", _pids_events)
-    if value is not None:
-        kept.keep(folder, PIDS_EVENTS_IDLE, value)
-    return value
+    # Only a task in the cgroup's subtree moves pids.peak and pids.events (a fork, refused
+    # or not, or a move in). Empty now (pids.current 0) and its CPU time unchanged since
+    # the value was read, found empty then too, no task has forked there in between (a
+    # fork runs): an idle empty cgroup, as most are, costs no read of either.
+    idle = cpu_seconds if current == 0 else None
+    return PidsSample(current, limit, processes, r.counter(folder, "pids.peak", parse.parse_uint, idle),
+                      r.counter(folder, "pids.events", _pids_events, idle))
 
 
 def _pids_events(text: str) -> Optional[int]:
