@@ -10,6 +10,7 @@ memory.oom_control.
 
 from __future__ import annotations
 
+import functools
 from typing import Dict, Optional, Tuple
 
 from cgstat.kernel import parse
@@ -68,18 +69,11 @@ def _hugetlb_v2(folder: Folder, r: FileReader) -> Optional[int]:
     return total
 
 
-_HUGETLB_NAMES: Dict[frozenset, Tuple[str, ...]] = {}
-
-
+@functools.lru_cache(maxsize=256)
 def _hugetlb_names(files: frozenset) -> Tuple[str, ...]:
-    # One look at a folder's names per distinct set of names (folders share their sets).
-    known = _HUGETLB_NAMES.get(files)
-    if known is None:
-        if len(_HUGETLB_NAMES) > 256:
-            _HUGETLB_NAMES.clear()
-        known = _HUGETLB_NAMES[files] = tuple(sorted(
-            n for n in files if n.startswith("hugetlb.") and n.endswith(".current") and n.count(".") == 2))
-    return known
+    # A pure function of a folder's names, memoised: folders share their sets of names.
+    return tuple(sorted(
+        n for n in files if n.startswith("hugetlb.") and n.endswith(".current") and n.count(".") == 2))
 
 
 def _memory_stat_v1(text: str) -> Dict[str, Optional[int]]:
