@@ -40,7 +40,14 @@ class FileReader:
         keeps = self.keeping.get(folder.hierarchy.mount_dir)
         if keeps is None:
             keeps = self.kept.keeps(folder.hierarchy.mount_dir)
-        if not keeps or name in SLOW_FILES:
+        if name in SLOW_FILES:
+            if keeps and folder.watched:
+                # Most ticks: the kept value, in one lookup (what _uncached would find).
+                known = self.kept.slow_value(folder, name)
+                if known is not MISSING:
+                    return known  # type: ignore[no-any-return,unused-ignore]
+            return self._uncached(folder, name, parser, keeps)
+        if not keeps:
             return self._uncached(folder, name, parser, keeps)
         # The common case, every tick for every file: one pread on a kept descriptor.
         try:

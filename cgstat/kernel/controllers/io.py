@@ -45,6 +45,8 @@ def _io_limits_v1(folder: Folder, r: FileReader) -> Optional[Tuple[DeviceLimit, 
     tables = [r.opt(folder, name, parse.parse_blkio_device_values) for name in _BLKIO_LIMIT_FILES]
     if any(t is None for t in tables):
         return None
+    if not any(tables):  # no throttle rule (the common case): nothing to sort
+        return ()
     devices = set().union(*tables)  # type: ignore[arg-type]
     return tuple(DeviceLimit(dev, *(t.get(dev) for t in tables))  # type: ignore[union-attr]
                  for dev in sorted(devices, key=device_order))
