@@ -44,6 +44,12 @@ TOOLS = os.path.join(HERE, "tools")
 
 # hierarchies a plain test group lives in (those missing on a host are skipped)
 DEFAULT_HIERARCHIES = ("cpu", "cpuacct", "memory", "blkio", "pids", "unified")
+# cpu.shares of a group (or runc container) given a CPU quota: tests expect a burner to get
+# its quota (0.5 core -> 50 %). With the default 1024 the group shares a CPU evenly with each
+# busy task beside it (the suite's other workers, a contributor's builds): two of them leave
+# it a third of a core. Ten times the default lets it take its quota first; the quota caps
+# what it takes, so the others lose no more than that.
+QUOTA_SHARES = 10240
 
 
 # --------------------------------------------------------------------------- hierarchies
@@ -302,8 +308,10 @@ class TestGroup:
 
     # limits ---------------------------------------------------------------
     def set_cpu_quota(self, quota_us: int, period_us: int = 100000) -> None:
+        """The quota, and a weight that lets a busy member get it (QUOTA_SHARES)."""
         self.set("cpu", "cpu.cfs_period_us", period_us)
         self.set("cpu", "cpu.cfs_quota_us", quota_us)
+        self.set("cpu", "cpu.shares", QUOTA_SHARES)
 
     def set_memory_limit(self, nbytes: int) -> int:
         self.set("memory", "memory.limit_in_bytes", nbytes)
@@ -504,7 +512,8 @@ class RuncContainer:
         res = lin.setdefault("resources", {})
         res["memory"] = {"limit": self.limits["memory"]}
         res["pids"] = {"limit": self.limits["pids"]}
-        res["cpu"] = {"quota": self.limits["quota"], "period": self.limits["period"]}
+        res["cpu"] = {"quota": self.limits["quota"], "period": self.limits["period"],
+                      "shares": QUOTA_SHARES}
         with open(cfg_path, "w") as f:
             json.dump(cfg, f, indent=1)
 
