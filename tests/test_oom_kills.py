@@ -71,6 +71,25 @@ class Stream:
                     return None
                 self._cond.wait(left)
 
+    def pause_after(self, pred, timeout=30.0):
+        """The first line from now on for which pred is true; the agent is stopped (SIGSTOP) as
+        it comes, its tick's reads done, so that what the test does before resume() is all
+        in place when the next tick reads the machine."""
+        start = self.mark()
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            while True:
+                for obj in self.lines[start:]:
+                    if pred(obj):
+                        self.proc.send_signal(signal.SIGSTOP)
+                        return obj
+                left = deadline - time.monotonic()
+                assert left > 0 and self.proc.poll() is None, "no such line"
+                self._cond.wait(left)
+
+    def resume(self):
+        self.proc.send_signal(signal.SIGCONT)
+
     def mark(self) -> int:
         with self._cond:
             return len(self.lines)
@@ -82,6 +101,7 @@ class Stream:
 
     def stop(self) -> str:
         if self.proc.poll() is None:
+            self.resume()  # a stopped process would not act on SIGTERM
             self.proc.send_signal(signal.SIGTERM)
         try:
             self.proc.wait(30)
@@ -249,16 +269,22 @@ def test_runc_container_whose_init_is_oom_killed(realcg_env, make_container, see
     name = "oom-job-" + secrets.token_hex(2)
     state = DockerState(c.id, name)
     s = Stream("stream", "--interval", "1", "--match", stem)
+    # The agent is held (SIGSTOP) from just after a tick until the cgroup is gone: runc
+    # removes it within milliseconds of the kill, and that must be so when the next tick
+    # reads the log, however long the runc commands here take on a busy machine.
     try:
         _settle(s, clock)  # following the log
-        mark = s.mark()
-        c.run()
-        pid = c.pid  # (read before the kill: runc's state says 0 once the init is gone)
         if not seen:  # killed within milliseconds, before any tick reads the cgroup
+            s.pause_after(lambda o: o.get("cgroup") == clock.cgroup)
+            mark = s.mark()
+            c.run()
+            pid = c.pid  # (read before the kill: runc's state says 0 once the init is gone)
             open(os.path.join(c.bundle, "rootfs", "tmp", "go"), "w").close()
         if seen:
-            rec = s.wait_for(lambda o: o.get("type") == "cgroup" and (o.get("container") or {}).get("id") == c.id, 30)
-            assert rec is not None and rec["container"]["name"] == name
+            c.run()
+            pid = c.pid
+            rec = s.pause_after(lambda o: o.get("type") == "cgroup" and (o.get("container") or {}).get("id") == c.id)
+            assert rec["container"]["name"] == name
             state.remove()  # its state gone: the name it was seen with is kept
             mark = s.mark()
             open(os.path.join(c.bundle, "rootfs", "tmp", "go"), "w").close()
@@ -266,6 +292,7 @@ def test_runc_container_whose_init_is_oom_killed(realcg_env, make_container, see
         time.sleep(0.15)
         c.rt.cmd("delete", c.id)  # what containerd's shim does when the init is gone: the cgroup goes
         c.started = False
+        s.resume()
         ev, went = _event_within(s, mark, clock.cgroup, pid)
     finally:
         err = s.stop()
