@@ -64,10 +64,15 @@ smoke() { # version python -> "compat: ..." lines; exit status 1 on failure
     rm -rf "$venv"
 }
 
-# One wheel for every venv: parallel `pip install .` would build in the same build/ folder.
+# One wheel for every venv (parallel `pip install .` would build in the same build/ folder),
+# built from a copy of what it is made of (pyproject.toml: the readme, the cgstat package
+# and its data): tests/run starts this script while its own `pip install -e .` writes the
+# checkout's build metadata.
 wheel_dir=$(mktemp -d /tmp/cgstat-compat-wheel-XXXXXX)
 trap 'rm -rf "$wheel_dir"' EXIT
-python3 -m pip wheel -q --no-deps --disable-pip-version-check -w "$wheel_dir" . 2>&1 | grep -v WARNING || true
+mkdir "$wheel_dir/src"
+cp -R pyproject.toml README.md cgstat "$wheel_dir/src/"
+python3 -m pip wheel -q --no-deps --disable-pip-version-check -w "$wheel_dir" "$wheel_dir/src" 2>&1 | grep -v WARNING || true
 wheel=$(ls "$wheel_dir"/cgstat-*.whl)
 
 # The oldest runs the full set in the foreground; the smoke runs (mostly pip installing)
