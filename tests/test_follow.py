@@ -240,6 +240,44 @@ def test_descriptor_cap(group):
     assert files.count == 0
 
 
+def test_a_file_read_the_same_is_not_parsed_again(group):
+    """Through a kept descriptor, bytes equal to the last read's give the value made of
+    them then; new bytes, another parser or a parser that refuses the text parse again."""
+    d = group.dirs["pids"]
+    folder = Folder(Hierarchy("pids", 1, frozenset({"pids"}), d), "/", d, os.stat(d).st_ino,
+                    frozenset({"pids.current"}))
+    files = KeptFiles(cap=8)
+    calls = []
+
+    def count(text):
+        calls.append(text)
+        return [int(text)]
+
+    try:
+        files.read_parsed(folder, "pids.current", count)  # opened: kept from now on
+        second = files.read_parsed(folder, "pids.current", count)
+        third = files.read_parsed(folder, "pids.current", count)
+        assert second == [0] and third is second and calls == ["0\n", "0\n"]
+        proc = group.start(["sleep", "30"])
+        try:
+            assert files.read_parsed(folder, "pids.current", count) == [1] and len(calls) == 3
+            assert files.read_parsed(folder, "pids.current", lambda text: int(text) + 10) == 11
+        finally:
+            proc.kill()
+            proc.wait()
+
+        def refuse(text):
+            calls.append(text)
+            raise ValueError("no")
+
+        for _ in range(2):
+            with pytest.raises(ValueError):
+                files.read_parsed(folder, "pids.current", refuse)
+        assert len(calls) == 5
+    finally:
+        files.close_all()
+
+
 def test_inotify_event_parsing():
     data = inotify.pack_event(3, inotify.IN_CREATE | inotify.IN_ISDIR, b"abc") + \
         inotify.pack_event(-1, inotify.IN_Q_OVERFLOW)

@@ -49,17 +49,16 @@ class FileReader:
             return self._uncached(folder, name, parser, keeps)
         if not keeps:
             return self._uncached(folder, name, parser, keeps)
-        # The common case, every tick for every file: one pread on a kept descriptor.
+        # The common case, every tick for every file: one pread on a kept descriptor (and
+        # no parse when the bytes are the last read's).
         try:
-            text = self.kept.read(folder, name).decode()
+            return self.kept.read_parsed(folder, name, parser)
         except ReadError as exc:
             self._failed(name, exc)
             return None
         except UnicodeDecodeError:
             self.problems.append(Problem(name, "malformed", "not UTF-8 text"))
             return None
-        try:
-            return parser(text)
         except ValueError as exc:
             self.problems.append(Problem(name, "malformed", str(exc)))
             return None
