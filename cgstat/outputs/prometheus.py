@@ -14,7 +14,7 @@ phase. Labels are escaped and bounded by prometheus_labels.py.
 from __future__ import annotations
 
 import math
-from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, cast
+from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, cast
 
 from cgstat import fields
 from cgstat.outputs.prometheus_labels import (
@@ -28,8 +28,10 @@ from cgstat.outputs.prometheus_labels import (
     render_pairs,
     workload_labels,
 )
-from cgstat.records import CgroupRecord, GpuRecord, GpuUse, Sampled
 from cgstat.timestamps import ts_millis
+
+if TYPE_CHECKING:  # the record types are for the type checker only
+    from cgstat.records import CgroupRecord, GpuRecord, GpuUse, Sampled
 
 TEXT = "text"
 OPENMETRICS = "openmetrics"
@@ -518,10 +520,10 @@ def render(records: Sequence[Sampled], fmt: str = TEXT, self_metrics: Optional[D
             continue
         kind = record.get("type")
         if kind == "cgroup" or kind == "pod":
-            workload = cast(CgroupRecord, record)
+            workload = cast("CgroupRecord", record)
             _cgroup_samples(workload, out, fmt, timestamps, workload_labels(workload, last, kept))
         elif kind == "gpu":
-            _gpu_samples(cast(GpuRecord, record), out, fmt, timestamps)
+            _gpu_samples(cast("GpuRecord", record), out, fmt, timestamps)
     if cache is not None:
         cache.workloads = kept  # one reference swap: a render in another thread sees either
     oom_name = FAMILIES[F_OOM].name
