@@ -49,6 +49,19 @@ SLOW_FILES = frozenset({
     "pids.events (frozen)", "pids.peak (frozen)", "memory.failcnt (frozen)",
 })
 FROZEN = {name: name + " (frozen)" for name in ("pids.events", "pids.peak", "memory.failcnt")}
+# Values made from several slow files of one folder, kept as one (one lookup a tick, not
+# one per file): no files either; a write to any file they are made from drops them.
+DERIVED = {
+    "cpu settings (kept)": ("cpu.cfs_quota_us", "cpu.cfs_period_us", "cpu.shares", "cpu.cfs_burst_us"),
+    "blkio limits (kept)": ("blkio.throttle.read_bps_device", "blkio.throttle.write_bps_device",
+                            "blkio.throttle.read_iops_device", "blkio.throttle.write_iops_device"),
+    "memory settings (kept)": ("memory.high", "memory.low", "memory.min", "memory.swap.max", "memory.oom.group"),
+}
+SLOW_FILES = SLOW_FILES | frozenset(DERIVED)
+_DERIVED_FROM: Dict[str, Tuple[str, ...]] = {}
+for _key, _files in DERIVED.items():
+    for _file in _files:
+        _DERIVED_FROM[_file] = _DERIVED_FROM.get(_file, ()) + (_key,)
 
 T = TypeVar("T")
 _FLAGS = os.O_RDONLY | os.O_CLOEXEC
@@ -445,10 +458,14 @@ class KeptFiles:
             self._put(folder, name, value)
 
     def modified(self, folder: Folder, name: str) -> None:
-        """IN_MODIFY: slow file `name` of that folder was written; read it again."""
-        entry = self._lookup(folder)
-        if entry is not None and name in SLOW_FILES and name in entry.names:
-            self._drop(folder, entry, name)
+        """IN_MODIFY: slow file `name` of that folder was written; read it again (and the
+        values made from it: DERIVED)."""
+        if name not in SLOW_FILES:
+            return
+        for kept_as in (name,) + _DERIVED_FROM.get(name, ()):
+            entry = self._lookup(folder)  # again: dropping its last name removes the entry
+            if entry is not None and kept_as in entry.names:
+                self._drop(folder, entry, kept_as)
 
     def drop_values(self, mount_dir: Optional[str] = None) -> None:
         """Forget every slow value (events were lost), or those of one hierarchy (its

@@ -94,6 +94,22 @@ class FileReader:
             kept.keep(folder, kept_as, (state, value))
         return value
 
+    def derived(self, folder: Folder, kept_as: str, make: Callable[[], T]) -> T:
+        """make(), a value made from slow files of `folder` only (DERIVED names them),
+        kept as one like a slow file's value while none of them is written, so that a tick
+        looks it up once instead of once per file. Kept only when made without a problem:
+        a file that fails is read, and reported, again next tick."""
+        watched = folder.watched and bool(self.keeping.get(folder.hierarchy.mount_dir))
+        if watched:
+            known = self.kept.slow_value(folder, kept_as)
+            if known is not MISSING:
+                return known  # type: ignore[no-any-return,unused-ignore]
+        before = len(self.problems)
+        value = make()
+        if watched and len(self.problems) == before:
+            self.kept.keep(folder, kept_as, value)
+        return value
+
     def read_once(self, folder: Folder, name: str, parser: Callable[[str], T]) -> Optional[T]:
         """A file read with open/read/close, whatever the cache keeps (failures as Problems)."""
         return self._uncached(folder, name, parser, False)
