@@ -258,8 +258,8 @@ def _cgroup_samples(record: CgroupRecord, out: List[List[bytes]], fmt: str, time
 
 def _issue23_samples(record: CgroupRecord, add: Callable[..., None], workload: WorkloadLabels) -> None:
     """The series of the memory events, major faults, OOM group, cpuset and IO limits."""
-    memory: Dict[str, Any] = cast(Dict[str, Any], record.get("memory") or {})
-    cpu: Dict[str, Any] = cast(Dict[str, Any], record.get("cpu") or {})
+    memory: Dict[str, Any] = cast("Dict[str, Any]", record.get("memory") or {})
+    cpu: Dict[str, Any] = cast("Dict[str, Any]", record.get("cpu") or {})
     # (the braces with one more label are looked up only for a value: most are null on v1)
     value = memory.get("pgmajfault_total")
     if value is not None:
@@ -281,7 +281,7 @@ def _issue23_samples(record: CgroupRecord, add: Callable[..., None], workload: W
     cpus, mems = cpu.get("cpuset_cpus"), cpu.get("cpuset_mems")
     if isinstance(cpus, str) or isinstance(mems, str):
         add(F_CPUSET, 1, workload.with_label(render_pairs((("cpus", cpus), ("mems", mems)))))
-    limits = cast(Dict[str, Any], record.get("io") or {}).get("limits")
+    limits = cast("Dict[str, Any]", record.get("io") or {}).get("limits")
     if isinstance(limits, list):
         for lim in limits:
             if not isinstance(lim, dict):
