@@ -366,6 +366,9 @@ def cgstat_env() -> dict:
     env.pop("CGSTAT_OUTPUT", None)
     env.pop("CGSTAT_INTERVAL", None)
     env.pop("CGSTAT_HOST_ROOT", None)
+    # An installed agent starts from cached bytecode (pip compiles it at install): so do
+    # the start-up and once --state figures (see main()).
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
     return env
 
 
@@ -428,6 +431,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if os.geteuid() != 0:
         print("tick_cost: creating cgroups needs root", file=sys.stderr)
         return 1
+    if USE_REPO:  # this checkout's bytecode, as pip install would have written it
+        subprocess.run([sys.executable, "-m", "compileall", "-q", os.path.join(REPO, "cgstat")],
+                       stdout=subprocess.DEVNULL, env=cgstat_env(), check=False)
     hierarchies = find_hierarchies()
     if not hierarchies:
         print("tick_cost: no usable cgroup hierarchy found", file=sys.stderr)

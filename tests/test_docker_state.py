@@ -188,3 +188,25 @@ def test_ctr_containers_in_any_namespace(tmp_path):
 def _by_path(root):
     records = list(Sampler(root, warner=Warner(io.StringIO())).tick())
     return {r["cgroup"]: r for r in records if r.get("type") == "cgroup"}
+
+
+def test_a_docker_host_that_is_no_unix_socket_is_said_once(tmp_path):
+    """DOCKER_HOST=tcp://... (CI runners, remote daemons): cgstat asks only a local unix
+    socket, and says so at start rather than leaving the option silently unused."""
+    import subprocess
+    import sys
+
+    root = str(tmp_path)
+    _host(root)
+    env = dict(os.environ, DOCKER_HOST="tcp://10.0.0.1:2375")
+    env.pop("CGSTAT_HOST_ROOT", None)
+    proc = subprocess.run([sys.executable, "-m", "cgstat", "--host-root", root, "once", "--window", "0"],
+                          env=env, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    said = [line for line in proc.stderr.splitlines() if "not a unix socket" in line]
+    assert said == ["cgstat: --docker-host/DOCKER_HOST 'tcp://10.0.0.1:2375' is not a unix socket "
+                    "(unix:///path or /path): the Docker API is not asked for names"]
+    env["DOCKER_HOST"] = "unix:///nowhere.sock"
+    proc = subprocess.run([sys.executable, "-m", "cgstat", "--host-root", root, "once", "--window", "0"],
+                          env=env, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0 and "not a unix socket" not in proc.stderr

@@ -3,6 +3,7 @@ the JSON Schema files, the Prometheus families and what the exporter renders, th
 columns, docs/schema.md and docs/prometheus.md. A field added to the table and missed in
 one of them fails here."""
 
+import ast
 import os
 import re
 
@@ -226,3 +227,27 @@ def test_path_readers_take_their_paths_from_the_table():
     assert fields.keys("gpu.memory_used_bytes", fields.GPU_RECORD) == ("gpu", "memory_used_bytes")
     with pytest.raises(KeyError):
         fields.keys("memory.limit")  # a field the record does not have: its reader fails at import
+
+
+def _path_constants(path):
+    """The module-level `_NAME = ("a", "b", ...)` tuples of strings of a module: the
+    record paths a reader of records by path (the event rules) reads."""
+    with open(path, encoding="utf-8") as f:
+        tree = ast.parse(f.read())
+    for node in tree.body:
+        if (isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name)
+                and node.targets[0].id.startswith("_") and node.targets[0].id.isupper() and isinstance(node.value, ast.Tuple) and len(node.value.elts) >= 2
+                and all(isinstance(e, ast.Constant) and isinstance(e.value, str) for e in node.value.elts)):
+            yield node.targets[0].id, ".".join(e.value for e in node.value.elts)
+
+
+def test_the_event_rules_read_paths_of_the_table():
+    folder = os.path.join(ROOT, "cgstat", "pipeline", "events")
+    found = {}
+    for name in sorted(os.listdir(folder)):
+        if name.endswith(".py"):
+            for const, path in _path_constants(os.path.join(folder, name)):
+                found["%s:%s" % (name, const)] = path
+    assert {"rules.py:_PIDS_CURRENT", "runs.py:_MEMORY_LIMIT_BYTES"} <= set(found)  # the scan sees them
+    unknown = {where: path for where, path in found.items() if path not in {f.path for f in fields.RECORD}}
+    assert unknown == {}

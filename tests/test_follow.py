@@ -217,9 +217,38 @@ def test_limit_written_between_ticks_is_read_next_tick(group):
         group.set("cpu", "cpu.cfs_quota_us", -1)
         rec = [r for r in s.tick() if r["cgroup"] == group.cgroup][0]
         assert rec["cpu"]["limit_cores"] is None
+        # the v1 cpu settings and io limits are kept as one value each (kernel/handles.DERIVED):
+        # a write to any one of their files is seen the next tick
+        group.set("cpu", "cpu.shares", 512)
+        rec = [r for r in s.tick() if r["cgroup"] == group.cgroup][0]
+        assert (rec["cpu"]["shares"], rec["cpu"]["weight"], rec["cpu"]["limit_cores"]) == (512, 50, None)
+        disk = _a_disk()
+        if disk is not None:
+            group.set("blkio", "blkio.throttle.write_iops_device", "%s 300" % disk)
+            try:
+                rec = [r for r in s.tick() if r["cgroup"] == group.cgroup][0]
+                assert [(d["device"], d["write_ops_per_second"], d["read_bytes_per_second"])
+                        for d in rec["io"]["limits"]] == [(disk, 300, None)]
+            finally:
+                group.set("blkio", "blkio.throttle.write_iops_device", "%s 0" % disk)  # the rule removed
+            rec = [r for r in s.tick() if r["cgroup"] == group.cgroup][0]
+            assert rec["io"]["limits"] == []
     finally:
         s.close()
         s.discoverer.close()
+
+
+def _a_disk():
+    """major:minor of a whole disk of this machine (blk-throttle takes rules for disks), or None."""
+    for name in sorted(os.listdir("/sys/block")):
+        if name.startswith(("loop", "ram", "zram")):
+            continue
+        try:
+            with open("/sys/block/%s/dev" % name) as f:
+                return f.read().strip()
+        except OSError:
+            continue
+    return None
 
 
 def test_descriptor_cap(group):
@@ -238,6 +267,83 @@ def test_descriptor_cap(group):
     assert files.pinned_bytes() == 2 * handles.PIN_ESTIMATE
     files.close_all()
     assert files.count == 0
+
+
+def test_a_file_read_the_same_is_not_parsed_again(group):
+    """Through a kept descriptor, bytes equal to the last read's give the value made of
+    them then; new bytes, another parser or a parser that refuses the text parse again."""
+    d = group.dirs["pids"]
+    folder = Folder(Hierarchy("pids", 1, frozenset({"pids"}), d), "/", d, os.stat(d).st_ino,
+                    frozenset({"pids.current"}))
+    files = KeptFiles(cap=8)
+    calls = []
+
+    def count(text):
+        calls.append(text)
+        return [int(text)]
+
+    try:
+        files.read_parsed(folder, "pids.current", count)  # opened: kept from now on
+        second = files.read_parsed(folder, "pids.current", count)
+        third = files.read_parsed(folder, "pids.current", count)
+        assert second == [0] and third is second and calls == ["0\n", "0\n"]
+        proc = group.start(["sleep", "30"])
+        try:
+            assert files.read_parsed(folder, "pids.current", count) == [1] and len(calls) == 3
+            assert files.read_parsed(folder, "pids.current", lambda text: int(text) + 10) == 11
+        finally:
+            proc.kill()
+            proc.wait()
+
+        def refuse(text):
+            calls.append(text)
+            raise ValueError("no")
+
+        for _ in range(2):
+            with pytest.raises(ValueError):
+                files.read_parsed(folder, "pids.current", refuse)
+        assert len(calls) == 5
+    finally:
+        files.close_all()
+
+
+def test_a_write_to_any_file_of_a_kept_setting_drops_it(tmp_path):
+    """The values made from several slow files (handles.DERIVED) go with a write to any of
+    them, and only then; the folder's other kept values stay."""
+    h = Hierarchy("unified", 0, frozenset({"memory"}), str(tmp_path))
+    folder = Folder(h, "/a", str(tmp_path), 7, frozenset({"memory.high", "memory.max"}), watched=True)
+    files = KeptFiles(cap=8)
+    for made_from in handles.DERIVED["memory settings (kept)"]:
+        files.keep(folder, "memory settings (kept)", (1, 2, 3, 4, True))
+        files.keep(folder, "memory.max", 5)
+        files.modified(folder, "memory.max")  # not one of its files
+        assert files.slow_value(folder, "memory settings (kept)") == (1, 2, 3, 4, True)
+        files.keep(folder, "memory.max", 5)
+        files.modified(folder, made_from)
+        assert files.slow_value(folder, "memory settings (kept)") is handles.MISSING
+        assert files.slow_value(folder, "memory.max") == 5
+    files.modified(folder, "memory.max")  # its last value: the folder's entry goes
+    assert list(files.entries()) == []
+
+
+def test_each_kept_setting_is_made_from_the_files_it_is_dropped_with():
+    from cgstat.kernel.controllers import cpu, io, memory
+
+    class Spy:  # a FileReader that only says which files are asked for
+        def __init__(self):
+            self.names, self.problems = [], []
+
+        def get(self, folder, name, parser):
+            self.names.append(name)
+
+        opt = get
+
+    for kept_as, make in ((cpu.CPU_SETTINGS_V1, cpu._settings_v1), (io.LIMITS_V1, io._limits_v1),
+                          (memory.SETTINGS_V2, memory._settings_v2)):
+        spy = Spy()
+        make(None, spy)
+        assert sorted(spy.names) == sorted(handles.DERIVED[kept_as]), kept_as
+    assert set(handles.DERIVED) == {cpu.CPU_SETTINGS_V1, io.LIMITS_V1, memory.SETTINGS_V2}
 
 
 def test_inotify_event_parsing():

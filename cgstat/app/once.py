@@ -8,9 +8,9 @@ from typing import TYPE_CHECKING, Optional, Sequence
 
 from cgstat.outputs.jsonl import JsonLinesSink, ReaderGone
 from cgstat.pipeline.schedule import Schedule
-from cgstat.records import JsonObject
 
 if TYPE_CHECKING:
+    from cgstat.records import JsonObject
     from cgstat.pipeline.sampler import Sampler
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Optional, Pattern
 
-from cgstat.naming.runtimes.daemons import DaemonConfig
+from cgstat.naming.runtimes.daemons import DaemonConfig, socket_path
 
 if TYPE_CHECKING:
     from cgstat.pipeline.sampler import Sampler
@@ -19,5 +19,10 @@ def open_sampler(host_root: str, all_cgroups: bool, match: Optional[Pattern[str]
     from cgstat.pipeline.sampler import Sampler
 
     raise_nofile_limit()
-    return Sampler(host_root, all_cgroups, match, Warner(), max_user_cgroups=max_user_cgroups, follow=follow,
+    warner = Warner()
+    if daemons.docker_host is not None and socket_path(daemons.docker_host) is None:
+        # DOCKER_HOST=tcp://... is common on CI runners: said once, not silently unused
+        warner.once("docker-host", f"--docker-host/DOCKER_HOST {daemons.docker_host!r} is not a unix socket "
+                    "(unix:///path or /path): the Docker API is not asked for names")
+    return Sampler(host_root, all_cgroups, match, warner, max_user_cgroups=max_user_cgroups, follow=follow,
                    daemons=daemons)

@@ -9,9 +9,9 @@ from typing import TYPE_CHECKING, Iterable, Optional, Sequence
 from cgstat import sdnotify
 from cgstat.outputs.jsonl import JsonLinesSink, ReaderGone, SinkError
 from cgstat.pipeline.schedule import Schedule, watchdog_heartbeat_s
-from cgstat.records import JsonObject
 
 if TYPE_CHECKING:  # the exporter and events are imported by the runs that use them
+    from cgstat.records import JsonObject
     from cgstat.outputs.serve import Exporter
     from cgstat.pipeline.events import EventDetector
     from cgstat.pipeline.sampler import Sampler

@@ -13,9 +13,9 @@ from cgstat.outputs.jsonl import ReaderGone, SinkError, StdoutSink
 from cgstat.outputs.top import Model, Screen, ViewLog, plain_frame
 from cgstat.pipeline.events import EventDetector, Thresholds
 from cgstat.pipeline.schedule import Schedule
-from cgstat.records import Sampled
 
 if TYPE_CHECKING:
+    from cgstat.records import Sampled
     from cgstat.pipeline.sampler import Sampler
 
 FIRST_SCREEN_S = 0.5  # the warm-up before the first screen (at most one interval)

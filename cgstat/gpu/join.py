@@ -17,12 +17,14 @@ partial sum would understate.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, Iterable, List, Mapping, NamedTuple, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, List, Mapping, NamedTuple, Optional, Tuple
 
 from cgstat.gpu.energy import ancestors
 from cgstat.gpu.sample import GpuProcess
 from cgstat.kernel.procs import Owner
-from cgstat.records import GpuUse
+
+if TYPE_CHECKING:  # the record types are for the type checker only
+    from cgstat.records import GpuUse
 
 
 class Attributed(NamedTuple):

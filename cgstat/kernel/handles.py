@@ -14,7 +14,7 @@ import os
 import resource
 import time
 import weakref
-from typing import TYPE_CHECKING, Any, Dict, Iterator, List, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, Iterator, List, Optional, Tuple, TypeVar
 
 from cgstat.kernel.hostfs import classify, read_bytes
 
@@ -49,7 +49,21 @@ SLOW_FILES = frozenset({
     "pids.events (frozen)", "pids.peak (frozen)", "memory.failcnt (frozen)",
 })
 FROZEN = {name: name + " (frozen)" for name in ("pids.events", "pids.peak", "memory.failcnt")}
+# Values made from several slow files of one folder, kept as one (one lookup a tick, not
+# one per file): no files either; a write to any file they are made from drops them.
+DERIVED = {
+    "cpu settings (kept)": ("cpu.cfs_quota_us", "cpu.cfs_period_us", "cpu.shares", "cpu.cfs_burst_us"),
+    "blkio limits (kept)": ("blkio.throttle.read_bps_device", "blkio.throttle.write_bps_device",
+                            "blkio.throttle.read_iops_device", "blkio.throttle.write_iops_device"),
+    "memory settings (kept)": ("memory.high", "memory.low", "memory.min", "memory.swap.max", "memory.oom.group"),
+}
+SLOW_FILES = SLOW_FILES | frozenset(DERIVED)
+_DERIVED_FROM: Dict[str, Tuple[str, ...]] = {}
+for _key, _files in DERIVED.items():
+    for _file in _files:
+        _DERIVED_FROM[_file] = _DERIVED_FROM.get(_file, ()) + (_key,)
 
+T = TypeVar("T")
 _FLAGS = os.O_RDONLY | os.O_CLOEXEC
 _DIR_FLAGS = getattr(os, "O_PATH", os.O_RDONLY) | os.O_DIRECTORY | os.O_CLOEXEC
 
@@ -138,14 +152,16 @@ MISSING = object()  # cached(): no value kept
 class Kept:
     """What is kept for one life of a folder: its inode, the names of the files kept (a
     tuple shared by every folder keeping the same names), and per name its descriptor or,
-    for a slow file, its parsed value."""
+    for a slow file, its parsed value; `last` holds, per file read through a descriptor,
+    the bytes last read, the parser and what it made of them (see read_parsed)."""
 
-    __slots__ = ("inode", "names", "values")
+    __slots__ = ("inode", "names", "values", "last")
 
     def __init__(self, inode: int, names: Tuple[str, ...] = (), values: Tuple[Any, ...] = ()):
         self.inode = inode
         self.names = names
         self.values = values
+        self.last: Optional[Dict[str, Tuple[bytes, Callable[[str], Any], Any]]] = None
 
     def value(self, name: str) -> Any:
         return self.values[self.names.index(name)]
@@ -283,6 +299,8 @@ class KeptFiles:
             return
         entry.names = self._shared(names[:i] + names[i + 1:])
         entry.values = entry.values[:i] + entry.values[i + 1:]
+        if entry.last is not None:
+            entry.last.pop(name, None)
 
     def read(self, folder: Folder, name: str) -> bytes:
         """The bytes of a file of `folder` through a kept descriptor; raises ReadError like
@@ -303,6 +321,38 @@ class KeptFiles:
                         raise classify(exc, folder.local + "/" + name) from None
                     return data if len(data) < _READ else _whole(data, folder.local + "/" + name)
         return self._open(folder, name)
+
+    def read_parsed(self, folder: Folder, name: str, parser: Callable[[str], T]) -> T:
+        """parser(the file's text), read as read() does; raises ReadError like read(), and
+        UnicodeDecodeError or the parser's ValueError. Through a kept descriptor, bytes equal
+        to the last read's give the value made of them then, unparsed: most files of an idle
+        cgroup read the same from tick to tick, and a parser is a pure function of the text
+        (the values are shared, so the readers never change them)."""
+        tree = self._mounts.get(folder.hierarchy.mount_dir)
+        if tree is not None:
+            entry = tree.get(folder.path)
+            if entry is not None and entry.inode == folder.inode:
+                names = entry.names
+                if name in names and name not in SLOW_FILES:
+                    fd = entry.values[names.index(name)]
+                    try:
+                        data = os.pread(fd, _READ, 0)
+                    except OSError as exc:
+                        self.forget(folder)  # as read()
+                        raise classify(exc, folder.local + "/" + name) from None
+                    if len(data) >= _READ:
+                        data = _whole(data, folder.local + "/" + name)
+                    last = entry.last
+                    if last is None:
+                        last = entry.last = {}
+                    else:
+                        known = last.get(name)
+                        if known is not None and known[0] == data and known[1] is parser:
+                            return known[2]
+                    value = parser(data.decode())
+                    last[name] = (data, parser, value)
+                    return value
+        return parser(self._open(folder, name).decode())
 
     def _open(self, folder: Folder, name: str) -> bytes:
         if name in SLOW_FILES:
@@ -408,10 +458,14 @@ class KeptFiles:
             self._put(folder, name, value)
 
     def modified(self, folder: Folder, name: str) -> None:
-        """IN_MODIFY: slow file `name` of that folder was written; read it again."""
-        entry = self._lookup(folder)
-        if entry is not None and name in SLOW_FILES and name in entry.names:
-            self._drop(folder, entry, name)
+        """IN_MODIFY: slow file `name` of that folder was written; read it again (and the
+        values made from it: DERIVED)."""
+        if name not in SLOW_FILES:
+            return
+        for kept_as in (name,) + _DERIVED_FROM.get(name, ()):
+            entry = self._lookup(folder)  # again: dropping its last name removes the entry
+            if entry is not None and kept_as in entry.names:
+                self._drop(folder, entry, kept_as)
 
     def drop_values(self, mount_dir: Optional[str] = None) -> None:
         """Forget every slow value (events were lost), or those of one hierarchy (its

@@ -424,10 +424,16 @@ class KmsgFollower:
                 break
             if not raw:
                 break
+            last = self.last_seq
+            if last is not None:
+                # read before (a saved position: a cron run reads the backlog up to it)?
+                # Told by the number alone, without parsing the record.
+                head = raw.split(b",", 2)
+                if len(head) == 3 and head[1].isdigit() and int(head[1]) <= last:
+                    continue
             record = parse_record(raw)
             if record is None:
                 continue
-            last = self.last_seq
             if last is not None:
                 if record.seq <= last:
                     continue  # read before (a saved position)

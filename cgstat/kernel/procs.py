@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import Dict, List, Optional
+from typing import TYPE_CHECKING, Dict, List, Optional
 
 from cgstat.kernel import parse
 from cgstat.kernel.hierarchy import Layout
 from cgstat.kernel.hostfs import HostFS, read_bytes, read_text
-from cgstat.records import Container
+
+if TYPE_CHECKING:  # the record types are for the type checker only
+    from cgstat.records import Container
 
 
 @dataclass(frozen=True)

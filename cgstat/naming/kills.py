@@ -19,14 +19,16 @@ from __future__ import annotations
 import os
 import time
 from collections import OrderedDict
-from typing import Dict, Iterable, List, NamedTuple, Optional, Tuple
+from typing import TYPE_CHECKING, Dict, Iterable, List, NamedTuple, Optional, Tuple
 
 from cgstat.kernel.hierarchy import Hierarchy, Layout
 from cgstat.kernel.kmsg import OomReport
 from cgstat.kernel.tree import Cgroup
 from cgstat.naming.paths import PathInfo, classify
 from cgstat.naming.workload import Namer
-from cgstat.records import Container, Pod
+
+if TYPE_CHECKING:  # the record types are for the type checker only
+    from cgstat.records import Container, Pod
 
 KEEP_S = 600.0  # how long a gone cgroup's name is kept for a kill reported late
 MAX_GONE = 4096

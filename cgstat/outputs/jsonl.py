@@ -26,12 +26,14 @@ import collections
 import errno
 import os
 import stat
-from typing import Callable, Deque, Iterable, Iterator, List, Optional
+from typing import TYPE_CHECKING, Callable, Deque, Iterable, Iterator, List, Optional
 
 from cgstat.errors import CgstatError, file_kind, os_reason
 from cgstat.kernel.hostfs import close_quietly
-from cgstat.records import JsonObject
 from cgstat.text import dumps_record, quote
+
+if TYPE_CHECKING:  # the record types are for the type checker only
+    from cgstat.records import JsonObject
 
 _PENDING_MAX_BYTES = 16 * 1024 * 1024
 # Serialised lines are written in pieces of about this size: few enough writes, and the

@@ -14,7 +14,7 @@ phase. Labels are escaped and bounded by prometheus_labels.py.
 from __future__ import annotations
 
 import math
-from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, cast
+from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, cast
 
 from cgstat import fields
 from cgstat.outputs.prometheus_labels import (
@@ -28,8 +28,10 @@ from cgstat.outputs.prometheus_labels import (
     render_pairs,
     workload_labels,
 )
-from cgstat.records import CgroupRecord, GpuRecord, GpuUse, Sampled
 from cgstat.timestamps import ts_millis
+
+if TYPE_CHECKING:  # the record types are for the type checker only
+    from cgstat.records import CgroupRecord, GpuRecord, GpuUse, Sampled
 
 TEXT = "text"
 OPENMETRICS = "openmetrics"
@@ -111,10 +113,10 @@ F_IO_LIMIT_OPS = _INDEX["cgstat_io_limit_ops_per_second"]
 # (family, record key, its counts) of the memory event objects, one series per count
 F_EVENTS_HIGH = _INDEX["container_memory_events_high_total"]
 F_EVENTS_MAX = _INDEX["container_memory_events_max_total"]
-_MEMORY_EVENTS = ((_INDEX["cgstat_memory_events_total"], "events", ("low", "oom", "oom_group_kill")),
-                  (_INDEX["cgstat_memory_events_local_total"], "events_local",
-                   ("low", "high", "max", "oom", "oom_kill", "oom_group_kill")),
-                  (_INDEX["cgstat_memory_swap_events_total"], "swap_events", ("high", "max", "fail")))
+_MEMORY_EVENTS = tuple((family, key, tuple((name, 'event="%s"' % name) for name in counts)) for family, key, counts in (
+    (_INDEX["cgstat_memory_events_total"], "events", ("low", "oom", "oom_group_kill")),
+    (_INDEX["cgstat_memory_events_local_total"], "events_local", ("low", "high", "max", "oom", "oom_kill", "oom_group_kill")),
+    (_INDEX["cgstat_memory_swap_events_total"], "swap_events", ("high", "max", "fail"))))
 _PGMAJFAULT = 'failure_type="pgmajfault",scope="hierarchy"'  # memory.stat counts the subtree
 _IO_LIMITS = ((F_IO_LIMIT_BYTES, "read", "read_bytes_per_second"),
               (F_IO_LIMIT_BYTES, "write", "write_bytes_per_second"),
@@ -129,9 +131,8 @@ def _from_field(scope: str, prefix: str, labels: Tuple[str, ...] = ()) -> Tuple[
 
 
 # the scalars of a cgroup record's cpu, memory and pids sections (half the series)
-_SCALARS: Tuple[Tuple[int, str, str], ...] = tuple(
-    (family, section, key) for section in ("cpu", "memory", "pids")
-    for family, key in _from_field("cgroup", section + "."))
+_SCALARS: Tuple[Tuple[str, Tuple[Tuple[int, str], ...]], ...] = tuple(
+    (section, _from_field("cgroup", section + ".")) for section in ("cpu", "memory", "pids"))
 _IO_DEVICE = _from_field("cgroup", "io.devices[].", ("device",))
 _NETWORK = _from_field("cgroup", "network.interfaces[].", ("interface",))
 _GPU_DEVICE = _from_field("gpu", "gpu.")
@@ -180,7 +181,9 @@ def _cgroup_samples(record: CgroupRecord, out: List[List[bytes]], fmt: str, time
     names = _NAMES
 
     def add(family: int, value: Any, brace: bytes = workload.brace) -> None:
-        # most values are ints: _value's first case, written out to save the call
+        # most values are ints or null (no series): _value's cases, written out to save the call
+        if value is None:
+            return
         text = b"%d" % value if value.__class__ is int else _value(value)
         if text is not None:
             out[family] += (names[family], brace, text, end)
@@ -189,13 +192,16 @@ def _cgroup_samples(record: CgroupRecord, out: List[List[bytes]], fmt: str, time
         add(F_LAST_SEEN, millis // 1000)
     cpu = record.get("cpu") or {}
     add(F_CPU_USAGE, cpu.get("usage_seconds_total"), workload.cpu_total)
-    sections = {"cpu": cpu, "memory": record.get("memory") or {}, "pids": record.get("pids") or {}}
     brace = workload.brace
-    for family, section, key in _SCALARS:  # half the series: add() written out
-        value = sections[section].get(key)
-        text = b"%d" % value if value.__class__ is int else _value(value)
-        if text is not None:
-            out[family] += (names[family], brace, text, end)
+    for section, scalars in _SCALARS:  # half the series: add() written out
+        get = cast("Dict[str, Any]", record.get(section) or {}).get
+        for family, key in scalars:
+            value = get(key)
+            if value is None:
+                continue
+            text = b"%d" % value if value.__class__ is int else _value(value)
+            if text is not None:
+                out[family] += (names[family], brace, text, end)
     quota_us = cpu.get("quota_us")
     period_us = cpu.get("period_us")
     limit = cpu.get("limit_cores")
@@ -252,9 +258,12 @@ def _cgroup_samples(record: CgroupRecord, out: List[List[bytes]], fmt: str, time
 
 def _issue23_samples(record: CgroupRecord, add: Callable[..., None], workload: WorkloadLabels) -> None:
     """The series of the memory events, major faults, OOM group, cpuset and IO limits."""
-    memory: Dict[str, Any] = cast(Dict[str, Any], record.get("memory") or {})
-    cpu: Dict[str, Any] = cast(Dict[str, Any], record.get("cpu") or {})
-    add(F_MEM_FAILURES, memory.get("pgmajfault_total"), workload.with_label(_PGMAJFAULT))
+    memory: Dict[str, Any] = cast("Dict[str, Any]", record.get("memory") or {})
+    cpu: Dict[str, Any] = cast("Dict[str, Any]", record.get("cpu") or {})
+    # (the braces with one more label are looked up only for a value: most are null on v1)
+    value = memory.get("pgmajfault_total")
+    if value is not None:
+        add(F_MEM_FAILURES, value, workload.with_label(_PGMAJFAULT))
     events = memory.get("events")
     if isinstance(events, dict):
         add(F_EVENTS_HIGH, events.get("high"))
@@ -262,15 +271,17 @@ def _issue23_samples(record: CgroupRecord, add: Callable[..., None], workload: W
     for family, key, counts in _MEMORY_EVENTS:
         events = memory.get(key)
         if isinstance(events, dict):
-            for name in counts:
-                add(family, events.get(name), workload.with_label('event="%s"' % name))
+            for name, label in counts:
+                value = events.get(name)
+                if value is not None:
+                    add(family, value, workload.with_label(label))
     group = memory.get("oom_group")
     if isinstance(group, bool):
         add(F_OOM_GROUP, int(group))
     cpus, mems = cpu.get("cpuset_cpus"), cpu.get("cpuset_mems")
     if isinstance(cpus, str) or isinstance(mems, str):
         add(F_CPUSET, 1, workload.with_label(render_pairs((("cpus", cpus), ("mems", mems)))))
-    limits = cast(Dict[str, Any], record.get("io") or {}).get("limits")
+    limits = cast("Dict[str, Any]", record.get("io") or {}).get("limits")
     if isinstance(limits, list):
         for lim in limits:
             if not isinstance(lim, dict):
@@ -518,10 +529,10 @@ def render(records: Sequence[Sampled], fmt: str = TEXT, self_metrics: Optional[D
             continue
         kind = record.get("type")
         if kind == "cgroup" or kind == "pod":
-            workload = cast(CgroupRecord, record)
+            workload = cast("CgroupRecord", record)
             _cgroup_samples(workload, out, fmt, timestamps, workload_labels(workload, last, kept))
         elif kind == "gpu":
-            _gpu_samples(cast(GpuRecord, record), out, fmt, timestamps)
+            _gpu_samples(cast("GpuRecord", record), out, fmt, timestamps)
     if cache is not None:
         cache.workloads = kept  # one reference swap: a render in another thread sees either
     oom_name = FAMILIES[F_OOM].name

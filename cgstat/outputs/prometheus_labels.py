@@ -14,9 +14,11 @@ from __future__ import annotations
 
 import copy
 import re
-from typing import Any, Dict, Iterable, List, Set, Tuple, cast
+from typing import TYPE_CHECKING, Any, Dict, Iterable, List, Set, Tuple, cast
 
-from cgstat.records import CgroupRecord, Container, IoDevice, Pod
+if TYPE_CHECKING:  # the record types are for the type checker only
+    from cgstat.records import CgroupRecord, Container, IoDevice, Pod
+
 
 MAX_CONTAINER_LABELS = 32  # container_label_* per container; the rest are left out
 MAX_LABEL_NAME = 128  # characters of a sanitised label key
@@ -67,8 +69,8 @@ def sanitize_label_name(key: str) -> str:
 BLKIO_OPS = (("Read", "read_bytes_total"), ("Write", "write_bytes_total"), ("Discard", "discard_bytes_total"))
 
 # What a record without a container or pod object reads (never changed)
-_NO_CONTAINER = cast(Container, {})
-_NO_POD = cast(Pod, {})
+_NO_CONTAINER = cast("Container", {})
+_NO_POD = cast("Pod", {})
 
 
 # --------------------------------------------------------------------------- labels

@@ -7,10 +7,12 @@ the kernel log's kills of cgroups never read) so an alert rule still sees the in
 
 from __future__ import annotations
 
-from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
 from cgstat.outputs.prometheus_labels import base_labels
-from cgstat.records import Sampled
+
+if TYPE_CHECKING:  # the record types are for the type checker only
+    from cgstat.records import Sampled
 
 RETAIN_OOM_S = 900.0  # how long a gone cgroup's OOM-kill counter is still exposed
 

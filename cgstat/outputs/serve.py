@@ -15,7 +15,7 @@ SIGTERM/SIGINT end it with exit 0.
 from __future__ import annotations
 
 import time
-from typing import Any, Dict, Iterable, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Dict, Iterable, Optional, Sequence
 
 from cgstat import __version__
 from cgstat.errors import CgstatError
@@ -24,7 +24,9 @@ from cgstat.outputs.http import DEFAULT_LISTEN, MetricsServer, address_note
 from cgstat.outputs.prometheus_labels import LabelCache
 from cgstat.outputs.prometheus_retention import OomRetention
 from cgstat.pipeline.diagnostics import Warner
-from cgstat.records import Sampled
+
+if TYPE_CHECKING:  # the record types are for the type checker only
+    from cgstat.records import Sampled
 
 
 class Exporter:

@@ -26,14 +26,16 @@ from __future__ import annotations
 
 import os
 import unicodedata
-from typing import Any, Iterable, Iterator, List, Optional, Sequence, cast
+from typing import TYPE_CHECKING, Any, Iterable, Iterator, List, Optional, Sequence, cast
 
 from cgstat import fields, names
 from cgstat.outputs.jsonl import FileSink, StdoutSink
 from cgstat.pipeline.record import number_at, value_at
-from cgstat.records import CgroupRecord, EventRecord, JsonObject
 from cgstat.text import escape_controls
 from cgstat.units import bytes_size, human_size
+
+if TYPE_CHECKING:  # the record types are for the type checker only
+    from cgstat.records import CgroupRecord, EventRecord, JsonObject
 
 def percent(value: Optional[float]) -> str:
     return "--" if value is None else "%.2f%%" % value
@@ -134,8 +136,8 @@ def event_line(event: EventRecord) -> str:
 def format_table(records: Iterable[JsonObject]) -> str:
     """One batch: the table, then one line per event."""
     records = list(records)
-    text = render_table([table_row(cast(CgroupRecord, r)) for r in records if _is_workload(r)])
-    return text + "".join(event_line(cast(EventRecord, e)) for e in records if _is_event(e))
+    text = render_table([table_row(cast("CgroupRecord", r)) for r in records if _is_workload(r)])
+    return text + "".join(event_line(cast("EventRecord", e)) for e in records if _is_event(e))
 
 
 # -- CSV --------------------------------------------------------------------------------------
@@ -172,7 +174,7 @@ def csv_values(record: JsonObject) -> List[Any]:
     values: List[Any] = []
     for col in CSV_COLUMNS:
         if col == "name":
-            v = display_name(cast(CgroupRecord, record)) if not event else (
+            v = display_name(cast("CgroupRecord", record)) if not event else (
                 value_at(record, "container", "name") or record.get("cgroup"))
         elif col.startswith("event."):
             v = record.get(col[6:]) if event else None

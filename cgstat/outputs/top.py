@@ -13,13 +13,15 @@ import collections
 import os
 import sys
 import time
-from typing import Any, Callable, Deque, Dict, List, NamedTuple, Optional, Sequence, Tuple, cast
+from typing import TYPE_CHECKING, Any, Callable, Deque, Dict, List, NamedTuple, Optional, Sequence, Tuple, cast
 
 from cgstat.outputs.table import render_table, table_row, text_width
 from cgstat.pipeline.record import number_at
-from cgstat.records import CgroupRecord, EventRecord, Sampled
 from cgstat.text import escape_controls
 from cgstat.units import human_size
+
+if TYPE_CHECKING:  # the record types are for the type checker only
+    from cgstat.records import CgroupRecord, EventRecord, Sampled
 
 _EVENT_LINES = 5  # latest events listed under the table (when there is room)
 _MIN_ROWS = 3  # rows kept on screen before the event list gets any line
@@ -148,7 +150,7 @@ class Model:
     def update(self, records: Sequence[Sampled], events: Sequence[EventRecord] = (),
                now: Optional[float] = None) -> None:
         """The tick's records and the events judged on them."""
-        workloads = [cast(CgroupRecord, r) for r in records if r["type"] in ("cgroup", "pod")]
+        workloads = [cast("CgroupRecord", r) for r in records if r["type"] in ("cgroup", "pod")]
         present = {r["cgroup"] for r in workloads}
         self.open = {cg: kinds for cg, kinds in self.open.items() if cg in present}
         stamp = time.strftime("%H:%M:%S", time.localtime(now if now is not None else time.time()))

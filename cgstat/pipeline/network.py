@@ -15,10 +15,12 @@ keep it between cron runs.
 
 from __future__ import annotations
 
-from typing import Dict, NamedTuple, Optional, Tuple
+from typing import TYPE_CHECKING, Dict, NamedTuple, Optional, Tuple
 
 from cgstat.kernel.netns import NetworkResult, NetworkSample
-from cgstat.records import Network
+
+if TYPE_CHECKING:  # the record types are for the type checker only
+    from cgstat.records import Network
 
 # name -> (rx_bytes, tx_bytes, rx_packets, tx_packets)
 IfRow = Tuple[int, int, int, int]

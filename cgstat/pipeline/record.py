@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Dict, Iterable, List, Optional, Tuple
 
-from cgstat import records
 from cgstat.kernel.host import HostInfo
 from cgstat.kernel.netns import NetworkResult
 from cgstat.kernel.sample import MemoryEvents, PressureSample, Problem, Sample, SwapEvents
@@ -17,11 +16,12 @@ from cgstat.naming.workload import Workload
 from cgstat.pipeline.network import network_record
 from cgstat.pipeline.rates import NO_IO_RATES, Rates
 from cgstat.numbers import finite
-from cgstat.records import (CgroupRecord, GpuGpm, GpuRecord, GpuRemappedRows, GpuRetiredPages, GpuUse, IoDevice,
-                            Pressure, Psi, RecordError)
 from cgstat.timestamps import rfc3339
 
 if TYPE_CHECKING:  # GPU records are built only with GPUs: a run without any never loads them
+    from cgstat import records
+    from cgstat.records import (CgroupRecord, GpuGpm, GpuRecord, GpuRemappedRows, GpuRetiredPages, GpuUse, IoDevice,
+                                Pressure, Psi, RecordError)
     from cgstat.gpu.join import Attributed
     from cgstat.gpu.energy import Idle
     from cgstat.gpu.sample import GpuDevice, GpuSnapshot

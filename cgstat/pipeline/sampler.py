@@ -42,10 +42,10 @@ from cgstat.pipeline.diagnostics import Warner
 from cgstat.pipeline.rates import Counters, counters, derive
 from cgstat.pipeline.record import build, build_gpu
 from cgstat.pipeline.select import Selected, compile_match, select, would_select
-from cgstat.records import Sampled
 from cgstat.text import quote
 
 if TYPE_CHECKING:  # imported where used: a run without GPUs or network namespaces never loads them
+    from cgstat.records import Sampled
     from cgstat.gpu.energy import EnergyModel
     from cgstat.kernel.memevents import MemoryEventsWatcher
     from cgstat.gpu.join import Attributed

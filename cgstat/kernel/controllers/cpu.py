@@ -7,7 +7,7 @@ cpu.shares, cpu.cfs_burst_us, or on a hybrid host without cpuacct the cgroup2 cp
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Optional, Tuple
 
 from cgstat.kernel import parse
 from cgstat.kernel.controllers.files import NS, US, USER_HZ, FileReader, key, scaled
@@ -61,18 +61,29 @@ def cpu_v1(acct: Optional[Folder], cpu: Optional[Folder], unified: Optional[Fold
         system = scaled(key(stat, "system_usec", r, "cpu.stat"), US)
     limit = periods = throttled = throttled_s = quota_us = period = None
     if cpu is not None:
-        quota = r.get(cpu, "cpu.cfs_quota_us", parse.parse_int)
-        period = r.get(cpu, "cpu.cfs_period_us", parse.parse_uint)
-        if quota is not None and quota > 0 and period:
-            limit = quota / period  # quota -1 means no limit
-            quota_us = quota
+        folder = cpu
+        limit, quota_us, period, weight, shares, burst = r.derived(cpu, CPU_SETTINGS_V1, lambda: _settings_v1(folder, r))
         stat = r.get(cpu, "cpu.stat", parse.parse_flat_keyed)
         periods = key(stat, "nr_periods", r, "cpu.stat")
         throttled = key(stat, "nr_throttled", r, "cpu.stat")
         throttled_s = scaled(key(stat, "throttled_time", r, "cpu.stat"), NS)
-        shares = r.opt(cpu, "cpu.shares", parse.parse_uint)
-        weight = None if shares is None else parse.shares_to_weight(shares)
-        burst = r.opt(cpu, "cpu.cfs_burst_us", parse.parse_uint)
     # cpusets: v1 keeps them in the cpuset hierarchy, which is not followed (null there).
     return CpuSample(usage, user, system, limit, periods, throttled, throttled_s, quota_us, period,
                      weight, shares, burst)
+
+
+CPU_SETTINGS_V1 = "cpu settings (kept)"  # kernel/handles.DERIVED: the files _settings_v1 reads
+
+
+def _settings_v1(cpu: Folder, r: FileReader) -> Tuple[Optional[float], Optional[int], Optional[int],
+                                                      Optional[int], Optional[int], Optional[int]]:
+    """(limit in cores, quota_us, period_us, weight, shares, burst_us) from the v1 cpu files."""
+    limit = quota_us = None
+    quota = r.get(cpu, "cpu.cfs_quota_us", parse.parse_int)
+    period = r.get(cpu, "cpu.cfs_period_us", parse.parse_uint)
+    if quota is not None and quota > 0 and period:
+        limit = quota / period  # quota -1 means no limit
+        quota_us = quota
+    shares = r.opt(cpu, "cpu.shares", parse.parse_uint)
+    weight = None if shares is None else parse.shares_to_weight(shares)
+    return limit, quota_us, period, weight, shares, r.opt(cpu, "cpu.cfs_burst_us", parse.parse_uint)

@@ -49,17 +49,16 @@ class FileReader:
             return self._uncached(folder, name, parser, keeps)
         if not keeps:
             return self._uncached(folder, name, parser, keeps)
-        # The common case, every tick for every file: one pread on a kept descriptor.
+        # The common case, every tick for every file: one pread on a kept descriptor (and
+        # no parse when the bytes are the last read's).
         try:
-            text = self.kept.read(folder, name).decode()
+            return self.kept.read_parsed(folder, name, parser)
         except ReadError as exc:
             self._failed(name, exc)
             return None
         except UnicodeDecodeError:
             self.problems.append(Problem(name, "malformed", "not UTF-8 text"))
             return None
-        try:
-            return parser(text)
         except ValueError as exc:
             self.problems.append(Problem(name, "malformed", str(exc)))
             return None
@@ -93,6 +92,22 @@ class FileReader:
         value = self._uncached(folder, name, parser, False)
         if value is not None:
             kept.keep(folder, kept_as, (state, value))
+        return value
+
+    def derived(self, folder: Folder, kept_as: str, make: Callable[[], T]) -> T:
+        """make(), a value made from slow files of `folder` only (DERIVED names them),
+        kept as one like a slow file's value while none of them is written, so that a tick
+        looks it up once instead of once per file. Kept only when made without a problem:
+        a file that fails is read, and reported, again next tick."""
+        watched = folder.watched and bool(self.keeping.get(folder.hierarchy.mount_dir))
+        if watched:
+            known = self.kept.slow_value(folder, kept_as)
+            if known is not MISSING:
+                return known  # type: ignore[no-any-return,unused-ignore]
+        before = len(self.problems)
+        value = make()
+        if watched and len(self.problems) == before:
+            self.kept.keep(folder, kept_as, value)
         return value
 
     def read_once(self, folder: Folder, name: str, parser: Callable[[str], T]) -> Optional[T]:

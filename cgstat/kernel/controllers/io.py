@@ -41,7 +41,14 @@ _BLKIO_LIMIT_FILES = ("blkio.throttle.read_bps_device", "blkio.throttle.write_bp
                       "blkio.throttle.read_iops_device", "blkio.throttle.write_iops_device")
 
 
+LIMITS_V1 = "blkio limits (kept)"  # kernel/handles.DERIVED: the files _limits_v1 reads
+
+
 def _io_limits_v1(folder: Folder, r: FileReader) -> Optional[Tuple[DeviceLimit, ...]]:
+    return r.derived(folder, LIMITS_V1, lambda: _limits_v1(folder, r))
+
+
+def _limits_v1(folder: Folder, r: FileReader) -> Optional[Tuple[DeviceLimit, ...]]:
     tables = [r.opt(folder, name, parse.parse_blkio_device_values) for name in _BLKIO_LIMIT_FILES]
     if any(t is None for t in tables):
         return None

@@ -91,6 +91,7 @@ def memory_v2(folder: Folder, r: FileReader) -> MemorySample:
     events = r.get(folder, "memory.events", parse.parse_flat_keyed)
     swap = r.get(folder, "memory.swap.current", parse.parse_uint)
     inactive = key(stat, "inactive_file", r, "memory.stat")
+    settings = r.derived(folder, SETTINGS_V2, lambda: _settings_v2(folder, r))
     return MemorySample(
         usage_bytes=usage,
         working_set_bytes=_working_set(usage, inactive),
@@ -105,10 +106,10 @@ def memory_v2(folder: Folder, r: FileReader) -> MemorySample:
         oom_events_total=events.get("oom") if events else None,
         peak_bytes=r.opt(folder, "memory.peak", parse.parse_uint),
         swap_peak_bytes=r.opt(folder, "memory.swap.peak", parse.parse_uint),
-        high_bytes=_max_bytes(r.opt(folder, "memory.high", parse.parse_max_or_uint)),
-        low_bytes=_max_bytes(r.opt(folder, "memory.low", parse.parse_max_or_uint)),
-        min_bytes=_max_bytes(r.opt(folder, "memory.min", parse.parse_max_or_uint)),
-        swap_limit_bytes=_max_bytes(r.opt(folder, "memory.swap.max", parse.parse_max_or_uint)),
+        high_bytes=settings[0],
+        low_bytes=settings[1],
+        min_bytes=settings[2],
+        swap_limit_bytes=settings[3],
         zswap_bytes=r.opt(folder, "memory.zswap.current", parse.parse_uint),
         events=None if events is None else MemoryEvents(*map(events.get, _EVENTS_KEYS)),
         events_local=r.opt(folder, "memory.events.local", _memory_events),
@@ -121,8 +122,22 @@ def memory_v2(folder: Folder, r: FileReader) -> MemorySample:
         dirty_bytes=stat.get("file_dirty") if stat else None,
         writeback_bytes=stat.get("file_writeback") if stat else None,
         hugetlb_bytes=_hugetlb_v2(folder, r),
-        oom_group=r.opt(folder, "memory.oom.group", parse.parse_bool01),
+        oom_group=settings[4],
     )
+
+
+SETTINGS_V2 = "memory settings (kept)"  # kernel/handles.DERIVED: the files _settings_v2 reads
+
+
+def _settings_v2(folder: Folder, r: FileReader) -> Tuple[Optional[int], Optional[int], Optional[int],
+                                                         Optional[int], Optional[bool]]:
+    """memory.high, .low, .min and .swap.max in bytes (None: no limit or no file), and
+    memory.oom.group."""
+    return (_max_bytes(r.opt(folder, "memory.high", parse.parse_max_or_uint)),
+            _max_bytes(r.opt(folder, "memory.low", parse.parse_max_or_uint)),
+            _max_bytes(r.opt(folder, "memory.min", parse.parse_max_or_uint)),
+            _max_bytes(r.opt(folder, "memory.swap.max", parse.parse_max_or_uint)),
+            r.opt(folder, "memory.oom.group", parse.parse_bool01))
 
 
 def memory_v1(folder: Folder, r: FileReader) -> MemorySample:

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import os
 import time
-from typing import Callable, Dict, Iterable, List, Optional, Set, Tuple
+from typing import TYPE_CHECKING, Callable, Dict, Iterable, List, Optional, Set, Tuple
 
 from cgstat.kernel import parse
 from cgstat.kernel.hostfs import HostFS, ReadError, read_text
@@ -30,7 +30,9 @@ from cgstat.naming.runtimes.dockerapi import DockerAPI
 from cgstat.naming.runtimes.entry import HEX64, ContainerEntry, Key
 from cgstat.naming.runtimes.trust import Budget, LookupPass, homes_of, owners_for, passwd_homes
 from cgstat.naming.runtimes.watch import StateWatch
-from cgstat.records import Container, Pod
+
+if TYPE_CHECKING:  # the record types are for the type checker only
+    from cgstat.records import Container, Pod
 
 _RETRY_UNKNOWN_S = 60.0  # an ID no state named is looked up again after this long
 _BUDGET_S = 1.0  # reading runtime state, per lookup pass

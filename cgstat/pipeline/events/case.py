@@ -4,12 +4,14 @@ window, with the verbs that raise and resolve an episode; and each cgroup's hist
 from __future__ import annotations
 
 import math
-from typing import Any, Dict, List, Mapping, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Tuple
 
 from cgstat.pipeline.events.event import Episode, duration, make_event, who
 from cgstat.pipeline.events.kills import Rise
 from cgstat.pipeline.events.window import Sample, Window
-from cgstat.records import EventRecord
+
+if TYPE_CHECKING:  # the record types are for the type checker only
+    from cgstat.records import EventRecord
 
 
 class History:

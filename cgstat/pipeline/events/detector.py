@@ -15,10 +15,10 @@ from cgstat.pipeline.events.thresholds import Thresholds
 from cgstat.pipeline.events.window import Sample
 from cgstat.numbers import finite
 from cgstat.timestamps import rfc3339
-from cgstat.records import EventRecord, JsonObject
 from cgstat.timestamps import parse_ts
 
 if TYPE_CHECKING:
+    from cgstat.records import EventRecord, JsonObject
     from cgstat.naming.kills import LateCount, NamedKill
 
     Kills = Union[None, List[NamedKill], Callable[[], List[NamedKill]]]

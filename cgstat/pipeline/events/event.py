@@ -3,10 +3,12 @@ its messages are made of."""
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, Mapping, Optional, Tuple, TypeVar
+from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Tuple, TypeVar
 
 from cgstat.names import workload_name
-from cgstat.records import EventRecord
+
+if TYPE_CHECKING:  # the record types are for the type checker only
+    from cgstat.records import EventRecord
 
 EVENT_SCHEMA = 1
 

@@ -10,13 +10,15 @@ its cgroup and container.
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, Mapping, Optional, Set, Tuple, Type
+from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Set, Tuple, Type
 
 from cgstat.gpu.xid import meaning
 from cgstat.pipeline.events.event import cap, duration, make_event
 from cgstat.pipeline.events.thresholds import Thresholds
-from cgstat.records import EventRecord
 from cgstat.timestamps import parse_ts
+
+if TYPE_CHECKING:  # the record types are for the type checker only
+    from cgstat.records import EventRecord
 
 # the clock-event reasons that are the hardware (or its thermal protection) slowing the GPU,
 # not a setting or idleness

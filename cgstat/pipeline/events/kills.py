@@ -22,12 +22,14 @@ same tick or the log one tick before the counter: each side keeps what it report
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, Mapping, NamedTuple, Optional
+from typing import TYPE_CHECKING, Any, Dict, List, Mapping, NamedTuple, Optional
 
 from cgstat.naming.kills import NamedKill
 from cgstat.pipeline.events.event import cap, deepest_only, make_event, who
-from cgstat.records import EventRecord
 from cgstat.units import mib
+
+if TYPE_CHECKING:  # the record types are for the type checker only
+    from cgstat.records import EventRecord
 
 CREDIT_TICKS = 2
 

@@ -9,9 +9,8 @@ kind in cgstat/event.schema.json and docs/diagnostics.md. The rules on a GPU's o
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, Mapping, Tuple, Type
+from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Tuple, Type
 
-from cgstat import fields
 from cgstat.pipeline.events.case import Case
 from cgstat.pipeline.events.event import Episode, cap, duration, make_event, who
 from cgstat.pipeline.events.gpu import GPU_DEVICE_RULES, GpuRule
@@ -19,12 +18,15 @@ from cgstat.pipeline.events.kills import Rise
 from cgstat.pipeline.events.thresholds import Thresholds
 from cgstat.pipeline.events.window import FIELD, fit_line
 from cgstat.pipeline.record import number_at
-from cgstat.records import EventRecord
 from cgstat.units import mib
 
-# the record fields read by path (fields.keys: a path not in the table fails at import)
-_PIDS_CURRENT = fields.keys("pids.current")
-_PIDS_LIMIT = fields.keys("pids.limit")
+if TYPE_CHECKING:  # the record types are for the type checker only
+    from cgstat.records import EventRecord
+
+# the record fields read by path (tests/test_fields.py checks each is in the field table;
+# the table itself is not imported here: a cron run would build it for two paths)
+_PIDS_CURRENT = ("pids", "current")
+_PIDS_LIMIT = ("pids", "limit")
 
 _HIGH = FIELD["memory_high_events"]
 
