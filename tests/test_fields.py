@@ -235,10 +235,16 @@ def _path_constants(path):
     with open(path, encoding="utf-8") as f:
         tree = ast.parse(f.read())
     for node in tree.body:
-        if (isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name)
-                and node.targets[0].id.startswith("_") and node.targets[0].id.isupper() and isinstance(node.value, ast.Tuple) and len(node.value.elts) >= 2
-                and all(isinstance(e, ast.Constant) and isinstance(e.value, str) for e in node.value.elts)):
-            yield node.targets[0].id, ".".join(e.value for e in node.value.elts)
+        if not (isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name)
+                and node.targets[0].id.startswith("_") and node.targets[0].id.isupper()
+                and isinstance(node.value, ast.Tuple)):
+            continue
+        try:  # (literal_eval, not ast.Constant: Python 3.7 parses strings as ast.Str)
+            value = ast.literal_eval(node.value)
+        except ValueError:
+            continue
+        if len(value) >= 2 and all(isinstance(v, str) for v in value):
+            yield node.targets[0].id, ".".join(value)
 
 
 def test_the_event_rules_read_paths_of_the_table():
