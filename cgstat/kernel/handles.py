@@ -302,25 +302,31 @@ class KeptFiles:
         if entry.last is not None:
             entry.last.pop(name, None)
 
+    def _pread_kept(self, folder: Folder, name: str) -> Optional[Tuple[Kept, bytes]]:
+        """(its entry, the file's bytes) read through the descriptor kept for it, or None
+        when none is kept (a slow file never has one); raises ReadError like read_bytes."""
+        tree = self._mounts.get(folder.hierarchy.mount_dir)
+        if tree is None:
+            return None
+        entry = tree.get(folder.path)
+        if entry is None or entry.inode != folder.inode:
+            return None
+        names = entry.names
+        if name not in names or name in SLOW_FILES:
+            return None
+        try:
+            data = os.pread(entry.values[names.index(name)], _READ, 0)
+        except OSError as exc:
+            # ENODEV: removed under us. Whatever it was, don't keep a descriptor that fails.
+            self.forget(folder)
+            raise classify(exc, folder.local + "/" + name) from None
+        return entry, (data if len(data) < _READ else _whole(data, folder.local + "/" + name))
+
     def read(self, folder: Folder, name: str) -> bytes:
         """The bytes of a file of `folder` through a kept descriptor; raises ReadError like
         read_bytes. Slow files are read with open/read/close (they never hold a slot)."""
-        tree = self._mounts.get(folder.hierarchy.mount_dir)
-        if tree is not None:
-            entry = tree.get(folder.path)
-            if entry is not None and entry.inode == folder.inode:
-                names = entry.names
-                if name in names and name not in SLOW_FILES:
-                    fd = entry.values[names.index(name)]
-                    try:
-                        data = os.pread(fd, _READ, 0)
-                    except OSError as exc:
-                        # ENODEV: removed under us. Whatever it was, don't keep a descriptor
-                        # that fails.
-                        self.forget(folder)
-                        raise classify(exc, folder.local + "/" + name) from None
-                    return data if len(data) < _READ else _whole(data, folder.local + "/" + name)
-        return self._open(folder, name)
+        kept = self._pread_kept(folder, name)
+        return self._open(folder, name) if kept is None else kept[1]
 
     def read_parsed(self, folder: Folder, name: str, parser: Callable[[str], T]) -> T:
         """parser(the file's text), read as read() does; raises ReadError like read(), and
@@ -328,31 +334,20 @@ class KeptFiles:
         to the last read's give the value made of them then, unparsed: most files of an idle
         cgroup read the same from tick to tick, and a parser is a pure function of the text
         (the values are shared, so the readers never change them)."""
-        tree = self._mounts.get(folder.hierarchy.mount_dir)
-        if tree is not None:
-            entry = tree.get(folder.path)
-            if entry is not None and entry.inode == folder.inode:
-                names = entry.names
-                if name in names and name not in SLOW_FILES:
-                    fd = entry.values[names.index(name)]
-                    try:
-                        data = os.pread(fd, _READ, 0)
-                    except OSError as exc:
-                        self.forget(folder)  # as read()
-                        raise classify(exc, folder.local + "/" + name) from None
-                    if len(data) >= _READ:
-                        data = _whole(data, folder.local + "/" + name)
-                    last = entry.last
-                    if last is None:
-                        last = entry.last = {}
-                    else:
-                        known = last.get(name)
-                        if known is not None and known[0] == data and known[1] is parser:
-                            return known[2]
-                    value = parser(data.decode())
-                    last[name] = (data, parser, value)
-                    return value
-        return parser(self._open(folder, name).decode())
+        kept = self._pread_kept(folder, name)
+        if kept is None:
+            return parser(self._open(folder, name).decode())
+        entry, data = kept
+        last = entry.last
+        if last is None:
+            last = entry.last = {}
+        else:
+            known = last.get(name)
+            if known is not None and known[0] == data and known[1] is parser:
+                return known[2]
+        value = parser(data.decode())
+        last[name] = (data, parser, value)
+        return value
 
     def _open(self, folder: Folder, name: str) -> bytes:
         if name in SLOW_FILES:
