@@ -103,6 +103,7 @@ def test_daemon_json_config_file_and_option(tmp_path):
     given.find()
     assert given.docker_roots() == ["/given"] and given.docker_sockets() == ["/tmp/x.sock"]
     assert Daemons(fs, DaemonConfig(docker_host="tcp://10.0.0.1:2375")).docker_sockets() == []
+    assert Daemons(fs, DaemonConfig(docker_host="")).docker_sockets()[0] == "/var/run/docker.sock"  # set, empty
     assert socket_path("/run/docker.sock") == "/run/docker.sock" and socket_path("ssh://h") is None
 
 
@@ -206,7 +207,8 @@ def test_a_docker_host_that_is_no_unix_socket_is_said_once(tmp_path):
     said = [line for line in proc.stderr.splitlines() if "not a unix socket" in line]
     assert said == ["cgstat: --docker-host/DOCKER_HOST 'tcp://10.0.0.1:2375' is not a unix socket "
                     "(unix:///path or /path): the Docker API is not asked for names"]
-    env["DOCKER_HOST"] = "unix:///nowhere.sock"
-    proc = subprocess.run([sys.executable, "-m", "cgstat", "--host-root", root, "once", "--window", "0"],
-                          env=env, capture_output=True, text=True, timeout=60)
-    assert proc.returncode == 0 and "not a unix socket" not in proc.stderr
+    for quiet in ("unix:///nowhere.sock", ""):  # an empty DOCKER_HOST is the default socket
+        env["DOCKER_HOST"] = quiet
+        proc = subprocess.run([sys.executable, "-m", "cgstat", "--host-root", root, "once", "--window", "0"],
+                              env=env, capture_output=True, text=True, timeout=60)
+        assert proc.returncode == 0 and "not a unix socket" not in proc.stderr

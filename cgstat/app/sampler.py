@@ -20,7 +20,7 @@ def open_sampler(host_root: str, all_cgroups: bool, match: Optional[Pattern[str]
 
     raise_nofile_limit()
     warner = Warner()
-    if daemons.docker_host is not None and socket_path(daemons.docker_host) is None:
+    if daemons.docker_host and socket_path(daemons.docker_host) is None:
         # DOCKER_HOST=tcp://... is common on CI runners: said once, not silently unused
         warner.once("docker-host", f"--docker-host/DOCKER_HOST {daemons.docker_host!r} is not a unix socket "
                     "(unix:///path or /path): the Docker API is not asked for names")

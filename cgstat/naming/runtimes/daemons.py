@@ -93,7 +93,7 @@ class Daemons:
         return _unique([first, *self._found.docker_roots])
 
     def docker_sockets(self) -> List[str]:
-        if self.config.docker_host is not None:
+        if self.config.docker_host:  # DOCKER_HOST="" means the default, as for docker's CLI
             path = socket_path(self.config.docker_host)
             return [path] if path else []
         hosts = [socket_path(h) for h in _str_list(self._daemon_json.get("hosts"))]
