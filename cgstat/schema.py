@@ -1,7 +1,8 @@
-"""What is made from the field table (cgstat/fields.py): the records' JSON Schemas and TypedDicts.
+"""What is made from the field table (cgstat/fields.py): the records' JSON Schemas, TypedDicts
+and key paths.
 
-cgstat/record.schema.json, gpu-record.schema.json, event.schema.json and cgstat/records.py
-are this module's output, checked in (the schemas ship in the package; the types are
+cgstat/record.schema.json, gpu-record.schema.json, event.schema.json, cgstat/records.py and
+cgstat/fieldkeys.py are this module's output, checked in (the schemas ship in the package; the types are
 imported) and tested equal to it: `python -m cgstat.schema --write` (or
 `CGSTAT_REGEN_SCHEMA=1 pytest tests/test_fields.py`) writes them again after a change to
 the table.
@@ -178,16 +179,64 @@ def records_text() -> str:
     return "".join(out)
 
 
+# -- cgstat/fieldkeys.py -------------------------------------------------------------------
+
+_KEYS_HEAD = '''"""The key path of every record field, one constant each: the one way a consumer reaches a value.
+
+Made from the field table (cgstat/fields.py) by cgstat/schema.py: do not edit, run
+`python -m cgstat.schema --write`. `Cgroup.MEMORY_LIMIT_BYTES` is ("memory", "limit_bytes"),
+read as `value_at(record, *Cgroup.MEMORY_LIMIT_BYTES)` (pipeline/record.py); a name the table
+does not have fails `mypy cgstat`. A field inside an array's items (`io.devices[].device`)
+is named with ITEM and holds the keys below the item: `Cgroup.IO_DEVICES_ITEM_DEVICE` is
+("device",). A reader that holds an object already takes the last key
+(`memory.get(Cgroup.MEMORY_WORKING_SET_BYTES[-1])`). Imports nothing: a cron run reads a
+few paths without building the table.
+"""
+'''
+_KEYS_CLASSES = (("Cgroup", RECORD, "the cgroup and pod record (record.schema.json)"),
+                 ("Gpu", GPU_RECORD, "the GPU device record (gpu-record.schema.json)"),
+                 ("Event", EVENT, "the event record (event.schema.json)"))
+
+
+def key_name(path: str) -> str:
+    """The constant of a path: `io.devices[].device` is IO_DEVICES_ITEM_DEVICE."""
+    return path.replace("[]", ".item").replace(".", "_").upper()
+
+
+def key_path(path: str) -> Tuple[str, ...]:
+    """The keys of a path, below its innermost array's items."""
+    return tuple(path.rsplit("[].", 1)[-1].split("."))
+
+
+def fieldkeys_text() -> str:
+    """The text of cgstat/fieldkeys.py."""
+    out = [_KEYS_HEAD]
+    for cls, table, doc in _KEYS_CLASSES:
+        out.append("\n\nclass %s:\n    \"\"\"The keys of %s.\"\"\"\n\n" % (cls, doc))
+        names = set()
+        for f in table:
+            if f.path.endswith(("[]", "{}")) or "{}" in f.path:
+                continue
+            name = key_name(f.path)
+            assert name not in names, name
+            names.add(name)
+            keys = key_path(f.path)
+            out.append("    %s = (%s%s)\n" % (name, ", ".join('"%s"' % k for k in keys), "," if len(keys) == 1 else ""))
+    return "".join(out)
+
+
 def write(folder: str) -> None:
     for name in SCHEMA_FILES:
         with open(os.path.join(folder, name), "w", encoding="utf-8") as f:
             f.write(text(name))
     with open(os.path.join(folder, "records.py"), "w", encoding="utf-8") as f:
         f.write(records_text())
+    with open(os.path.join(folder, "fieldkeys.py"), "w", encoding="utf-8") as f:
+        f.write(fieldkeys_text())
 
 
 if __name__ == "__main__":
     if sys.argv[1:] != ["--write"]:
-        sys.exit("usage: python -m cgstat.schema --write   (rewrites cgstat/*.schema.json and cgstat/records.py "
-                 "from cgstat/fields.py)")
+        sys.exit("usage: python -m cgstat.schema --write   (rewrites cgstat/*.schema.json, cgstat/records.py "
+                 "and cgstat/fieldkeys.py from cgstat/fields.py)")
     write(os.path.dirname(os.path.abspath(__file__)))

@@ -20,10 +20,13 @@ parser = pytest.importorskip("prometheus_client.parser")
 TABLES = {"cgroup": fields.RECORD, "gpu": fields.GPU_RECORD, "event": fields.EVENT}
 
 
-@pytest.mark.parametrize("name", sorted(fields.SCHEMA_FILES) + ["records.py"])
+_MADE = {"records.py": schema.records_text, "fieldkeys.py": schema.fieldkeys_text}
+
+
+@pytest.mark.parametrize("name", sorted(fields.SCHEMA_FILES) + sorted(_MADE))
 def test_schema_files_are_made_from_the_table(name):
     path = os.path.join(ROOT, "cgstat", name)
-    want = schema.records_text() if name == "records.py" else schema.text(name)
+    want = _MADE[name]() if name in _MADE else schema.text(name)
     if os.environ.get("CGSTAT_REGEN_SCHEMA"):
         with open(path, "w", encoding="utf-8") as f:
             f.write(want)

@@ -29,6 +29,7 @@ import unicodedata
 from typing import TYPE_CHECKING, Any, Iterable, Iterator, List, Optional, Sequence, cast
 
 from cgstat import fields, names
+from cgstat.fieldkeys import Cgroup
 from cgstat.outputs.jsonl import FileSink, StdoutSink
 from cgstat.pipeline.record import number_at, value_at
 from cgstat.text import escape_controls
@@ -143,6 +144,7 @@ def format_table(records: Iterable[JsonObject]) -> str:
 # -- CSV --------------------------------------------------------------------------------------
 
 CSV_COLUMNS = fields.CSV_COLUMNS  # declared with the record's fields (cgstat/fields.py)
+_CSV_KEYS = tuple(() if c in fields.CSV_MADE else fields.keys(c) for c in CSV_COLUMNS)  # checked against the table
 
 _FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
 
@@ -172,17 +174,17 @@ def csv_values(record: JsonObject) -> List[Any]:
     path (the paths are the field table's), or what the column makes (fields.CSV_MADE)."""
     event = record.get("type") == "event"
     values: List[Any] = []
-    for col in CSV_COLUMNS:
+    for col, keys in zip(CSV_COLUMNS, _CSV_KEYS):
         if col == "name":
             v = display_name(cast("CgroupRecord", record)) if not event else (
-                value_at(record, "container", "name") or record.get("cgroup"))
+                value_at(record, *Cgroup.CONTAINER_NAME) or record.get("cgroup"))
         elif col.startswith("event."):
             v = record.get(col[6:]) if event else None
         elif col == "gpu.devices":
-            devs = value_at(record, "gpu", "devices")
+            devs = value_at(record, *Cgroup.GPU_DEVICES)
             v = " ".join(str(d) for d in devs) if isinstance(devs, list) else None
         elif col == "gpu.processes":
-            procs = value_at(record, "gpu", "processes")
+            procs = value_at(record, *Cgroup.GPU_PROCESSES)
             v = len(procs) if isinstance(procs, list) else None
         elif col == "errors":
             errs = record.get("errors")
@@ -191,7 +193,7 @@ def csv_values(record: JsonObject) -> List[Any]:
         elif event and col.split(".")[0] in ("cpu", "memory", "io", "network", "pids", "pressure", "gpu", "pod"):
             v = None
         else:
-            v = value_at(record, *col.split("."))
+            v = value_at(record, *keys)
             if isinstance(v, (dict, list)):
                 v = None
         values.append(v)

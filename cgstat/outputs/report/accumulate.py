@@ -14,25 +14,14 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import orjson
 
-from cgstat import fields
 from cgstat.errors import CgstatError
+from cgstat.fieldkeys import Cgroup
 from cgstat.names import display_name
 from cgstat.outputs.report.source import BAD_LINE, lines
 from cgstat.pipeline.record import number_at
 from cgstat.text import escape_controls
 from cgstat.timestamps import parse_ts
 
-# the record fields read by path (fields.keys: a path not in the table fails at import)
-_CPU_LIMIT_CORES = fields.keys("cpu.limit_cores")
-_CPU_PERCENT = fields.keys("cpu.percent")
-_IO_READ_BYTES_PER_SECOND = fields.keys("io.read_bytes_per_second")
-_IO_WRITE_BYTES_PER_SECOND = fields.keys("io.write_bytes_per_second")
-_MEMORY_LIMIT_BYTES = fields.keys("memory.limit_bytes")
-_MEMORY_OOM_KILLS_TOTAL = fields.keys("memory.oom_kills_total")
-_MEMORY_PERCENT = fields.keys("memory.percent")
-_MEMORY_WORKING_SET_BYTES = fields.keys("memory.working_set_bytes")
-_GPU_SM_PERCENT = fields.keys("gpu.sm_percent")
-_GPU_MEMORY_BYTES = fields.keys("gpu.memory_bytes")
 
 class Stat:
     """Exact mean and peak of one figure over the whole stream."""
@@ -289,20 +278,20 @@ class ReportData:
         if w.first_t is None:
             w.first_t = t
         w.last_t = t
-        cpu = number_at(r, *_CPU_PERCENT)
-        cores = number_at(r, *_CPU_LIMIT_CORES)
-        ws = number_at(r, *_MEMORY_WORKING_SET_BYTES)
-        limit = number_at(r, *_MEMORY_LIMIT_BYTES)
-        pct = number_at(r, *_MEMORY_PERCENT)
-        rd = number_at(r, *_IO_READ_BYTES_PER_SECOND)
-        wr = number_at(r, *_IO_WRITE_BYTES_PER_SECOND)
-        oom = number_at(r, *_MEMORY_OOM_KILLS_TOTAL)
+        cpu = number_at(r, *Cgroup.CPU_PERCENT)
+        cores = number_at(r, *Cgroup.CPU_LIMIT_CORES)
+        ws = number_at(r, *Cgroup.MEMORY_WORKING_SET_BYTES)
+        limit = number_at(r, *Cgroup.MEMORY_LIMIT_BYTES)
+        pct = number_at(r, *Cgroup.MEMORY_PERCENT)
+        rd = number_at(r, *Cgroup.IO_READ_BYTES_PER_SECOND)
+        wr = number_at(r, *Cgroup.IO_WRITE_BYTES_PER_SECOND)
+        oom = number_at(r, *Cgroup.MEMORY_OOM_KILLS_TOTAL)
         gpu = r.get("gpu")
         sm = gmem = None
         if isinstance(gpu, dict):
             w.has_gpu = True
-            sm = number_at(r, *_GPU_SM_PERCENT)
-            gmem = number_at(r, *_GPU_MEMORY_BYTES)
+            sm = number_at(r, *Cgroup.GPU_SM_PERCENT)
+            gmem = number_at(r, *Cgroup.GPU_MEMORY_BYTES)
         for acc, v in ((w.cpu, cpu), (w.ws, ws), (w.mem_pct, pct), (w.rd, rd), (w.wr, wr), (w.sm, sm),
                         (w.gmem, gmem)):
             if v is not None:
