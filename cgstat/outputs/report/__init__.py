@@ -1,7 +1,8 @@
 """`cgstat report FILE.jsonl -o report.html`: one self-contained HTML file of a recorded
 stream: per workload, charts of CPU, memory, IO and GPU against their limits with the
 stream's events drawn on them, and a summary table. Modules: source (reading the stream),
-accumulate (the one bounded pass), charts (SVG), page (HTML, CSS, JavaScript), markup.
+accumulate (the one bounded pass), charts (SVG), axis (their y axes), page (HTML, CSS,
+JavaScript), markup.
 Every name and message is untrusted: controls escaped, then HTML-escaped.
 """
 

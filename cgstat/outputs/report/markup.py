@@ -4,6 +4,7 @@ its figures and times are written."""
 from __future__ import annotations
 
 import html
+import math
 import time
 from typing import Any, Optional
 
@@ -15,12 +16,25 @@ def esc(text: Any) -> str:
     return html.escape(escape_controls(str(text)), quote=True)
 
 
+def _digits(v: float, significant: int) -> str:
+    """`v` (not 0) with `significant` digits, no exponent and no trailing zeros: 0.38, 0.00001."""
+    text = "%.*f" % (max(0, significant - 1 - math.floor(math.log10(abs(v)))), v)
+    return text.rstrip("0").rstrip(".") if "." in text else text
+
+
 def rate(v: Optional[float]) -> str:
-    return "–" if v is None else size(v) + "/s"
+    """Bytes per second; under 10 B/s with two significant digits, as a mean of 0.38 B/s is
+    not 0."""
+    if v is None:
+        return "–"
+    return _digits(v, 2) + " B/s" if 0 < abs(v) < 10 else size(v) + "/s"
 
 
 def pct(v: Optional[float]) -> str:
-    return "–" if v is None else "%.1f %%" % v
+    """A percentage with one decimal; under 0.1 % with one significant digit, not "0.0 %"."""
+    if v is None:
+        return "–"
+    return _digits(v, 1) + " %" if 0 < abs(v) < 0.1 else "%.1f %%" % v
 
 
 def clock(t: float) -> str:

@@ -21,12 +21,15 @@ h1{font-size:20px;margin:0 0 4px}h2{font-size:15px;margin:18px 0 4px;word-break:
 .meta,.note{color:#5b6474}.note{margin:4px 0}
 .scroll{overflow-x:auto;max-width:100%}table{border-collapse:collapse;margin:8px 0;font-variant-numeric:tabular-nums}
 th,td{border-bottom:1px solid #e3e6eb;padding:3px 8px;text-align:right;white-space:nowrap}
-th{cursor:pointer;background:#f4f6f9;position:sticky;top:0}td.n,th.n{text-align:left;max-width:28em;overflow:hidden;
-text-overflow:ellipsis}
+th{background:#f4f6f9;position:sticky;top:0;white-space:normal}th[data-c]{cursor:pointer}th.g{text-align:center;
+border-bottom:1px solid #c9ced6}td.n,th.n{text-align:left}
+td.n:first-child{max-width:18em;white-space:normal;overflow-wrap:anywhere}
+td.e,th.e{text-align:left}td.e{white-space:normal;min-width:8em;max-width:16em}
 section.w{border-top:1px solid #d5d9e0;margin-top:12px}.charts{display:flex;flex-wrap:wrap;gap:8px}
 figure{margin:0;width:640px;max-width:100%}figcaption{font-weight:600;font-size:12px}
 svg.chart{width:100%;height:auto;background:#fbfcfd;border:1px solid #e3e6eb}
-.grid{stroke:#e6e9ee;stroke-width:1}.ax{font-size:10px;fill:#5b6474;text-anchor:end}
+.grid{stroke:#e6e9ee;stroke-width:1}.ax{font-size:10px;fill:#5b6474;text-anchor:end}.ax.s{text-anchor:start}
+.nodata{font-size:13px;fill:#8a93a3;text-anchor:middle}
 .band{stroke:none;opacity:.25}.mean{fill:none;stroke-width:1.5}circle.mean{stroke:none}
 .cpu{fill:#2f6fde;stroke:#2f6fde}.band.cpu{fill:#2f6fde}.mem{fill:#1a9b6c;stroke:#1a9b6c}.band.mem{fill:#1a9b6c}
 path.cpu,path.mem,path.rd,path.wr,path.gpu,path.gmem{fill:none}
@@ -46,7 +49,7 @@ li.warning{color:#8a5200}input{margin:6px 0;padding:3px 6px;width:20em}
 # Sort the summary by a clicked header; filter workloads by name (no data leaves the page).
 _JS = """
 (function(){var t=document.getElementById('summary');if(!t)return;var b=t.tBodies[0];
-t.tHead.addEventListener('click',function(e){var th=e.target.closest('th');if(!th)return;var i=th.cellIndex,
+t.tHead.addEventListener('click',function(e){var th=e.target.closest('th[data-c]');if(!th)return;var i=+th.dataset.c,
 d=th.dataset.d=th.dataset.d==='a'?'d':'a',rows=[].slice.call(b.rows);rows.sort(function(x,y){
 var p=x.cells[i].dataset.v,q=y.cells[i].dataset.v,r;if(p!==undefined&&q!==undefined){r=(+p)-(+q);}else{
 r=x.cells[i].textContent.localeCompare(y.cells[i].textContent);}return d==='a'?r:-r;});
@@ -55,6 +58,34 @@ var f=document.getElementById('filter');f.addEventListener('input',function(){va
 [].forEach.call(document.querySelectorAll('[data-name]'),function(el){el.style.display=
 el.dataset.name.toLowerCase().indexOf(q)<0?'none':'';});});})();
 """
+
+
+# Two header rows, the figures grouped under what they measure, so that the table fits a
+# 1,400-pixel window; each sortable header knows its column (data-c), as cellIndex counts
+# only the cells of its own row.
+_GROUPS = (("CPU", ("mean", "peak", "limit")), ("memory", ("mean", "peak", "limit", "peak %")),
+           ("block IO mean", ("read", "write")), ("GPU", ("SM mean", "SM peak", "mem peak")))
+
+
+def _summary_head() -> str:
+    top = ['<th class="n" rowspan="2" data-c="0">workload</th><th class="n" rowspan="2" data-c="1">kind</th>']
+    sub = []
+    c = 2
+    for group, names in _GROUPS:
+        top.append('<th class="g" colspan="%d">%s</th>' % (len(names), group))
+        for name in names:
+            sub.append('<th data-c="%d">%s</th>' % (c, name))
+            c += 1
+    top.append('<th rowspan="2" data-c="%d">OOM kills</th>'
+               '<th class="e" rowspan="2" data-c="%d">events</th>' % (c, c + 1))
+    return "<tr>%s</tr><tr>%s</tr>" % ("".join(top), "".join(sub))
+
+
+_SUMMARY_HEAD = _summary_head()
+
+
+def _cores(n: Optional[float]) -> str:
+    return "–" if n is None else "%g core%s" % (n, "" if n == 1 else "s")
 
 
 def _td(text: str, value: Optional[float] = None, cls: str = "") -> str:
@@ -96,10 +127,7 @@ def render(d: ReportData, title: str, point_budget: int) -> str:
     out.append('<input id="filter" type="search" placeholder="filter by name or cgroup" aria-label="filter">')
 
     # summary
-    out.append('<h2>Summary</h2><div class="scroll"><table id="summary"><thead><tr><th class="n">workload</th><th class="n">kind</th>'
-               '<th>CPU mean</th><th>CPU peak</th><th>CPU limit</th><th>mem mean</th><th>mem peak</th>'
-               '<th>mem limit</th><th>mem peak %</th><th>read mean</th><th>write mean</th><th>GPU SM mean</th>'
-               '<th>GPU SM peak</th><th>GPU mem peak</th><th>OOM kills</th><th>events</th></tr></thead><tbody>')
+    out.append('<h2>Summary</h2><div class="scroll"><table id="summary"><thead>%s</thead><tbody>' % _SUMMARY_HEAD)
     for w in workloads:
         name_attr = esc(w.name + " " + w.cgroup)
         link = '<a href="#w%d">%s</a>' % (w.index, esc(w.name)) if w.charted else esc(w.name)
@@ -108,14 +136,14 @@ def render(d: ReportData, title: str, point_budget: int) -> str:
         out.append('<tr data-name="%s"><td class="n" title="%s">%s</td><td class="n">%s</td>%s%s%s%s%s%s%s%s%s%s%s%s%s%s</tr>' % (
             name_attr, esc(w.cgroup), link, esc(w.kind),
             _td(pct(w.cpu.mean), w.cpu.mean), _td(pct(w.cpu.peak), w.cpu.peak),
-            _td("–" if w.cpu_limit is None else "%g cores" % w.cpu_limit, w.cpu_limit),
+            _td(_cores(w.cpu_limit), w.cpu_limit),
             _td(size(w.ws.mean), w.ws.mean), _td(size(w.ws.peak), w.ws.peak),
             _td(size(w.mem_limit) if w.mem_limit is not None else "–", w.mem_limit),
             _td(pct(w.mem_pct.peak), w.mem_pct.peak),
             _td(rate(w.rd.mean), w.rd.mean), _td(rate(w.wr.mean), w.wr.mean),
             _td(pct(w.sm.mean), w.sm.mean), _td(pct(w.sm.peak), w.sm.peak),
             _td(size(w.gmem.peak), w.gmem.peak), _td("%d" % w.oom_kills, w.oom_kills),
-            _td(evs or "–", n_events)))
+            _td(evs or "–", n_events, "e")))
     out.append("</tbody></table></div>")
 
     # per workload: those with events first, then the rest in stream order
