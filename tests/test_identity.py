@@ -199,3 +199,14 @@ def test_every_recorded_container_named_from_its_state(fixture):
         assert seen >= 3
     else:  # a recording with no runtime state (hybrid-local: a bare runc container)
         assert any(r["container"] and r["container"]["runtime"] == "docker" for r in records)
+
+
+def test_a_podman_rootfs_container_has_no_image_not_an_empty_one():
+    # `podman run --rootfs DIR` stores "image-name": "" in containers.json
+    from cgstat.naming.runtimes.storage import entry_from_item
+
+    meta = '{"image-name": "", "name": "from-a-folder"}'
+    entry = entry_from_item({"id": "ab" * 32, "names": ["from-a-folder"], "metadata": meta})
+    assert entry is not None and (entry.name, entry.image) == ("from-a-folder", None)
+    meta = '{"image-name": "localhost/busybox:1"}'
+    assert entry_from_item({"id": "ab" * 32, "names": ["x"], "metadata": meta}).image == "localhost/busybox:1"

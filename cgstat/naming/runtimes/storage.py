@@ -50,7 +50,8 @@ def entry_from_item(item: Any) -> Optional[ContainerEntry]:
             meta = {}
     nm = item.get("names")
     name = nm[0] if isinstance(nm, list) and nm and isinstance(nm[0], str) else meta.get("name")
-    image = meta.get("image-name") if isinstance(meta.get("image-name"), str) else None
+    # a container made from a root folder (podman run --rootfs) has "image-name": ""
+    image = meta.get("image-name") if isinstance(meta.get("image-name"), str) and meta["image-name"] else None
     # CRI-O keeps its containers in the same store: its metadata names the pod.
     runtime = "cri-o" if "pod-name" in meta else "podman"
     return ContainerEntry(runtime=runtime, name=name if isinstance(name, str) else None, image=image)
