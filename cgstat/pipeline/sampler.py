@@ -41,7 +41,7 @@ from cgstat.naming.workload import Namer, Workload
 from cgstat.pipeline.diagnostics import Warner
 from cgstat.pipeline.rates import Counters, counters, derive
 from cgstat.pipeline.record import build, build_gpu
-from cgstat.pipeline.select import Selected, compile_match, select, would_select
+from cgstat.pipeline.select import Selected, Shown, compile_match, select, would_select
 from cgstat.text import quote
 
 if TYPE_CHECKING:  # imported where used: a run without GPUs or network namespaces never loads them
@@ -123,7 +123,8 @@ class Sampler:
         self.previous: Dict[str, Counters] = {}
         self._classified: Dict[str, PathInfo] = {}
         # Last tick's cgroups, what their paths say, and the selection made of them.
-        self._tree: Tuple[List[Cgroup], List[Tuple[Cgroup, PathInfo]], Optional[Tuple[Selected, str]]] = ([], [], None)
+        self._tree: Tuple[List[Cgroup], List[Tuple[Cgroup, PathInfo]], Optional[Shown]] = ([], [], None)
+        self._shown_kind: Optional[str] = None  # what kind of set the last tick showed (said when it changes)
         self.kills: List[NamedKill] = []  # the last tick's OOM kills from the kernel log
         self.late_counts: List[LateCount] = []  # gone cgroups' OOM-kill counters read as they changed
         self._memevents: Optional[MemoryEventsWatcher] = None
@@ -212,13 +213,13 @@ class Sampler:
             # (the default selection leaves pod sandboxes out: runtime state, per tick)
             selection = select(classified, self.all_cgroups, self.match, namer.is_sandbox)
         self._tree = (cgroups, classified, selection)
-        selected, what = selection
+        selected = selection.cgroups
         if self._memevents is not None and selection is not self._followed:
             self._followed = selection
             unified = self.layout.unified
             self._memevents.follow({cg.path: f.local for cg, _ in selected
                                     for f in [cg.folder(unified)] if f is not None} if unified else {})
-        self.warner.once("selection", f"{self.layout.kind} cgroup layout; showing {what}")
+        self._say_shown(selection)
         # Network namespaces and GPUs first (they need only which cgroups): the cgroups'
         # own files are then read one by one as the records are made.
         network: Dict[str, NetworkResult] = {}
@@ -229,6 +230,17 @@ class Sampler:
         gpu = self._read_gpus()
         samples = self._read(selected)
         return Collected(samples if lazy else list(samples), network, *gpu)
+
+    def _say_shown(self, shown: Shown) -> None:
+        """What is shown, said at the start and again when its kind changes: the root's
+        children give way to the first container and come back when the last one goes,
+        and a --match that matched nothing matches something. Per kind at most every
+        repeat window (a set that flips every tick is said twice, not every tick)."""
+        last, self._shown_kind = self._shown_kind, shown.kind
+        if last is None:
+            self.warner.once("selection", f"{self.layout.kind} cgroup layout; showing {shown.what}")
+        elif shown.kind != last:
+            self.warner.warn(f"selection:{shown.kind}", f"now showing {shown.what}")
 
     def _read(self, selected: Selected) -> Iterator[Tuple[Sample, Workload]]:
         namer = self.namer

@@ -11,12 +11,24 @@ matches (re.search), whatever its kind.
 from __future__ import annotations
 
 import re
-from typing import Callable, List, Optional, Pattern, Tuple
+from typing import Callable, List, NamedTuple, Optional, Pattern, Tuple
 
 from cgstat.kernel.tree import Cgroup
 from cgstat.naming.paths import PathInfo
+from cgstat.text import quote
 
 Selected = List[Tuple[Cgroup, PathInfo]]
+_EXAMPLES = 4  # paths named when --match matches none
+
+
+class Shown(NamedTuple):
+    """A tick's selection: the cgroups, a sentence saying what they are, and what kind of
+    set it is ("match", "match-none", "all", "workloads", "fallback"): a run says the
+    sentence again when the kind changes (a tick's counts change all the time)."""
+
+    cgroups: Selected
+    what: str
+    kind: str
 
 
 def _is_workload(info: PathInfo) -> bool:
@@ -29,7 +41,7 @@ def _is_workload(info: PathInfo) -> bool:
 
 def select(classified: Selected, all_cgroups: bool = False,
            match: Optional[Pattern[str]] = None,
-           is_sandbox: Optional[Callable[[Cgroup, PathInfo], bool]] = None) -> Tuple[Selected, str]:
+           is_sandbox: Optional[Callable[[Cgroup, PathInfo], bool]] = None) -> Shown:
     """The cgroups to report this tick, and a sentence saying what they are.
 
     `classified` pairs each cgroup with what its path says (naming/paths.classify).
@@ -38,20 +50,33 @@ def select(classified: Selected, all_cgroups: bool = False,
     """
     if match is not None:
         chosen = [(cg, i) for cg, i in classified if match.search(cg.path)]
-        return chosen, f"cgroups whose path matches {match.pattern!r}"
+        if chosen or not classified:
+            return Shown(chosen, f"cgroups whose path matches {quote(match.pattern)}", "match")
+        # the shallowest paths say best what there is (the walk's order is depth first)
+        some = sorted((cg.path for cg, _ in classified), key=lambda p: (p.count("/"), p))[:_EXAMPLES]
+        return Shown(chosen, f"nothing: no cgroup path matches {quote(match.pattern)}; there are "
+                     f"{len(classified)}, such as {', '.join(map(quote, some))} (--all shows every one)",
+                     "match-none")
     if all_cgroups:
-        return classified, "every cgroup"
+        return Shown(classified, "every cgroup", "all")
     chosen = [(cg, i) for cg, i in classified
               if _is_workload(i) and not (is_sandbox and is_sandbox(cg, i))]
     if chosen:
         containers = sum(1 for _, i in chosen if i.kind == "container")
         pods = sum(1 for _, i in chosen if i.kind == "pod")
         units = len(chosen) - containers - pods
-        return chosen, (f"{containers} containers, {pods} pods and {units} systemd services/scopes "
-                        "(--all for every cgroup)")
+        counted = [_count(containers, "container", "containers"), _count(pods, "pod", "pods"),
+                   _count(units, "systemd service/scope", "systemd services/scopes")]
+        said = [c for c in counted if c]
+        return Shown(chosen, f"{', '.join(said[:-1]) + ' and ' if len(said) > 1 else ''}{said[-1]} "
+                     "(--all for every cgroup)", "workloads")
     top = [(cg, i) for cg, i in classified if cg.path.count("/") <= 1]
-    return top, ("the root cgroup and its direct children, since no containers or systemd "
-                 "units were found (--all for every cgroup)")
+    return Shown(top, "the root cgroup and its direct children, since no containers or systemd "
+                 "units were found (--all for every cgroup)", "fallback")
+
+
+def _count(n: int, one: str, many: str) -> str:
+    return "" if n == 0 else f"{n} {one if n == 1 else many}"
 
 
 def would_select(path: str, info: PathInfo, all_cgroups: bool = False,
