@@ -7,10 +7,13 @@ The Python API, in the spirit of psutil:
     sampler.tick()                             # first tick: counters, rates null
     records = sampler.tick()                   # the same dicts `cgstat stream` writes
     sampler.close()
+
+It prints nothing: `cgstat.Sampler(warner=cgstat.Warner())` writes its notices (what it
+shows, what it can't read) to stderr as the CLI does.
 """
 
 __version__ = "0.2.0"
-__all__ = ["Sampler", "CgstatError", "__version__"]
+__all__ = ["Sampler", "Warner", "CgstatError", "__version__"]
 
 
 def __getattr__(name):  # PEP 562: `import cgstat` stays cheap for the CLI's start-up
@@ -18,6 +21,10 @@ def __getattr__(name):  # PEP 562: `import cgstat` stays cheap for the CLI's sta
         from cgstat.pipeline.sampler import Sampler
 
         return Sampler
+    if name == "Warner":
+        from cgstat.pipeline.diagnostics import Warner
+
+        return Warner
     if name == "CgstatError":
         from cgstat.errors import CgstatError
 

@@ -99,3 +99,18 @@ def test_follow_false_watches_nothing_and_once_and_pid_ask_for_it(monkeypatch):
         with pytest.raises(SystemExit):
             cli.main(["--match", "^/$"] + argv)
     assert asked == [False, False, True]
+
+
+def test_the_python_api_prints_nothing_unless_asked():
+    # (the CLI's stderr lines came out of a program that only imported cgstat)
+    tree = os.path.join(V2, "t1")
+    code = ("import sys, cgstat\n"
+            f"s = cgstat.Sampler(host_root={tree!r}, match='zzz')\n"
+            "s.tick(); s.tick(); s.close()\n"
+            "said = []\n"
+            f"s = cgstat.Sampler(host_root={tree!r}, match='docker-5113', warner=cgstat.Warner(handler=said.append))\n"
+            "s.tick(); s.close()\n"
+            "print([d.key for d in said])\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, cwd=ROOT, timeout=60)
+    assert proc.returncode == 0 and proc.stderr == b"", proc.stderr
+    assert "'selection'" in proc.stdout.decode()

@@ -38,10 +38,13 @@ def _env():
 
 
 def _top_code(sampler_args, interval, extra=""):
+    # a Warner on stderr, as the CLI gives (the Python API's own is silent): its lines
+    # are the screen's status line
     return ("import sys\n"
             "from cgstat.app.top import run_top\n"
+            "from cgstat.pipeline.diagnostics import Warner\n"
             "from cgstat.pipeline.sampler import Sampler\n"
-            "sys.exit(run_top(Sampler(%s), %r%s))\n" % (sampler_args, interval, extra))
+            "sys.exit(run_top(Sampler(%s, warner=Warner()), %r%s))\n" % (sampler_args, interval, extra))
 
 
 def _recorded_names():

@@ -69,8 +69,10 @@ class Sampler:
     modes do; each holds a descriptor, the second a thread, until close()); `kernel_log`: a
     KmsgFollower to read instead (a recorded log). `daemons`: Docker's data root and socket
     when given (--docker-data-root, --docker-host), else found (naming/runtimes/daemons.py).
-    Raises CgstatError (one line) when the
-    host can't be read.
+    `warner`: where notices go (what is shown, what can't be read, each once): a
+    `Warner()` writes them to stderr as the CLI does, `Warner(handler=f)` passes each to f
+    as a Diagnostic(key, message); by default they are dropped.
+    Raises CgstatError (one line) when the host can't be read.
     """
 
     def __init__(self, host_root: str = "/", all: bool = False,
@@ -92,7 +94,8 @@ class Sampler:
         self.layout = detect(self.fs)  # NoCgroupFS is a CgstatError: one line, exit 1
         self.host = read_host(self.fs)
         self.clock = HostClock(self.fs, self.host.live)
-        self.warner = warner or Warner()
+        # The Python API prints nothing unless given a Warner (the CLI gives one on stderr).
+        self.warner = warner if warner is not None else Warner(handler=_unsaid)
         # The descriptors kept for cgroup files, read by read_cgroup, closed as the
         # discoverer sees folders go, and all at close().
         self.kept = KeptFiles()
@@ -418,6 +421,10 @@ class Collected(NamedTuple):
     gpu: Optional[GpuSnapshot]  # None: GPU metrics off
     attributed: Tuple[Attributed, ...]  # every GPU process with who it is
     gpu_time_s: float  # time.monotonic() of the GPU read
+
+
+def _unsaid(diagnostic: Any) -> None:
+    """The handler of the Python API's default Warner: notices are dropped."""
 
 
 def _pause_gc() -> bool:
