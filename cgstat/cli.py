@@ -60,11 +60,22 @@ MAX_PID = 4194304
 if hasattr(typer.core, "HAS_RICH"):
     typer.core.HAS_RICH = False
 
+# -h as well as --help, on every command (click hands its context settings down)
+_CONTEXT = {"help_option_names": ["-h", "--help"]}
 try:
-    app = typer.Typer(add_completion=False, no_args_is_help=True, help=_HELP,
+    app = typer.Typer(add_completion=False, no_args_is_help=True, help=_HELP, context_settings=_CONTEXT,
                       pretty_exceptions_enable=False)
 except TypeError:  # typer < 0.6 on old Pythons has no pretty exceptions to turn off
-    app = typer.Typer(add_completion=False, no_args_is_help=True, help=_HELP)
+    app = typer.Typer(add_completion=False, no_args_is_help=True, help=_HELP, context_settings=_CONTEXT)
+
+
+class _Command(typer.core.TyperCommand):
+    """A command whose usage line writes an argument as its help does (`PID...`): typer
+    0.2x puts a required one in braces (`{PID}`), older typer doesn't."""
+
+    def collect_usage_pieces(self, ctx: typer.Context) -> List[str]:  # type: ignore[override]
+        return [p[1:-1] if p.startswith("{") and p.endswith("}") else p
+                for p in super().collect_usage_pieces(ctx)]
 
 
 def _host_root_option() -> Optional[str]:
@@ -78,8 +89,8 @@ def _all_option() -> bool:
 
 
 def _max_user_option() -> Optional[int]:
-    return typer.Option(None, "--max-user-cgroups", envvar="CGSTAT_MAX_USER_CGROUPS", metavar="N", min=1,
-                        show_default=False,
+    return typer.Option(None, "--max-user-cgroups", envvar="CGSTAT_MAX_USER_CGROUPS", metavar="N",
+                        parser=_whole_number(1), show_default=False,
                         help="At most N cgroups per user's delegated subtree (user@UID.service); the "
                              "rest are counted and said once on stderr. Default: 1000.")
 
@@ -136,6 +147,23 @@ def _not_empty(value: Optional[str]) -> Optional[str]:
     return value
 
 
+def _whole_number(low: int, high: Optional[int] = None) -> Callable[[object], int]:
+    """The parser of a count: click's own says "'1e3' is not a valid int range"."""
+    def whole_number(value: object) -> int:
+        if isinstance(value, int):
+            number = value
+        else:
+            try:
+                number = int(str(value))
+            except ValueError:
+                raise typer.BadParameter(f"{value!r} is not a whole number") from None
+        if number < low or (high is not None and number > high):
+            bounds = f"from {low} to {high}" if high is not None else f"at least {low}"
+            raise typer.BadParameter(f"{number} is out of range: {bounds}")
+        return number
+    return whole_number
+
+
 def _mode(value: str) -> str:
     try:
         mode = int(value, 8)
@@ -143,7 +171,24 @@ def _mode(value: str) -> str:
         mode = -1
     if not 0 <= mode <= 0o777:
         raise typer.BadParameter(f"{value!r} is not an octal file mode such as 600 or 640")
+    # The file holds records, never a program; and other users must not be able to write
+    # lines into what root reads back (a report, a log shipper).
+    if mode & 0o111:
+        raise typer.BadParameter(f"{value!r} has execute bits: the file holds records, not a program "
+                                 "(600 or 640, say)")
+    if mode & 0o002:
+        raise typer.BadParameter(f"{value!r} lets every user write into the file (600 or 640, say)")
     return value
+
+
+def _pid_number(value: object) -> int:
+    """A PID argument: `cgstat pid -5` is a bad PID, not an option click doesn't know."""
+    try:
+        return int(str(value))
+    except ValueError:
+        if str(value).startswith("-"):
+            raise click_errors.NoSuchOption(str(value)) from None
+        raise typer.BadParameter(f"{value!r} is not a process ID") from None
 
 
 def _pids(values: List[int]) -> List[int]:
@@ -213,6 +258,15 @@ def _format(value: str) -> str:
     return value
 
 
+def _output_option(help: str, envvar: Optional[str] = None) -> Optional[str]:
+    return typer.Option(None, "-o", "--output", envvar=envvar, metavar="FILE", callback=_not_empty, help=help)
+
+
+def _count_option(what: str, until: str) -> Optional[int]:
+    return typer.Option(None, "--count", metavar="N", parser=_whole_number(1), show_default=False,
+                        help=f"Stop after N {what} (default: {until}).")
+
+
 def _output_mode_option() -> str:
     return typer.Option("600", "--output-mode", metavar="OCTAL", callback=_mode,
                         help="Permissions of a FILE that --output creates.")
@@ -222,17 +276,15 @@ def _events_window(value: float) -> float:
     return _seconds(value, 1.0, MAX_INTERVAL_S)
 
 
-@app.command()
+@app.command(cls=_Command, short_help="Print a batch of records every interval, until stopped.")
 def stream(
     ctx: typer.Context,
     interval: float = typer.Option(1.0, "--interval", envvar="CGSTAT_INTERVAL", metavar="S", callback=_interval,
                                    help=f"Seconds between batches ({MIN_INTERVAL_S:g} to {MAX_INTERVAL_S:g})."),
-    count: Optional[int] = typer.Option(None, "--count", min=1, metavar="N",
-                                        help="Stop after N batches (default: run until stopped)."),
-    output: Optional[str] = typer.Option(None, "--output", envvar="CGSTAT_OUTPUT", metavar="FILE",
-                                         callback=_not_empty,
-                                         help="Append to FILE instead of stdout; SIGHUP reopens it (logrotate). "
-                                              "A FILE that can't be opened at start is exit status 1."),
+    count: Optional[int] = _count_option("batches", "run until stopped"),
+    output: Optional[str] = _output_option("Append to FILE instead of stdout; SIGHUP reopens it (logrotate). "
+                                           "A FILE that can't be opened at start is exit status 1.",
+                                           envvar="CGSTAT_OUTPUT"),
     output_mode: str = _output_mode_option(),
     fmt: str = _format_option(),
     no_events: bool = typer.Option(False, "--no-events", help="No diagnostics events (type: event) in the stream."),
@@ -256,7 +308,7 @@ def stream(
     _run(lambda: _sampler(ctx, host_root, all_, match, max_user), job)
 
 
-@app.command()
+@app.command(cls=_Command, short_help="Serve Prometheus metrics on /metrics, until stopped.")
 def serve(
     ctx: typer.Context,
     listen: str = typer.Option(DEFAULT_LISTEN, "--listen", envvar="CGSTAT_LISTEN", metavar="ADDR:PORT",
@@ -264,8 +316,7 @@ def serve(
                                help="Where to serve /metrics and /healthz (loopback only unless told)."),
     interval: float = typer.Option(1.0, "--interval", envvar="CGSTAT_INTERVAL", metavar="S", callback=_interval,
                                    help=f"Seconds between samples ({MIN_INTERVAL_S:g} to {MAX_INTERVAL_S:g})."),
-    count: Optional[int] = typer.Option(None, "--count", min=1, metavar="N",
-                                        help="Stop after N samples (default: run until stopped)."),
+    count: Optional[int] = _count_option("samples", "run until stopped"),
     host_root: Optional[str] = _host_root_option(),
     all_: bool = _all_option(),
     match: Optional[str] = _match_option(),
@@ -283,7 +334,7 @@ def serve(
     _run(lambda: _sampler(ctx, host_root, all_, match, max_user), job)
 
 
-@app.command()
+@app.command(cls=_Command, short_help="Print one batch of records and exit (for cron and scripts).")
 def once(
     ctx: typer.Context,
     state: Optional[str] = typer.Option(None, "--state", metavar="FILE", callback=_not_empty,
@@ -293,8 +344,7 @@ def once(
     window: float = typer.Option(1.0, "--window", metavar="S", callback=_window,
                                  help=f"Without --state: seconds between the two samples that give rates "
                                       f"(0: no rates, no wait; else {MIN_INTERVAL_S:g} to {MAX_WINDOW_S:g})."),
-    output: Optional[str] = typer.Option(None, "--output", metavar="FILE", callback=_not_empty,
-                                         help="Append to FILE instead of stdout, whole lines only."),
+    output: Optional[str] = _output_option("Append to FILE instead of stdout, whole lines only."),
     output_mode: str = _output_mode_option(),
     fmt: str = _format_option(),
     no_events: bool = typer.Option(False, "--no-events",
@@ -322,15 +372,14 @@ def _sort(value: str) -> str:
         raise typer.BadParameter(str(exc)) from None
 
 
-@app.command()
+@app.command(cls=_Command, short_help="Show a live table of the workloads, like docker stats.")
 def top(
     ctx: typer.Context,
-    interval: float = typer.Option(2.0, "--interval", metavar="S", callback=_interval,
+    interval: float = typer.Option(1.0, "--interval", envvar="CGSTAT_INTERVAL", metavar="S", callback=_interval,
                                    help=f"Seconds between screens ({MIN_INTERVAL_S:g} to {MAX_INTERVAL_S:g})."),
     sort: str = typer.Option("cpu", "--sort", metavar="KEY", callback=_sort,
                              help="cpu, memory, gpu, io, pids or name (keys c m g i p n while it runs)."),
-    count: Optional[int] = typer.Option(None, "--count", min=1, metavar="N",
-                                        help="Stop after N screens (default: until q)."),
+    count: Optional[int] = _count_option("screens", "until q"),
     no_events: bool = typer.Option(False, "--no-events", help="Don't mark workloads with open events."),
     events_window: float = typer.Option(60.0, "--events-window", metavar="S", callback=_events_window,
                                         help="Seconds over which sustained conditions must hold to raise an event."),
@@ -350,15 +399,16 @@ def top(
     _run(lambda: _sampler(ctx, host_root, all_, match, max_user), job)
 
 
-@app.command()
+@app.command(cls=_Command, short_help="Write an HTML report of a recorded stream.")
 def report(
-    stream_file: str = typer.Argument(..., metavar="FILE.jsonl",
-                                      help="A stream written by cgstat stream (.gz accepted)."),
-    out: str = typer.Option(..., "-o", "--output", metavar="REPORT.html", callback=_not_empty,
+    stream_file: str = typer.Argument(..., metavar="STREAM", show_default=False,
+                                      help="A file written by cgstat stream (.gz accepted)."),
+    out: str = typer.Option(..., "-o", "--output", metavar="FILE", callback=_not_empty, show_default=False,
                             help="Where to write the self-contained HTML report."),
-    title: Optional[str] = typer.Option(None, "--title", help="The report's title (default: the host)."),
-    points: int = typer.Option(500, "--points", min=50, max=5000, metavar="N",
-                               help="Points per chart at most (longer streams are downsampled)."),
+    title: Optional[str] = typer.Option(None, "--title", metavar="TEXT", show_default=False,
+                                        help="The report's title (default: the host)."),
+    points: int = typer.Option(500, "--points", metavar="N", parser=_whole_number(50, 5000),
+                               help="Points per chart at most, 50 to 5000 (longer streams are downsampled)."),
 ) -> None:
     """Write a self-contained HTML report of a recorded stream: per-workload charts of CPU,
     memory, IO and GPU against their limits, events marked, and a summary table."""
@@ -371,10 +421,12 @@ def report(
         raise typer.Exit(1) from None
 
 
-@app.command()
+@app.command(cls=_Command, short_help="Say which cgroup and container each process is in.",
+             context_settings={"ignore_unknown_options": True})  # -5 is a PID (a bad one)
 def pid(
     ctx: typer.Context,
-    pids: List[int] = typer.Argument(..., metavar="PID", callback=_pids, show_default=False,
+    pids: List[int] = typer.Argument(..., metavar="PID...", parser=_pid_number, callback=_pids,
+                                     show_default=False,
                                      help="One or more process IDs, as the host sees them."),
     host_root: Optional[str] = _host_root_option(),
 ) -> None:
@@ -389,6 +441,21 @@ def pid(
     _run(lambda: _sampler(ctx, host_root, False, None, follow=False), job)
 
 
+def _blame(exc: click_errors.UsageError) -> None:
+    """Name where a bad value came from: click names an option's environment variable in
+    every error about it, also when the value was given on the command line."""
+    param, ctx = getattr(exc, "param", None), exc.ctx
+    if (not isinstance(exc, click_errors.BadParameter) or isinstance(exc, click_errors.MissingParameter)
+            or exc.param_hint is not None or param is None or ctx is None or not getattr(param, "envvar", None)):
+        return
+    options = " / ".join(f"'{o}'" for o in param.opts)
+    source = getattr(ctx, "get_parameter_source", lambda name: None)(param.name)  # click 8
+    if source is not None and source.name == "ENVIRONMENT":
+        exc.param_hint = f"{param.envvar} (the environment's {options})"
+    else:
+        exc.param_hint = options
+
+
 def main(argv: Optional[List[str]] = None) -> None:
     """The console script: usage errors as one line (journals and cron mail), exit status 2."""
     command = typer.main.get_command(app)
@@ -398,6 +465,7 @@ def main(argv: Optional[List[str]] = None) -> None:
         if type(exc).__name__ == "NoArgsIsHelpError":  # plain `cgstat`: the help, as older click does
             sys.stdout.write(exc.format_message() + "\n")
             sys.exit(0)
+        _blame(exc)
         where = exc.ctx.command_path if exc.ctx is not None else "cgstat"
         say(f"{exc.format_message()} (see {where} --help)")
         code = 2

@@ -184,7 +184,8 @@ class StateFile:
             os.close(fd)
         data = b"".join(chunks)
         if not _is_ours(data):
-            raise StateError(f"refusing --state {self.path}: a {len(data)}-byte file without cgstat's state "
+            size = f"{len(data)} byte{'' if len(data) == 1 else 's'}"
+            raise StateError(f"refusing --state {self.path}: a file of {size} without cgstat's state "
                              "marker, so not a state file of cgstat's (cgstat replaces only its own files)")
         return data
 
