@@ -1,8 +1,9 @@
 """What the command line says: bad values blamed on what was given, help that reads whole,
-`-h` and `-o` everywhere."""
+`-h` and `-o` everywhere, one line on stderr for what serve and report did."""
 
 import os
 import re
+import socket
 import subprocess
 import sys
 
@@ -135,4 +136,30 @@ def test_top_ticks_every_second_unless_told(monkeypatch):
         with pytest.raises(SystemExit) as exit_:
             cli.main(["--host-root", V2, "top", *args])
         assert exit_.value.code == 0 and seen[-1] == want, seen
+
+
+# -- silence on success, one line for what was done -----------------------------------------
+
+def _free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_serve_says_where_it_listens():
+    port = _free_port()
+    _, err, rc = run_cgstat("serve", "--host-root", V2, "--listen", f"127.0.0.1:{port}", "--interval", "0.1",
+                            "--count", "1")
+    assert rc == 0
+    assert f"cgstat: serving /metrics and /healthz on http://127.0.0.1:{port}/" in err.splitlines(), err
+
+
+def test_report_says_what_it_wrote(tmp_path):
+    stream = tmp_path / "run.jsonl"
+    run_cgstat("once", "--window", "0", "--host-root", V2, "-o", str(stream))
+    out = tmp_path / "run.html"
+    _, err, rc = run_cgstat("report", str(stream), "-o", str(out))
+    assert rc == 0 and out.stat().st_size > 0
+    size_kib = out.stat().st_size / 1024
+    assert err.splitlines() == [f"cgstat: wrote the report of {stream} to {out} ({size_kib:.1f} KiB)"], err
 

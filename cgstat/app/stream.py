@@ -52,6 +52,7 @@ def run_stream(sampler: Sampler, sink: Optional[JsonLinesSink], interval_s: floa
         from cgstat.outputs.serve import Exporter  # only when asked: HTTP costs a start-up
 
         exporter = Exporter(listen, sampler.warner, stale_after_s=max(60.0, 5 * interval_s))
+        sampler.warner.once("serving", f"serving /metrics and /healthz on http://{exporter.address}/")
     schedule = Schedule(interval_s, sampler.warner, watchdog_heartbeat_s()).install_signals()
     # OOM kills: the kernel log from now on, v2 counters read as they change (events and
     # the exporter's kept counters)
