@@ -30,7 +30,7 @@ versions=$(printf '%s\n' "${!pys[@]}" | sort -t. -k1,1n -k2,2n)
 oldest=$(echo "$versions" | head -n 1)
 FULL="test_parse.py test_recorded_trees.py test_identity.py test_faults.py test_faults_more.py test_model.py
       test_corpus.py test_cli.py test_cli_safety.py test_sdnotify.py test_events.py test_table_csv.py
-      test_netdev.py test_netns_reader.py test_prometheus_render.py test_fields.py"
+      test_netdev.py test_netns_reader.py test_prometheus_render.py test_fields.py test_cli_words.py"
 V2=tests/fixtures/v2-systemd/t1
 smoke() { # version python -> "compat: ..." lines; exit status 1 on failure
     local v=$1 py=$2 venv log c want
@@ -51,7 +51,7 @@ smoke() { # version python -> "compat: ..." lines; exit status 1 on failure
         fi
     else
         c="$venv/bin/cgstat"
-        if { for cmd in "" stream once serve top pid report; do "$c" $cmd --help >/dev/null || exit 1; done
+        if { for cmd in "" stream once serve top pid report; do "$c" $cmd --help >/dev/null && "$c" $cmd -h >/dev/null || exit 1; done
              "$c" --host-root "$V2" once --window 0 --all | "$venv/bin/python" -c 'import sys, json; n = sum(1 for l in sys.stdin if json.loads(l)["type"] == "cgroup"); assert n == 34, n'
              "$c" once --window 0 --format csv --host-root "$V2" >/dev/null
              "$venv/bin/python" -c "import cgstat; s = cgstat.Sampler(host_root='$V2', match='docker-5113'); assert s.tick()[0]['container']['name'] == 'tf-training'"
