@@ -84,9 +84,11 @@ def test_a_match_that_matches_nothing_says_so_and_what_there_is():
     records, err, rc = run_cgstat("once", "--window", "0", "--host-root", V2, "--match", "zzz")
     assert records == []
     (line,) = [x for x in err.splitlines() if "zzz" in x]
-    # the count of the recorded tree's cgroups (--all prints them) and a few of the paths
+    # the count of the recorded tree's cgroups (--all prints them) and a few of the paths,
+    # workloads first (the form of their paths is what a --match needs)
     every, _, _ = run_cgstat("once", "--window", "0", "--host-root", V2, "--all")
-    assert f"no cgroup path matches 'zzz'; there are {len(every)}, such as '/', '/init.scope'," in line, line
+    assert f"no cgroup path matches 'zzz'; there are {len(every)}, such as '/init.scope', '/kubepods.slice/" in line
+    assert line.endswith("(--all shows every one)") and line.count("', '") == 2, line
 
 
 # -- help ----------------------------------------------------------------------------------

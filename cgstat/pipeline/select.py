@@ -18,7 +18,7 @@ from cgstat.naming.paths import PathInfo
 from cgstat.text import quote
 
 Selected = List[Tuple[Cgroup, PathInfo]]
-_EXAMPLES = 4  # paths named when --match matches none
+_EXAMPLES = 3  # paths named when --match matches none
 
 
 class Shown(NamedTuple):
@@ -52,8 +52,11 @@ def select(classified: Selected, all_cgroups: bool = False,
         chosen = [(cg, i) for cg, i in classified if match.search(cg.path)]
         if chosen or not classified:
             return Shown(chosen, f"cgroups whose path matches {quote(match.pattern)}", "match")
-        # the shallowest paths say best what there is (the walk's order is depth first)
-        some = sorted((cg.path for cg, _ in classified), key=lambda p: (p.count("/"), p))[:_EXAMPLES]
+        info_of = {cg.path: i for cg, i in classified}
+        # workloads first (what a --match is usually after: it shows the form of their
+        # paths), then the shallowest paths
+        some = sorted((cg.path for cg, _ in classified),
+                      key=lambda p: (not _is_workload(info_of[p]), p.count("/"), p))[:_EXAMPLES]
         return Shown(chosen, f"nothing: no cgroup path matches {quote(match.pattern)}; there are "
                      f"{len(classified)}, such as {', '.join(map(quote, some))} (--all shows every one)",
                      "match-none")
