@@ -11,6 +11,19 @@ few paths without building the table.
 """
 
 
+class MemoryStat:
+    """The memory.stat counters of the record's memory object read as the kernel writes them: their keys
+    in the record, in the file on v2, on v1 ("": none there)."""
+
+    RECORD = ("pgscan_total", "pgsteal_total", "pgfault_total", "pgmajfault_total",
+              "workingset_refault_anon_total", "workingset_refault_file_total", "dirty_bytes",
+              "writeback_bytes")
+    V2 = ("pgscan", "pgsteal", "pgfault", "pgmajfault", "workingset_refault_anon",
+          "workingset_refault_file", "file_dirty", "file_writeback")
+    V1 = ("", "", "total_pgfault", "total_pgmajfault", "total_workingset_refault_anon",
+          "total_workingset_refault_file", "total_dirty", "total_writeback")
+
+
 class Cgroup:
     """The keys of the cgroup and pod record (record.schema.json)."""
 
@@ -93,6 +106,7 @@ class Cgroup:
     MEMORY_FAILCNT = ("memory", "failcnt")
     MEMORY_PGSCAN_TOTAL = ("memory", "pgscan_total")
     MEMORY_PGSTEAL_TOTAL = ("memory", "pgsteal_total")
+    MEMORY_PGFAULT_TOTAL = ("memory", "pgfault_total")
     MEMORY_PGMAJFAULT_TOTAL = ("memory", "pgmajfault_total")
     MEMORY_WORKINGSET_REFAULT_ANON_TOTAL = ("memory", "workingset_refault_anon_total")
     MEMORY_WORKINGSET_REFAULT_FILE_TOTAL = ("memory", "workingset_refault_file_total")

@@ -101,6 +101,7 @@ class Memory(TypedDict):
     failcnt: Optional[int]
     pgscan_total: Optional[int]
     pgsteal_total: Optional[int]
+    pgfault_total: Optional[int]
     pgmajfault_total: Optional[int]
     workingset_refault_anon_total: Optional[int]
     workingset_refault_file_total: Optional[int]
@@ -373,6 +374,18 @@ class EventRecord(TypedDict):
     evidence: Evidence
     resolves: Optional[str]
     since: Optional[str]
+
+
+class MemoryStatCounters(TypedDict):
+    """The memory.stat counters of memory read as is (fields.Field.as_is)."""
+    pgscan_total: Optional[int]
+    pgsteal_total: Optional[int]
+    pgfault_total: Optional[int]
+    pgmajfault_total: Optional[int]
+    workingset_refault_anon_total: Optional[int]
+    workingset_refault_file_total: Optional[int]
+    dirty_bytes: Optional[int]
+    writeback_bytes: Optional[int]
 
 
 Record = Union[CgroupRecord, GpuRecord, EventRecord]

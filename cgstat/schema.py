@@ -1,8 +1,8 @@
 """What is made from the field table (cgstat/fields.py): the records' JSON Schemas, TypedDicts
 and key paths.
 
-cgstat/record.schema.json, gpu-record.schema.json, event.schema.json, cgstat/records.py and
-cgstat/fieldkeys.py are this module's output, checked in (the schemas ship in the package; the types are
+cgstat/record.schema.json, gpu-record.schema.json, event.schema.json, cgstat/records.py,
+cgstat/fieldkeys.py and the tables of docs/prometheus.md and docs/schema.md are this module's output, checked in (the schemas ship in the package; the types are
 imported) and tested equal to it: `python -m cgstat.schema --write` (or
 `CGSTAT_REGEN_SCHEMA=1 pytest tests/test_fields.py`) writes them again after a change to
 the table.
@@ -15,7 +15,7 @@ import os
 import sys
 from typing import Any, Dict, List, Optional, Tuple
 
-from cgstat.fields import EVENT, GPU_RECORD, RECORD, SCHEMA_FILES, Field, children
+from cgstat.fields import EVENT, FAMILIES, GPU_RECORD, RECORD, SCHEMA_FILES, Family, Field, children, field
 
 _JSON_TYPES = {"int": "integer", "float": "number", "str": "string", "bool": "boolean", "object": "object",
                "array": "array", "map": "object"}
@@ -175,6 +175,9 @@ def records_text() -> str:
     out = [_HEAD]
     for name, lines in classes.bodies.items():
         out.append("\n\nclass %s(TypedDict):\n%s\n" % (name, "\n".join(lines)))
+    for (path, file), group in as_is_groups().items():  # the piece of an object the record builder adds in one
+        out.append("\n\nclass %sCounters(TypedDict):\n    \"\"\"The %s counters of %s read as is (fields.Field.as_is).\"\"\"\n%s\n"
+                   % (as_is_class(path, file), file, path, "\n".join(classes._line("cgroup", f) for f in group)))
     out.append("\n" + _TAIL)
     return "".join(out)
 
@@ -208,21 +211,123 @@ def key_path(path: str) -> Tuple[str, ...]:
     return tuple(path.rsplit("[].", 1)[-1].split("."))
 
 
+def as_is_groups(table: Tuple[Field, ...] = RECORD) -> Dict[Tuple[str, str], List[Field]]:
+    """The fields read as the kernel writes them (Field.as_is), by (object path, file): each
+    group next to each other in the table, as the record builder writes them in one piece."""
+    groups: Dict[Tuple[str, str], List[Field]] = {}
+    last: Optional[Tuple[str, str]] = None
+    for f in table:
+        if not f.as_is:
+            last = None
+            continue
+        file, _, key = f.v2.partition(" ")
+        v1_file, _, v1_key = f.v1.partition(" ")
+        assert key and " " not in key and (f.v1 == "-" or (v1_file == file and v1_key)), f.path
+        group = (f.path.rsplit(".", 1)[0], file)
+        assert group == last or group not in groups, "%s: the %s counters must be next to each other" % (f.path, file)
+        groups.setdefault(group, []).append(f)
+        last = group
+    return groups
+
+
+def as_is_class(path: str, file: str) -> str:
+    """The name of a group's key class and TypedDict: MemoryStat (memory.stat of `memory`)."""
+    return "".join(w.capitalize() for w in file.replace("_", ".").split("."))
+
+
+def _wrapped(names: List[str], indent: int) -> str:
+    """A tuple of strings as Python, wrapped at 100 columns."""
+    lines, line = [], ""
+    for text in ['"%s"' % n for n in names]:
+        if line and indent + len(line) + len(text) + 2 > 100:
+            lines.append(line.rstrip())
+            line = ""
+        line += text + ", "
+    lines.append(line.rstrip(", ") + ("," if len(names) == 1 else ""))
+    return "(" + ("\n" + " " * indent).join(lines) + ")"
+
+
 def fieldkeys_text() -> str:
     """The text of cgstat/fieldkeys.py."""
     out = [_KEYS_HEAD]
+    for (path, file), group in as_is_groups().items():
+        out.append('\n\nclass %s:\n    """The %s counters of the record\'s %s object read as the kernel writes them: '
+                   'their keys\n    in the record, in the file on v2, on v1 ("": none there)."""\n\n'
+                   % (as_is_class(path, file), file, path))
+        for const, names in (("RECORD", [f.path.rsplit(".", 1)[-1] for f in group]),
+                             ("V2", [f.v2.partition(" ")[2] for f in group]),
+                             ("V1", [f.v1.partition(" ")[2] for f in group])):
+            out.append("    %s = %s\n" % (const, _wrapped(names, len(const) + 8)))
     for cls, table, doc in _KEYS_CLASSES:
         out.append("\n\nclass %s:\n    \"\"\"The keys of %s.\"\"\"\n\n" % (cls, doc))
-        names = set()
+        made = set()
         for f in table:
             if f.path.endswith(("[]", "{}")) or "{}" in f.path:
                 continue
             name = key_name(f.path)
-            assert name not in names, name
-            names.add(name)
+            assert name not in made, name
+            made.add(name)
             keys = key_path(f.path)
             out.append("    %s = (%s%s)\n" % (name, ", ".join('"%s"' % k for k in keys), "," if len(keys) == 1 else ""))
     return "".join(out)
+
+
+# -- the docs' tables -------------------------------------------------------------------------
+#
+# docs/prometheus.md's table of every series and docs/schema.md's of every field, between
+# two markers in each (the prose around them is written by hand); tested equal to this.
+
+_BEGIN = "<!-- BEGIN %s: made from cgstat/fields.py by `python -m cgstat.schema --write` -->\n"
+_END = "<!-- END %s -->\n"
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ") or "—"
+
+
+def _type_text(f: Field) -> str:
+    text = {"int": "int", "float": "number", "str": "string", "bool": "bool", "object": "object", "array": "array",
+            "map": "object", "enum": "string", "const": "const"}[f.type]
+    return text + "/null" if f.nullable and f.type != "const" else text
+
+
+def _source(f: Family) -> str:
+    """A family's source, with its labels (but a DCGM series' ten, said once in the text) and
+    how a bool is written."""
+    text = f.source
+    if f.field and field(GPU_RECORD if f.scope == "gpu" else RECORD, f.field).type == "bool":
+        text += " (1 or 0)"
+    if f.labels and f.scope != "self" and not f.name.startswith("DCGM_") and "label" not in text:
+        text += " (label%s %s)" % ("s" if len(f.labels) > 1 else "", ", ".join("`%s`" % name for name in f.labels))
+    return text
+
+
+def series_table() -> str:
+    out = ["| series | type | source (record field) | cAdvisor counterpart |", "|---|---|---|---|"]
+    out += ["| `%s` | %s | %s | %s |" % (f.name, f.kind, _cell(_source(f)), _cell(f.counterpart)) for f in FAMILIES]
+    return "\n".join(out) + "\n"
+
+
+def fields_table() -> str:
+    out = ["Cgroup and pod records:", "", "| field | type | v2 source | v1 source | meaning |", "|---|---|---|---|---|"]
+    out += ["| `%s` | %s | %s | %s | %s |" % (f.path, _type_text(f), _cell(f.v2), _cell(f.v1), _cell(f.doc))
+            for f in RECORD]
+    out += ["", "GPU records (`type: \"gpu\"`):", "", "| field | type | NVML source | meaning |", "|---|---|---|---|"]
+    out += ["| `%s` | %s | %s | %s |" % (f.path, _type_text(f), _cell(f.v2), _cell(f.doc)) for f in GPU_RECORD]
+    return "\n".join(out) + "\n"
+
+
+DOCS_TABLES = {"prometheus.md": ("series", series_table), "schema.md": ("fields", fields_table)}
+
+
+def docs_text(name: str, text: str) -> str:
+    """A docs file's text with its table made again (between its markers)."""
+    mark, make = DOCS_TABLES[name]
+    head, begin, rest = text.partition(_BEGIN % mark)
+    _, end, tail = rest.partition(_END % mark)
+    if not begin or not end:
+        raise ValueError("docs/%s has no %s markers" % (name, mark))
+    return head + begin + make() + end + tail
 
 
 def write(folder: str) -> None:
@@ -233,10 +338,17 @@ def write(folder: str) -> None:
         f.write(records_text())
     with open(os.path.join(folder, "fieldkeys.py"), "w", encoding="utf-8") as f:
         f.write(fieldkeys_text())
+    docs = os.path.join(os.path.dirname(folder), "docs")
+    for name in DOCS_TABLES if os.path.isdir(docs) else ():  # a checkout (an installed package has none)
+        path = os.path.join(docs, name)
+        with open(path, encoding="utf-8") as f:
+            made = docs_text(name, f.read())
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(made)
 
 
 if __name__ == "__main__":
     if sys.argv[1:] != ["--write"]:
-        sys.exit("usage: python -m cgstat.schema --write   (rewrites cgstat/*.schema.json, cgstat/records.py "
-                 "and cgstat/fieldkeys.py from cgstat/fields.py)")
+        sys.exit("usage: python -m cgstat.schema --write   (rewrites cgstat/*.schema.json, cgstat/records.py, "
+                 "cgstat/fieldkeys.py and the tables of docs/prometheus.md and docs/schema.md from cgstat/fields.py)")
     write(os.path.dirname(os.path.abspath(__file__)))

@@ -71,7 +71,7 @@ KEYED = {
 # Fields a file also feeds where a missing key is no error (keys some kernels lack) or that
 # are an object of its counts: a bad file may null them, silently.
 ALSO_FEEDS = {"memory.events": [("memory", "events")],
-              "memory.stat": [("memory", k) for k in ("pgscan_total", "pgsteal_total", "pgmajfault_total",
+              "memory.stat": [("memory", k) for k in ("pgscan_total", "pgsteal_total", "pgfault_total", "pgmajfault_total",
                                                       "workingset_refault_anon_total",
                                                       "workingset_refault_file_total", "dirty_bytes",
                                                       "writeback_bytes")]}

@@ -11,7 +11,7 @@ import pytest
 from contract import ROOT, validate
 from fieldtable import example
 
-from cgstat import fields, records, schema
+from cgstat import fieldkeys, fields, records, schema
 from cgstat.outputs import prometheus as prom
 from cgstat.outputs import table
 
@@ -102,7 +102,7 @@ def test_families_read_record_fields():
         if family.field:
             table_ = fields.GPU_RECORD if family.scope == "gpu" else fields.RECORD
             f = fields.field(table_, family.field)
-            assert f.type in ("int", "float"), family.name
+            assert f.type in ("int", "float", "bool"), family.name  # a bool: 1 or 0
             assert family.scope != "self"
 
 
@@ -222,7 +222,11 @@ def test_typeddicts_follow_the_field_table():
         _check_typeddict(cls, table_, "", seen)
     declared = {name for name, v in vars(records).items()
                 if isinstance(v, type) and v.__module__ == records.__name__ and name != "TypedDict"}
-    assert declared == seen, declared ^ seen
+    counters = {schema.as_is_class(path, file) + "Counters" for path, file in schema.as_is_groups()}
+    assert declared == seen | counters, declared ^ (seen | counters)
+    for (path, file), group in schema.as_is_groups().items():  # a piece of its object's class
+        cls = getattr(records, schema.as_is_class(path, file) + "Counters")
+        assert list(_hints(cls)) == [f.path.rsplit(".", 1)[-1] for f in group]
 
 
 def test_path_readers_take_their_paths_from_the_table():
@@ -260,3 +264,85 @@ def test_the_event_rules_read_paths_of_the_table():
     assert {"rules.py:_PIDS_CURRENT", "runs.py:_MEMORY_LIMIT_BYTES"} <= set(found)  # the scan sees them
     unknown = {where: path for where, path in found.items() if path not in {f.path for f in fields.RECORD}}
     assert unknown == {}
+
+
+# -- the docs' tables, the readers' keys, the record's order ----------------------------------
+
+@pytest.mark.parametrize("name", sorted(schema.DOCS_TABLES))
+def test_docs_tables_are_made_from_the_table(name):
+    path = os.path.join(ROOT, "docs", name)
+    with open(path, encoding="utf-8") as f:
+        text = f.read()
+    want = schema.docs_text(name, text)
+    if os.environ.get("CGSTAT_REGEN_SCHEMA"):
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(want)
+        text = want
+    assert text == want, "docs/%s's table differs from the field table (CGSTAT_REGEN_SCHEMA=1 to rewrite it)" % name
+
+
+def test_docs_metrics_names_fields_of_the_table():
+    """docs/metrics.md is prose: every record key it names (a name with a unit: `pgscan_total`,
+    `memory.working_set_bytes`; not a kernel file's `_in_bytes`, not a series) is a field."""
+    doc = open(os.path.join(ROOT, "docs", "metrics.md"), encoding="utf-8").read()
+    leaves = {f.path.rsplit(".", 1)[-1].replace("[]", "") for f in fields.RECORD}
+    series = {f.name for f in fields.FAMILIES}
+    named = {t.rsplit(".", 1)[-1] for t in re.findall(r"`([a-z_][a-z0-9_.]*)`", doc)
+             if "_in_bytes" not in t and t not in series and not t.startswith("_")}
+    named = {t for t in named if fields.unit_of(t) and not t.endswith("_us")}
+    assert len(named) >= 20  # the scan sees them
+    assert sorted(named - leaves) == []
+
+
+def _table_keys(file, layout):
+    """The keys of `file` the table reads on v2 or v1 ("memory.stat anon": anon)."""
+    out = set()
+    for f in fields.RECORD:
+        source = f.v2 if layout == "v2" else f.v1
+        for part in source.split(", "):
+            name, _, key = part.partition(" ")
+            if name == file and key and " " not in key:
+                out.add(key)
+    return out
+
+
+def test_readers_keys_are_the_tables():
+    """What kernel/controllers/memory.py reads of memory.stat and memory.events is what the
+    table's v2/v1 say, both ways (a key read for nothing, or a field nobody reads, fails)."""
+    from cgstat.kernel.controllers import memory
+    from cgstat.kernel.sample import MemoryEvents
+
+    assert set(memory._MEMORY_STAT_V2) == _table_keys("memory.stat", "v2")
+    # v1: total_* twins, and the local shmem/swap read where the total_ one is missing
+    assert set(memory._MEMORY_STAT_V1) - {"shmem", "swap"} == _table_keys("memory.stat", "v1")
+    assert set(MemoryEvents._fields) == _table_keys("memory.events", "v2") == _table_keys("memory.events.local", "v2")
+    groups = schema.as_is_groups()
+    assert [f.path for f in groups[("memory", "memory.stat")]] == [
+        "memory." + k for k in fieldkeys.MemoryStat.RECORD]
+
+
+def _order(value, table, path=""):
+    """Where a record's keys are not in the table's order: the paths of those objects."""
+    bad = []
+    if isinstance(value, dict) and (not path or fields.field(table, path).type == "object"):
+        kids = [k.path.rsplit(".", 1)[-1] for k in fields.children(table, path) if not k.path.endswith(("[]", "{}"))]
+        if kids and [k for k in value if k in kids] != [k for k in kids if k in value]:
+            bad.append(path or "(top)")
+        for key, item in value.items():
+            if key in kids:
+                bad += _order(item, table, (path + "." if path else "") + key)
+    elif isinstance(value, list) and path and fields.field(table, path).type == "array":
+        for item in value:
+            bad += _order(item, table, path + "[]")
+    return bad
+
+
+def test_records_keep_the_tables_order():
+    from contract import run_cgstat
+
+    tree = os.path.join(ROOT, "tests", "fixtures", "v2-fields", "t0")
+    records_, _, _ = run_cgstat("once", "--host-root", tree, "--all")
+    assert records_
+    for r in records_:
+        assert _order(r, fields.RECORD) == [], r["cgroup"]
+        assert "pgfault_total" in r["memory"]

@@ -156,6 +156,7 @@ def _v2_expected(root, p):
             "failcnt": None,  # v1 only
             "pgscan_total": stat.get("pgscan"),
             "pgsteal_total": stat.get("pgsteal"),
+            "pgfault_total": stat.get("pgfault"),
             "pgmajfault_total": stat.get("pgmajfault"),
             "workingset_refault_anon_total": stat.get("workingset_refault_anon"),
             "workingset_refault_file_total": stat.get("workingset_refault_file"),
@@ -200,7 +201,8 @@ def _v1_expected(root, paths):
                 "high_bytes": None, "low_bytes": _limit(r("memory.soft_limit_in_bytes")), "min_bytes": None,
                 "swap_limit_bytes": None, "zswap_bytes": None, "events": None, "events_local": None,
                 "swap_events": None, "failcnt": _int(r("memory.failcnt")), "pgscan_total": None,
-                "pgsteal_total": None, "pgmajfault_total": stat.get("total_pgmajfault"),
+                "pgsteal_total": None, "pgfault_total": stat.get("total_pgfault"),
+                "pgmajfault_total": stat.get("total_pgmajfault"),
                 "workingset_refault_anon_total": stat.get("total_workingset_refault_anon"),
                 "workingset_refault_file_total": stat.get("total_workingset_refault_file"),
                 "dirty_bytes": stat.get("total_dirty"), "writeback_bytes": stat.get("total_writeback"),

@@ -25,13 +25,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
+from cgstat.fields import CLOCK_EVENT_REASONS
 from cgstat.gpu.nvml import SUCCESS, Gateway, Gpu
 from cgstat.kernel.sample import Problem
 
 # nvmlClocksEventReason* bits (the same as the older nvmlClocksThrottleReason*), in bit order
-REASONS = ((0x1, "gpu_idle"), (0x2, "applications_clocks_setting"), (0x4, "sw_power_cap"),
-           (0x8, "hw_slowdown"), (0x10, "sync_boost"), (0x20, "sw_thermal_slowdown"),
-           (0x40, "hw_thermal_slowdown"), (0x80, "hw_power_brake_slowdown"), (0x100, "display_clock_setting"))
+REASONS = CLOCK_EVENT_REASONS
 COMPUTE_MODES = {0: "default", 1: "exclusive_thread", 2: "prohibited", 3: "exclusive_process"}
 
 # nvmlDeviceGetFieldValues ids (pynvml NVML_FI_DEV_*) and their scope (0xFFFFFFFF: all NVLinks)

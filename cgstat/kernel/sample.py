@@ -77,13 +77,9 @@ class MemorySample(NamedTuple):
     events_local: Optional[MemoryEvents] = None  # v2 memory.events.local (this cgroup only)
     swap_events: Optional[SwapEvents] = None  # v2 memory.swap.events
     failcnt: Optional[int] = None  # v1 memory.failcnt: charges refused at the limit
-    pgscan_total: Optional[int] = None
-    pgsteal_total: Optional[int] = None
-    pgmajfault_total: Optional[int] = None
-    workingset_refault_anon_total: Optional[int] = None
-    workingset_refault_file_total: Optional[int] = None
-    dirty_bytes: Optional[int] = None
-    writeback_bytes: Optional[int] = None
+    # the memory.stat counters read as the kernel writes them, in fieldkeys.MemoryStat's order
+    # (None: no memory.stat); the field table declares them, the record names them
+    stat: Optional[Tuple[Optional[int], ...]] = None
     hugetlb_bytes: Optional[int] = None  # v2 hugetlb.<size>.current summed
     oom_group: Optional[bool] = None  # v2 memory.oom.group
 

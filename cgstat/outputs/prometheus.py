@@ -17,6 +17,7 @@ import math
 from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, cast
 
 from cgstat import fields
+from cgstat.fieldkeys import Cgroup, Gpu
 from cgstat.outputs.prometheus_labels import (
     BLKIO_OPS,
     LabelCache,
@@ -31,7 +32,7 @@ from cgstat.outputs.prometheus_labels import (
 from cgstat.timestamps import ts_millis
 
 if TYPE_CHECKING:  # the record types are for the type checker only
-    from cgstat.records import CgroupRecord, GpuRecord, GpuUse, Sampled
+    from cgstat.records import CgroupRecord, GpuRecord, GpuUse, IoDevice, Sampled
 
 TEXT = "text"
 OPENMETRICS = "openmetrics"
@@ -57,10 +58,12 @@ def _num(v: Any) -> Optional[str]:
 
 # --------------------------------------------------------------------------- families
 #
-# The families, their order, help and labels are declared in cgstat/fields.py (FAMILIES).
-# A family whose `field` is a cgroup's cpu/memory/pids scalar, a block device's or an
-# interface's counter, a pressure total or a GPU device's figure is rendered from that
-# field below with no code of its own; the others are named here and made by hand.
+# The families, their order, help and labels are declared in cgstat/fields.py (FAMILIES),
+# and rendered here by kind: a field's series (a number at a path, with the fixed labels
+# its declaration gives: a cgroup's cpu/memory/pids figures, memory events by event, page
+# faults by failure_type and scope, pressure totals, a GPU's figures), per item of an
+# array (a block device's, an interface's counters), dcgm-exporter's device series
+# (fields.DCGM_SERIES, converted to its units), and the few made of several fields.
 
 FAMILIES = fields.FAMILIES
 _INDEX = {family.name: i for i, family in enumerate(FAMILIES)}
@@ -89,7 +92,6 @@ F_CGROUPS = _INDEX["cgstat_cgroups"]
 F_GPUS = _INDEX["cgstat_gpus"]
 F_RECORD_ERRORS = _INDEX["cgstat_record_errors"]
 F_LAST_SEEN = _INDEX["container_last_seen"]
-F_CPU_USAGE = _INDEX["container_cpu_usage_seconds_total"]
 F_SPEC_QUOTA = _INDEX["container_spec_cpu_quota"]
 F_SPEC_PERIOD = _INDEX["container_spec_cpu_period"]
 F_BLKIO = _INDEX["container_blkio_device_usage_total"]
@@ -103,42 +105,41 @@ F_GPU_PROCS = _INDEX["cgstat_gpu_processes"]
 F_GPU_UNATTR = _INDEX["cgstat_gpu_unattributed_memory_bytes"]
 F_CGPU_POWER = _INDEX["cgstat_container_gpu_power_watts"]
 F_CGPU_PPOWER = _INDEX["cgstat_container_gpu_process_power_watts"]
-F_CGPU_ENERGY = _INDEX["cgstat_container_gpu_energy_joules_total"]
 F_GPU_REASON = _INDEX["cgstat_gpu_clocks_event_reason"]
-F_MEM_FAILURES = _INDEX["container_memory_failures_total"]
 F_CPUSET = _INDEX["cgstat_cpuset_info"]
-F_OOM_GROUP = _INDEX["cgstat_memory_oom_group"]
 F_IO_LIMIT_BYTES = _INDEX["cgstat_io_limit_bytes_per_second"]
 F_IO_LIMIT_OPS = _INDEX["cgstat_io_limit_ops_per_second"]
-# (family, record key, its counts) of the memory event objects, one series per count
-F_EVENTS_HIGH = _INDEX["container_memory_events_high_total"]
-F_EVENTS_MAX = _INDEX["container_memory_events_max_total"]
-_MEMORY_EVENTS = tuple((family, key, tuple((name, 'event="%s"' % name) for name in counts)) for family, key, counts in (
-    (_INDEX["cgstat_memory_events_total"], "events", ("low", "oom", "oom_group_kill")),
-    (_INDEX["cgstat_memory_events_local_total"], "events_local", ("low", "high", "max", "oom", "oom_kill", "oom_group_kill")),
-    (_INDEX["cgstat_memory_swap_events_total"], "swap_events", ("high", "max", "fail"))))
-_PGMAJFAULT = 'failure_type="pgmajfault",scope="hierarchy"'  # memory.stat counts the subtree
-_IO_LIMITS = ((F_IO_LIMIT_BYTES, "read", "read_bytes_per_second"),
-              (F_IO_LIMIT_BYTES, "write", "write_bytes_per_second"),
-              (F_IO_LIMIT_OPS, "read", "read_ops_per_second"), (F_IO_LIMIT_OPS, "write", "write_ops_per_second"))
+F_OOM = _INDEX["container_oom_events_total"]
+_IO_LIMITS = ((F_IO_LIMIT_BYTES, "read", Cgroup.IO_LIMITS_ITEM_READ_BYTES_PER_SECOND[-1]),
+              (F_IO_LIMIT_BYTES, "write", Cgroup.IO_LIMITS_ITEM_WRITE_BYTES_PER_SECOND[-1]),
+              (F_IO_LIMIT_OPS, "read", Cgroup.IO_LIMITS_ITEM_READ_OPS_PER_SECOND[-1]),
+              (F_IO_LIMIT_OPS, "write", Cgroup.IO_LIMITS_ITEM_WRITE_OPS_PER_SECOND[-1]))
+
+_Series = Tuple[int, str, str]  # (family, key in its object, fixed labels)
 
 
-def _from_field(scope: str, prefix: str, labels: Tuple[str, ...] = ()) -> Tuple[Tuple[int, str], ...]:
-    """(family, key) of the families read as is from the fields `prefix`<key> (key without dots)."""
-    return tuple((i, f.field[len(prefix):]) for i, f in enumerate(FAMILIES)
-                 if f.scope == scope and f.labels == labels and f.field.startswith(prefix)
-                 and "." not in f.field[len(prefix):])
+def _series(table: Tuple[fields.Field, ...]) -> Tuple[Tuple[Tuple[str, ...], Tuple[_Series, ...]], ...]:
+    """The field series of a record that are not in an array's items, by the object holding
+    them: ((keys to the object, ((family, key, labels), ...)), ...)."""
+    by_object: Dict[Tuple[str, ...], List[_Series]] = {}
+    for f in table:
+        if f.metrics and "[]" not in f.path:
+            *parent, key = f.path.split(".")
+            by_object.setdefault(tuple(parent), []).extend((_INDEX[m.family], key, m.labels) for m in f.metrics)
+    return tuple((parent, tuple(series)) for parent, series in by_object.items())
 
 
-# the scalars of a cgroup record's cpu, memory and pids sections (half the series)
-_SCALARS: Tuple[Tuple[str, Tuple[Tuple[int, str], ...]], ...] = tuple(
-    (section, _from_field("cgroup", section + ".")) for section in ("cpu", "memory", "pids"))
-_IO_DEVICE = _from_field("cgroup", "io.devices[].", ("device",))
-_NETWORK = _from_field("cgroup", "network.interfaces[].", ("interface",))
-_GPU_DEVICE = _from_field("gpu", "gpu.")
-_BY_FIELD = {family.field: i for i, family in enumerate(FAMILIES) if family.field}
-_PSI = tuple((res, _BY_FIELD["pressure.%s.some_seconds_total" % res], _BY_FIELD["pressure.%s.full_seconds_total" % res])
-             for res in fields.PRESSURE_RESOURCES)
+def _item_series(table: Tuple[fields.Field, ...], array: str) -> Tuple[Tuple[int, str], ...]:
+    """(family, key) of the series of each item of `array` (its label: fields.ITEM_LABELS)."""
+    return tuple((_INDEX[m.family], f.path[len(array) + 3:]) for f in table if f.path.startswith(array + "[].")
+                 for m in f.metrics)
+
+
+_SCALARS = _series(fields.RECORD)
+_IO_DEVICE = _item_series(fields.RECORD, "io.devices")
+_NETWORK = _item_series(fields.RECORD, "network.interfaces")
+_GPU_SCALARS = _series(fields.GPU_RECORD)
+_DCGM = tuple((_INDEX[d.name], fields.keys(d.field, fields.GPU_RECORD)[1:], d.convert) for d in fields.DCGM_SERIES)
 
 DEFAULT_CPU_PERIOD_US = 100000  # the kernel's default CFS period
 
@@ -163,14 +164,25 @@ _NAMES = [family.name.encode() for family in FAMILIES]
 
 
 def _value(v: Any) -> Optional[bytes]:
-    """_num as bytes, the two common cases first (an int, a finite float: the same text)."""
+    """_num as bytes, the two common cases first (an int, a finite float: the same text); a
+    bool as 1 or 0 (a flag's series)."""
     cls = v.__class__
     if cls is int:
         return b"%d" % v
     if cls is float and math.isfinite(v):
         return repr(v).encode()
+    if cls is bool:
+        return b"1" if v else b"0"
     text = _num(v)
     return None if text is None else text.encode()
+
+
+def _object(record: Any, keys: Tuple[str, ...]) -> Any:
+    for key in keys:
+        if not isinstance(record, dict):
+            return None
+        record = record.get(key)
+    return record if isinstance(record, dict) else None
 
 
 def _cgroup_samples(record: CgroupRecord, out: List[List[bytes]], fmt: str, timestamps: bool,
@@ -179,8 +191,9 @@ def _cgroup_samples(record: CgroupRecord, out: List[List[bytes]], fmt: str, time
     end = _ts_suffix(millis, fmt).encode()
     base = workload.base
     names = _NAMES
+    brace = workload.brace
 
-    def add(family: int, value: Any, brace: bytes = workload.brace) -> None:
+    def add(family: int, value: Any, brace: bytes = brace) -> None:
         # most values are ints or null (no series): _value's cases, written out to save the call
         if value is None:
             return
@@ -190,62 +203,69 @@ def _cgroup_samples(record: CgroupRecord, out: List[List[bytes]], fmt: str, time
 
     if millis is not None:
         add(F_LAST_SEEN, millis // 1000)
-    cpu = record.get("cpu") or {}
-    add(F_CPU_USAGE, cpu.get("usage_seconds_total"), workload.cpu_total)
-    brace = workload.brace
-    for section, scalars in _SCALARS:  # half the series: add() written out
-        get = cast("Dict[str, Any]", record.get(section) or {}).get
-        for family, key in scalars:
+    for keys, series in _SCALARS:  # most series: add() written out
+        obj = record.get(keys[0]) if len(keys) == 1 else _object(record, keys)
+        if not isinstance(obj, dict):
+            continue
+        get = obj.get
+        for family, key, labels in series:
             value = get(key)
             if value is None:
                 continue
             text = b"%d" % value if value.__class__ is int else _value(value)
-            if text is not None:
-                out[family] += (names[family], brace, text, end)
-    quota_us = cpu.get("quota_us")
-    period_us = cpu.get("period_us")
-    limit = cpu.get("limit_cores")
+            if text is not None:  # (the braces with more labels looked up only for a value)
+                out[family] += (names[family], workload.with_label(labels) if labels else brace, text, end)
+
+    cpu = cast("Dict[str, Any]", record.get("cpu") or {})
+    quota_us = cpu.get(Cgroup.CPU_QUOTA_US[-1])
+    period_us = cpu.get(Cgroup.CPU_PERIOD_US[-1])
+    limit = cpu.get(Cgroup.CPU_LIMIT_CORES[-1])
     if quota_us is None and isinstance(limit, (int, float)) and not isinstance(limit, bool):
         period_us = DEFAULT_CPU_PERIOD_US
         quota_us = int(round(limit * DEFAULT_CPU_PERIOD_US))
     if quota_us is not None:
         add(F_SPEC_QUOTA, quota_us)
         add(F_SPEC_PERIOD, period_us)
+    cpus, mems = cpu.get(Cgroup.CPU_CPUSET_CPUS[-1]), cpu.get(Cgroup.CPU_CPUSET_MEMS[-1])
+    if isinstance(cpus, str) or isinstance(mems, str):
+        add(F_CPUSET, 1, workload.with_label(render_pairs((("cpus", cpus), ("mems", mems)))))
 
-    io = record.get("io") or {}
-    devices = io.get("devices")
+    io = cast("Dict[str, Any]", record.get("io") or {})
+    devices = io.get(Cgroup.IO_DEVICES[-1])
     if isinstance(devices, list):
         seen: Dict[Any, Tuple[bytes, ...]] = {}
         for dev in devices:
             if not isinstance(dev, dict):
                 continue
-            braces = device_braces(base, dev, workload.devices, seen)
+            braces = device_braces(base, cast("IoDevice", dev), workload.devices, seen)
             for family, key in _IO_DEVICE:
                 add(family, dev.get(key), braces[0])
             for (_, key), brace in zip(BLKIO_OPS, braces[1:]):
                 add(F_BLKIO, dev.get(key), brace)
         workload.devices = seen
+    limits = io.get(Cgroup.IO_LIMITS[-1])
+    if isinstance(limits, list):
+        for lim in limits:
+            if not isinstance(lim, dict):
+                continue
+            dname = lim.get(Cgroup.IO_LIMITS_ITEM_NAME[-1])
+            device = "/dev/%s" % dname if dname else str(lim.get(Cgroup.IO_LIMITS_ITEM_DEVICE[-1]) or "")
+            for family, op, key in _IO_LIMITS:
+                add(family, lim.get(key), label_brace(base, 'device="%s",operation="%s"' % (escape_value(device), op)))
 
     network = record.get("network")
-    if isinstance(network, dict) and isinstance(network.get("interfaces"), list):
+    interfaces_list = network.get(Cgroup.NETWORK_INTERFACES[-1]) if isinstance(network, dict) else None
+    if isinstance(interfaces_list, list):
         interfaces: Dict[str, bytes] = {}
-        for iface in network["interfaces"]:
+        for iface in interfaces_list:
             if isinstance(iface, dict):
-                name = str(iface.get("name"))
+                name = str(iface.get(Cgroup.NETWORK_INTERFACES_ITEM_NAME[-1]))
                 brace = workload.interfaces.get(name) or label_brace(base, 'interface="%s"' % escape_value(name))
                 interfaces[name] = brace
                 for family, key in _NETWORK:
                     add(family, iface.get(key), brace)
         workload.interfaces = interfaces
 
-    pressure = record.get("pressure") or {}
-    for res, some, full in _PSI:
-        psi = pressure.get(res)
-        if isinstance(psi, dict):
-            add(some, psi.get("some_seconds_total"))
-            add(full, psi.get("full_seconds_total"))
-
-    _issue23_samples(record, add, workload)
     add(F_CGROUP_INFO, 1, workload.info)
 
     gpu = record.get("gpu")
@@ -256,66 +276,30 @@ def _cgroup_samples(record: CgroupRecord, out: List[List[bytes]], fmt: str, time
         _container_gpu(gpu, add_gpu)
 
 
-def _issue23_samples(record: CgroupRecord, add: Callable[..., None], workload: WorkloadLabels) -> None:
-    """The series of the memory events, major faults, OOM group, cpuset and IO limits."""
-    memory: Dict[str, Any] = cast("Dict[str, Any]", record.get("memory") or {})
-    cpu: Dict[str, Any] = cast("Dict[str, Any]", record.get("cpu") or {})
-    # (the braces with one more label are looked up only for a value: most are null on v1)
-    value = memory.get("pgmajfault_total")
-    if value is not None:
-        add(F_MEM_FAILURES, value, workload.with_label(_PGMAJFAULT))
-    events = memory.get("events")
-    if isinstance(events, dict):
-        add(F_EVENTS_HIGH, events.get("high"))
-        add(F_EVENTS_MAX, events.get("max"))
-    for family, key, counts in _MEMORY_EVENTS:
-        events = memory.get(key)
-        if isinstance(events, dict):
-            for name, label in counts:
-                value = events.get(name)
-                if value is not None:
-                    add(family, value, workload.with_label(label))
-    group = memory.get("oom_group")
-    if isinstance(group, bool):
-        add(F_OOM_GROUP, int(group))
-    cpus, mems = cpu.get("cpuset_cpus"), cpu.get("cpuset_mems")
-    if isinstance(cpus, str) or isinstance(mems, str):
-        add(F_CPUSET, 1, workload.with_label(render_pairs((("cpus", cpus), ("mems", mems)))))
-    limits = cast("Dict[str, Any]", record.get("io") or {}).get("limits")
-    if isinstance(limits, list):
-        for lim in limits:
-            if not isinstance(lim, dict):
-                continue
-            dname = lim.get("name")
-            device = "/dev/%s" % dname if dname else str(lim.get("device") or "")
-            for family, op, key in _IO_LIMITS:
-                add(family, lim.get(key), label_brace(workload.base, 'device="%s",operation="%s"' % (
-                    escape_value(device), op)))
-
-
 def _container_gpu(gpu: GpuUse, add: Callable[[int, Any, str], None]) -> None:
+    """The GPU series of a container: per process, and its processes summed per GPU."""
     per_gpu: Dict[Tuple[str, str], List[Any]] = {}
-    processes = gpu.get("processes")
+    processes = gpu.get(Cgroup.GPU_PROCESSES[-1])
     if not isinstance(processes, list):
         return
     for p in processes:
         if not isinstance(p, dict):
             continue
-        gpu_index = p.get("gpu_index")
-        key = ("" if gpu_index is None else str(gpu_index), p.get("gpu_uuid") or "")
+        gpu_index = p.get(Cgroup.GPU_PROCESSES_ITEM_GPU_INDEX[-1])
+        key = ("" if gpu_index is None else str(gpu_index), p.get(Cgroup.GPU_PROCESSES_ITEM_GPU_UUID[-1]) or "")
         sums: List[Any] = per_gpu.setdefault(key, [None, None, None])
-        mem: Any = p.get("memory_bytes")
-        sm: Any = p.get("sm_percent")
-        watts: Any = p.get("power_watts")
+        mem: Any = p.get(Cgroup.GPU_PROCESSES_ITEM_MEMORY_BYTES[-1])
+        sm: Any = p.get(Cgroup.GPU_PROCESSES_ITEM_SM_PERCENT[-1])
+        watts: Any = p.get(Cgroup.GPU_PROCESSES_ITEM_POWER_WATTS[-1])
         if _num(mem) is not None:
             sums[0] = (sums[0] or 0) + mem
         if _num(sm) is not None:
             sums[1] = (sums[1] or 0) + sm
         if _num(watts) is not None:
             sums[2] = (sums[2] or 0) + watts
-        pid = p.get("pid")
-        extra = render_pairs((("gpu", key[0]), ("uuid", key[1]), ("pid", pid), ("process", p.get("name")),
-                         ("type", p.get("type"))))
+        extra = render_pairs((("gpu", key[0]), ("uuid", key[1]), ("pid", p.get(Cgroup.GPU_PROCESSES_ITEM_PID[-1])),
+                              ("process", p.get(Cgroup.GPU_PROCESSES_ITEM_NAME[-1])),
+                              ("type", p.get(Cgroup.GPU_PROCESSES_ITEM_TYPE[-1]))))
         add(F_CGPU_PMEM, mem, extra)
         add(F_CGPU_PSM, sm, extra)
         add(F_CGPU_PPOWER, watts, extra)
@@ -324,151 +308,113 @@ def _container_gpu(gpu: GpuUse, add: Callable[[int, Any, str], None]) -> None:
         add(F_CGPU_MEM, mem, extra)
         add(F_CGPU_SM, sm, extra)
         add(F_CGPU_POWER, watts, extra)
-    add(F_CGPU_ENERGY, gpu.get("energy_joules_total"), "")
 
 
 def _gpu_samples(record: GpuRecord, out: List[List[bytes]], fmt: str, timestamps: bool) -> None:
     gpu = record.get("gpu")
     if not isinstance(gpu, dict):
         return
-    index = gpu.get("index")
-    base = render_pairs((("gpu", "" if index is None else str(index)), ("uuid", gpu.get("uuid"))))
+    index = gpu.get(Gpu.GPU_INDEX[-1])
+    base = render_pairs((("gpu", "" if index is None else str(index)), ("uuid", gpu.get(Gpu.GPU_UUID[-1]))))
     millis = ts_millis(record.get("ts")) if timestamps else None
     end = _ts_suffix(millis, fmt)
 
     def add(family: int, value: Any, extra: str = "") -> None:
-        text = _num(value)
+        text = _num(value) if value.__class__ is not bool else str(int(value))
         if text is not None:
             line = FAMILIES[family].name + "{" + join_labels(base, extra) + "} " + text + end
             out[family].append(line.encode("utf-8", "backslashreplace"))
 
-    add(F_GPU_INFO, 1, render_pairs((("model", gpu.get("name")), ("mig_mode", gpu.get("mig_mode")),
-                                ("parent_uuid", gpu.get("parent_uuid")))))
-    for family, key in _GPU_DEVICE:
-        add(family, gpu.get(key))
-    reasons = gpu.get("clocks_event_reasons")
+    add(F_GPU_INFO, 1, render_pairs((("model", gpu.get(Gpu.GPU_NAME[-1])), ("mig_mode", gpu.get(Gpu.GPU_MIG_MODE[-1])),
+                                     ("parent_uuid", gpu.get(Gpu.GPU_PARENT_UUID[-1])))))
+    for keys, series in _GPU_SCALARS:
+        obj = _object(record, keys)
+        if obj is not None:
+            for family, key, labels in series:
+                add(family, obj.get(key), labels)
+    reasons = gpu.get(Gpu.GPU_CLOCKS_EVENT_REASONS[-1])
     if isinstance(reasons, list):
         for reason in reasons:
             if isinstance(reason, str):
                 add(F_GPU_REASON, 1, render_pairs((("reason", reason),)))
     dcgm = render_pairs(_dcgm_labels(record, gpu))
-    for name, value in _dcgm_values(gpu):
-        text = _num(value)
+    for family, keys, convert in _DCGM:
+        text = _num(_dcgm_value(gpu, keys, convert))
         if text is not None:
-            line = name + "{" + dcgm + "} " + text + end
-            out[_INDEX[name]].append(line.encode("utf-8", "backslashreplace"))
+            line = FAMILIES[family].name + "{" + dcgm + "} " + text + end
+            out[family].append(line.encode("utf-8", "backslashreplace"))
     processes = record.get("processes")
     if isinstance(processes, list):
         add(F_GPU_PROCS, len(processes))
         unattributed = 0
         for p in processes:
-            memory: Any = p.get("memory_bytes") if isinstance(p, dict) and p.get("cgroup") is None else None
+            memory: Any = (p.get(Gpu.PROCESSES_ITEM_MEMORY_BYTES[-1])
+                           if isinstance(p, dict) and p.get(Gpu.PROCESSES_ITEM_CGROUP[-1]) is None else None)
             if _num(memory) is not None:
                 unattributed += memory
         add(F_GPU_UNATTR, unattributed)
 
 
-_REASON_BITS = {"gpu_idle": 0x1, "applications_clocks_setting": 0x2, "sw_power_cap": 0x4, "hw_slowdown": 0x8,
-                "sync_boost": 0x10, "sw_thermal_slowdown": 0x20, "hw_thermal_slowdown": 0x40,
-                "hw_power_brake_slowdown": 0x80, "display_clock_setting": 0x100}
+_REASON_BITS = {name: bit for bit, name in fields.CLOCK_EVENT_REASONS}
 _MIB = 1 << 20
+_SCALE = {"x1000": 1000, "x1e6": 1e6, "/100": 0.01}
 
 
 def _dcgm_labels(record: Mapping[str, Any], gpu: Mapping[str, Any]) -> List[Tuple[str, Any]]:
     """dcgm-exporter's labels: a MIG device is named as dcgm-exporter names it, by its
     parent GPU's UUID and model, plus GPU_I_ID and GPU_I_PROFILE (the profile in its name)."""
-    index = gpu.get("index")
-    name = gpu.get("name")
-    mig = gpu.get("parent_uuid") is not None
+    index = gpu.get(Gpu.GPU_INDEX[-1])
+    name = gpu.get(Gpu.GPU_NAME[-1])
+    mig = gpu.get(Gpu.GPU_PARENT_UUID[-1]) is not None
     profile = None
     if mig and isinstance(name, str) and " MIG " in name:
         name, profile = name.split(" MIG ", 1)
-    minor = gpu.get("minor_number")
-    uuid = gpu.get("parent_uuid") if mig else gpu.get("uuid")
+    minor = gpu.get(Gpu.GPU_MINOR_NUMBER[-1])
+    uuid = gpu.get(Gpu.GPU_PARENT_UUID[-1]) if mig else gpu.get(Gpu.GPU_UUID[-1])
     return [("gpu", "" if index is None else str(index)), ("UUID", uuid), ("uuid", uuid),
-            ("pci_bus_id", gpu.get("pci_bus_id")),
+            ("pci_bus_id", gpu.get(Gpu.GPU_PCI_BUS_ID[-1])),
             ("device", None if not isinstance(minor, int) or isinstance(minor, bool) else "nvidia%d" % minor),
-            ("modelName", name), ("Hostname", record.get("host")),
-            ("DCGM_FI_DRIVER_VERSION", gpu.get("driver_version")),
-            ("GPU_I_ID", gpu.get("gpu_instance_id") if mig else None), ("GPU_I_PROFILE", profile)]
+            ("modelName", name), ("Hostname", record.get(Gpu.HOST[-1])),
+            ("DCGM_FI_DRIVER_VERSION", gpu.get(Gpu.GPU_DRIVER_VERSION[-1])),
+            ("GPU_I_ID", gpu.get(Gpu.GPU_GPU_INSTANCE_ID[-1]) if mig else None), ("GPU_I_PROFILE", profile)]
 
 
-def _mib(value: Any) -> Any:
-    return None if _num(value) is None else int(value) // _MIB
-
-
-def _scaled(value: Any, scale: float) -> Any:
-    return None if _num(value) is None else value * scale
-
-
-def _dcgm_values(gpu: Mapping[str, Any]) -> List[Tuple[str, Any]]:
-    """(series, value) of one GPU record in dcgm-exporter's units; None: no sample."""
-    def at(obj: Any, key: str) -> Any:
-        return obj.get(key) if isinstance(obj, dict) else None
-
-    total: Any = gpu.get("memory_total_bytes")
-    used: Any = gpu.get("memory_used_bytes")
-    reserved: Any = gpu.get("memory_reserved_bytes")
-    free = None
-    if all(_num(v) is not None for v in (total, used)):
-        free = (total - used - (reserved if _num(reserved) is not None else 0)) // _MIB
-    xids, last = gpu.get("xid_errors_total"), gpu.get("last_xid")
-    reasons = gpu.get("clocks_event_reasons")
-    mask = None
-    if isinstance(reasons, list):
+def _dcgm_value(gpu: Mapping[str, Any], keys: Tuple[str, ...], convert: str) -> Any:
+    """One dcgm-exporter series of a GPU record's `gpu` object, in its units (fields.Dcgm);
+    None: no sample."""
+    value: Any = _object(gpu, keys[:-1]) if len(keys) > 1 else gpu
+    value = value.get(keys[-1]) if value is not None else None
+    if not convert:
+        return value
+    if convert in _SCALE:
+        return None if _num(value) is None else value * _SCALE[convert]
+    if convert == "MiB":
+        return None if _num(value) is None else int(value) // _MIB
+    if convert == "0/1":
+        return int(value) if isinstance(value, bool) else None
+    if convert == "last_xid":
+        xids = gpu.get(Gpu.GPU_XID_ERRORS_TOTAL[-1])
+        return 0 if xids == 0 else (value if _num(xids) is not None else None)
+    if convert == "mask":
+        if not isinstance(value, list):
+            return None
         mask = 0
-        for r in reasons:
+        for r in value:
             mask |= _REASON_BITS.get(r, 0) if isinstance(r, str) else 0
-    nvlink = None
-    tx: Any = gpu.get("nvlink_tx_bytes_total")
-    rx: Any = gpu.get("nvlink_rx_bytes_total")
-    if _num(tx) is not None and _num(rx) is not None:
-        nvlink = tx + rx
-    viol, ecc, pages, rows, gpm = (gpu.get("violation_seconds_total"), gpu.get("ecc_errors_total"),
-                                   gpu.get("retired_pages"), gpu.get("remapped_rows"), gpu.get("gpm"))
-    pending = at(pages, "pending")
-    pcie_tx = gpu.get("pcie_tx_bytes_per_second")
-    pcie_rx = gpu.get("pcie_rx_bytes_per_second")
-    return [
-        ("DCGM_FI_DEV_SM_CLOCK", gpu.get("sm_clock_mhz")),
-        ("DCGM_FI_DEV_MEM_CLOCK", gpu.get("memory_clock_mhz")),
-        ("DCGM_FI_DEV_MEMORY_TEMP", gpu.get("memory_temperature_celsius")),
-        ("DCGM_FI_DEV_GPU_TEMP", gpu.get("temperature_celsius")),
-        ("DCGM_FI_DEV_POWER_USAGE", gpu.get("power_watts")),
-        ("DCGM_FI_DEV_POWER_MGMT_LIMIT", gpu.get("power_limit_watts")),
-        ("DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", _scaled(gpu.get("energy_joules_total"), 1000)),
-        ("DCGM_FI_DEV_PCIE_REPLAY_COUNTER", gpu.get("pcie_replays_total")),
-        ("DCGM_FI_DEV_GPU_UTIL", gpu.get("utilization_percent")),
-        ("DCGM_FI_DEV_MEM_COPY_UTIL", gpu.get("memory_utilization_percent")),
-        ("DCGM_FI_DEV_ENC_UTIL", gpu.get("encoder_utilization_percent")),
-        ("DCGM_FI_DEV_DEC_UTIL", gpu.get("decoder_utilization_percent")),
-        ("DCGM_FI_DEV_XID_ERRORS", 0 if xids == 0 else (last if _num(xids) is not None else None)),
-        ("DCGM_FI_DEV_POWER_VIOLATION", _scaled(at(viol, "power"), 1e6)),
-        ("DCGM_FI_DEV_THERMAL_VIOLATION", _scaled(at(viol, "thermal"), 1e6)),
-        ("DCGM_FI_DEV_CLOCKS_EVENT_REASONS", mask),
-        ("DCGM_FI_DEV_FB_FREE", free),
-        ("DCGM_FI_DEV_FB_USED", _mib(used)),
-        ("DCGM_FI_DEV_FB_RESERVED", _mib(reserved)),
-        ("DCGM_FI_DEV_ECC_SBE_VOL_TOTAL", at(ecc, "corrected")),
-        ("DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", at(ecc, "uncorrected")),
-        ("DCGM_FI_DEV_RETIRED_SBE", at(pages, "single_bit")),
-        ("DCGM_FI_DEV_RETIRED_DBE", at(pages, "double_bit")),
-        ("DCGM_FI_DEV_RETIRED_PENDING", None if not isinstance(pending, bool) else int(pending)),
-        ("DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL", nvlink),
-        ("DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS", at(rows, "uncorrectable")),
-        ("DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS", at(rows, "correctable")),
-        ("DCGM_FI_DEV_ROW_REMAP_FAILURE", at(rows, "failure")),
-        ("DCGM_FI_DEV_ROW_REMAP_PENDING", at(rows, "pending")),
-        ("DCGM_FI_PROF_GR_ENGINE_ACTIVE", _scaled(at(gpm, "graphics_activity_percent"), 0.01)),
-        ("DCGM_FI_PROF_SM_ACTIVE", _scaled(at(gpm, "sm_activity_percent"), 0.01)),
-        ("DCGM_FI_PROF_SM_OCCUPANCY", _scaled(at(gpm, "sm_occupancy_percent"), 0.01)),
-        ("DCGM_FI_PROF_PIPE_TENSOR_ACTIVE", _scaled(at(gpm, "tensor_activity_percent"), 0.01)),
-        ("DCGM_FI_PROF_DRAM_ACTIVE", _scaled(at(gpm, "dram_bandwidth_percent"), 0.01)),
-        ("DCGM_FI_PROF_PCIE_TX_BYTES", pcie_tx if _num(pcie_tx) is not None else at(gpm, "pcie_tx_bytes_per_second")),
-        ("DCGM_FI_PROF_PCIE_RX_BYTES", pcie_rx if _num(pcie_rx) is not None else at(gpm, "pcie_rx_bytes_per_second")),
-        ("DCGM_FI_PROF_NVLINK_TX_BYTES", at(gpm, "nvlink_tx_bytes_per_second")),
-        ("DCGM_FI_PROF_NVLINK_RX_BYTES", at(gpm, "nvlink_rx_bytes_per_second")),
-    ]
+        return mask
+    if convert == "free":
+        used: Any = gpu.get(Gpu.GPU_MEMORY_USED_BYTES[-1])
+        reserved: Any = gpu.get(Gpu.GPU_MEMORY_RESERVED_BYTES[-1])
+        if _num(value) is None or _num(used) is None:
+            return None
+        return (value - used - (reserved if _num(reserved) is not None else 0)) // _MIB
+    if convert == "nvlink":
+        rx: Any = gpu.get(Gpu.GPU_NVLINK_RX_BYTES_TOTAL[-1])
+        return value + rx if _num(value) is not None and _num(rx) is not None else None
+    if convert == "else_gpm":  # the driver's PCIe counters, else GPM's rate of the same name
+        gpm = gpu.get(Gpu.GPU_GPM[-1])
+        return value if _num(value) is not None else (gpm.get(keys[-1]) if isinstance(gpm, dict) else None)
+    raise ValueError("unknown DCGM conversion %r" % convert)
 
 
 def _self_samples(self_metrics: Dict[str, Any], records: Sequence[Sampled], out: List[List[bytes]]) -> None:
@@ -503,7 +449,6 @@ def _self_samples(self_metrics: Dict[str, Any], records: Sequence[Sampled], out:
         add(F_RECORD_ERRORS, errors[code], 'error="%s"' % escape_value(code))
 
 
-F_OOM = _INDEX["container_oom_events_total"]
 def render(records: Sequence[Sampled], fmt: str = TEXT, self_metrics: Optional[Dict[str, Any]] = None,
            timestamps: bool = True, cache: Optional[LabelCache] = None,
            retained: Iterable[Tuple[str, int]] = ()) -> bytes:

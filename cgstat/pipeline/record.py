@@ -7,8 +7,9 @@ unknown is None (JSON null), never a fake 0.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Dict, Iterable, List, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Dict, Iterable, List, Optional, Tuple, cast
 
+from cgstat.fieldkeys import MemoryStat
 from cgstat.kernel.host import HostInfo
 from cgstat.kernel.netns import NetworkResult
 from cgstat.kernel.sample import MemoryEvents, PressureSample, Problem, Sample, SwapEvents
@@ -21,7 +22,7 @@ from cgstat.timestamps import rfc3339
 if TYPE_CHECKING:  # GPU records are built only with GPUs: a run without any never loads them
     from cgstat import records
     from cgstat.records import (CgroupRecord, GpuGpm, GpuRecord, GpuRemappedRows, GpuRetiredPages, GpuUse, IoDevice,
-                                Pressure, Psi, RecordError)
+                                MemoryStatCounters, Pressure, Psi, RecordError)
     from cgstat.gpu.join import Attributed
     from cgstat.gpu.energy import Idle
     from cgstat.gpu.sample import GpuDevice, GpuSnapshot
@@ -149,13 +150,7 @@ def build(sample: Sample, rates: Rates, workload: Workload, host: HostInfo,
             "events_local": _events(mem.events_local),
             "swap_events": _swap_events(mem.swap_events),
             "failcnt": mem.failcnt,
-            "pgscan_total": mem.pgscan_total,
-            "pgsteal_total": mem.pgsteal_total,
-            "pgmajfault_total": mem.pgmajfault_total,
-            "workingset_refault_anon_total": mem.workingset_refault_anon_total,
-            "workingset_refault_file_total": mem.workingset_refault_file_total,
-            "dirty_bytes": mem.dirty_bytes,
-            "writeback_bytes": mem.writeback_bytes,
+            **_memory_stat(mem.stat),
             "hugetlb_bytes": mem.hugetlb_bytes,
             "oom_group": mem.oom_group,
         },
@@ -186,6 +181,14 @@ def build(sample: Sample, rates: Rates, workload: Workload, host: HostInfo,
         "errors": _problems(sample.errors if network is None or network.problem is None
                             else list(sample.errors) + [network.problem]),
     }
+
+
+_NO_MEMORY_STAT = (None,) * len(MemoryStat.RECORD)
+
+
+def _memory_stat(values: Optional[Tuple[Optional[int], ...]]) -> MemoryStatCounters:
+    """The memory.stat counters read as is, named as the field table names them."""
+    return cast("MemoryStatCounters", dict(zip(MemoryStat.RECORD, values or _NO_MEMORY_STAT)))
 
 
 def _pressure(p: Optional[PressureSample]) -> Optional[Psi]:

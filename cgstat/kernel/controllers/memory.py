@@ -13,6 +13,7 @@ from __future__ import annotations
 import functools
 from typing import Dict, Optional, Tuple
 
+from cgstat.fieldkeys import MemoryStat
 from cgstat.kernel import parse
 from cgstat.kernel.controllers.files import FileReader, key
 from cgstat.kernel.sample import MemoryEvents, MemorySample, Problem, SwapEvents
@@ -27,13 +28,12 @@ def _working_set(usage: Optional[int], inactive_file: Optional[int]) -> Optional
     return max(0, usage - inactive_file)
 
 
-# The memory.stat keys a record uses (the file has ~40-50; see parse_flat_keyed's `only`).
+# The memory.stat keys a record uses (the file has ~40-50; see parse_flat_keyed's `only`):
+# those read here, and the counters the field table says are read as they are
+# (fieldkeys.MemoryStat, made from it: a new one needs no code here).
 _MEMORY_STAT_V1 = ("total_inactive_file", "total_rss", "total_cache", "total_shmem", "shmem",
-                   "total_swap", "swap", "total_pgmajfault", "total_workingset_refault_anon",
-                   "total_workingset_refault_file", "total_dirty", "total_writeback")
-_MEMORY_STAT_V2 = ("inactive_file", "anon", "file", "shmem", "pgscan", "pgsteal", "pgmajfault",
-                   "workingset_refault_anon", "workingset_refault_file", "file_dirty",
-                   "file_writeback")
+                   "total_swap", "swap") + tuple(k for k in MemoryStat.V1 if k)
+_MEMORY_STAT_V2 = ("inactive_file", "anon", "file", "shmem") + MemoryStat.V2
 _EVENTS_KEYS = MemoryEvents._fields
 _SWAP_EVENTS_KEYS = SwapEvents._fields
 
@@ -114,13 +114,7 @@ def memory_v2(folder: Folder, r: FileReader) -> MemorySample:
         events=None if events is None else MemoryEvents(*map(events.get, _EVENTS_KEYS)),
         events_local=r.opt(folder, "memory.events.local", _memory_events),
         swap_events=r.opt(folder, "memory.swap.events", _swap_events),
-        pgscan_total=stat.get("pgscan") if stat else None,
-        pgsteal_total=stat.get("pgsteal") if stat else None,
-        pgmajfault_total=stat.get("pgmajfault") if stat else None,
-        workingset_refault_anon_total=stat.get("workingset_refault_anon") if stat else None,
-        workingset_refault_file_total=stat.get("workingset_refault_file") if stat else None,
-        dirty_bytes=stat.get("file_dirty") if stat else None,
-        writeback_bytes=stat.get("file_writeback") if stat else None,
+        stat=None if stat is None else tuple(map(stat.get, MemoryStat.V2)),
         hugetlb_bytes=_hugetlb_v2(folder, r),
         oom_group=settings[4],
     )
@@ -175,10 +169,7 @@ def memory_v1(folder: Folder, r: FileReader) -> MemorySample:
         # counts the failure on the counter whose max it hit): it can't move without a limit.
         failcnt=r.counter(folder, "memory.failcnt", parse.parse_uint,
                           "no limit" if limit is not None and parse.limit_bytes(limit) is None else None),
-        pgmajfault_total=stat.get("total_pgmajfault") if stat else None,
-        # total_workingset_refault_* since 5.9 (older kernels: absent, None)
-        workingset_refault_anon_total=stat.get("total_workingset_refault_anon") if stat else None,
-        workingset_refault_file_total=stat.get("total_workingset_refault_file") if stat else None,
-        dirty_bytes=stat.get("total_dirty") if stat else None,
-        writeback_bytes=stat.get("total_writeback") if stat else None,
+        # the hierarchical total_* twins (total_workingset_refault_* since 5.9: older kernels
+        # lack them, None); "" for a counter v1 does not have
+        stat=None if stat is None else tuple(map(stat.get, MemoryStat.V1)),
     )
