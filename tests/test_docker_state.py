@@ -212,3 +212,16 @@ def test_a_docker_host_that_is_no_unix_socket_is_said_once(tmp_path):
         proc = subprocess.run([sys.executable, "-m", "cgstat", "--host-root", root, "once", "--window", "0"],
                               env=env, capture_output=True, text=True, timeout=60)
         assert proc.returncode == 0 and "not a unix socket" not in proc.stderr
+
+
+def test_one_unreadable_container_is_said_in_the_singular(tmp_path):
+    root = str(tmp_path)
+    _host(root)
+    v2_cgroup(root, f"/system.slice/docker-{CID}.scope")
+    os.makedirs(os.path.join(root, "srv/docker"))
+    err = io.StringIO()
+    agent = Sampler(root, warner=Warner(err), daemons=DaemonConfig("/srv/docker", "unix:///nowhere.sock"))
+    agent.tick()
+    agent.close()
+    (line,) = [x for x in err.getvalue().splitlines() if "Docker container" in x]
+    assert line.startswith(f"cgstat: 1 Docker container (e.g. {CID[:12]}) has no readable state"), line

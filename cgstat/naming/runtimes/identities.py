@@ -177,7 +177,8 @@ class Identities:
         # (only where Docker is there at all: a host without it, or a recording of one,
         # has nothing to set; a bare runc container at /docker/<id> is not Docker's)
         if unnamed and self.warn is not None and self._docker_present():
-            self.warn("docker-state", f"{len(unnamed)} Docker containers (e.g. {unnamed[0][:12]}) have no "
+            some = "1 Docker container" if len(unnamed) == 1 else f"{len(unnamed)} Docker containers"
+            self.warn("docker-state", f"{some} (e.g. {unnamed[0][:12]}) {'has' if len(unnamed) == 1 else 'have'} no "
                       f"readable state ({self.daemons.where()}): their names, images and labels are "
                       "missing; give dockerd's data root with --docker-data-root, or its socket with "
                       "--docker-host or DOCKER_HOST")
