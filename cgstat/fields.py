@@ -44,6 +44,8 @@ class M(NamedTuple):
     source: str = ""  # what docs/prometheus.md says it is made from, where the path alone would not say
     counterpart: str = ""  # docs/prometheus.md's "cAdvisor counterpart", where not the default (Family.counterpart)
 
+from cgstat.event_kinds import EVENT_KINDS, RESOLVED
+
 
 class Field(NamedTuple):
     path: str  # dotted; "[]" an array's items, "{}" a map's values
@@ -606,16 +608,13 @@ GPU_RECORD: Tuple[Field, ...] = (
 
 # -- the event record (cgstat/event.schema.json) -----------------------------------------------
 
-EVENT_KINDS = ("oom_kill", "memory_near_limit", "memory_growth", "cpu_throttled", "gpu_idle_cpu_bound",
-               "memory_high_throttled", "pids_limit_hit", "gpu_process_outside_container", "gpu_xid",
-               "gpu_throttled", "gpu_ecc_uncorrected", "gpu_row_remap_pending", "gpu_row_remap_failure")
 
 EVENT: Tuple[Field, ...] = (
     _f("schema", "const", const=1),
     _f("type", "const", const="event"),
     _f("ts", "str?", "RFC 3339 UTC time of the sample the event was judged on"),
     _f("host", "str?"),
-    _f("kind", "enum", enum=list(EVENT_KINDS + ("resolved",))),
+    _f("kind", "enum", enum=list(EVENT_KINDS + (RESOLVED,))),
     _f("severity", "enum", enum=["info", "warning", "critical"]),
     _f("cgroup", "str?", "the cgroup path (null for a GPU process whose cgroup is unknown)"),
     _f("container", "object?", "the container object of the cgroup record, or null"),

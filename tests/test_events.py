@@ -456,7 +456,8 @@ def test_the_window_holds_unchanged_values_once_and_gives_back_each_sample_as_it
         window.append(t, s)
     assert list(window) == samples and len(window) == 6
     assert [tuple(map(type, s)) for _, s in window] == [tuple(map(type, s)) for _, s in samples]  # 5 stays 5
-    assert str(window.vs[3].cpu_usage_seconds_total) == "-0.0" and str(window.vs[1].cpu_usage_seconds_total) == "0.0"
+    got = [s for _, s in window]
+    assert str(got[3].cpu_usage_seconds_total) == "-0.0" and str(got[1].cpu_usage_seconds_total) == "0.0"
     assert window.vs[0] is window.vs[1] and window.vs[3] is window.vs[4] and window.vs[1] is not window.vs[2]
     assert window.points("working_set_bytes") == [(t, s.working_set_bytes) for t, s in samples]
     assert window.points("limit_bytes") == [(5.0, 7)]

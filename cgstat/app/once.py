@@ -49,9 +49,10 @@ def run_once(sampler: Sampler, sink: JsonLinesSink, state_path: Optional[str], w
                 records, current = sampler.render(sampler.collect(), previous)
                 batch: Sequence[JsonObject] = records
                 if events:
-                    # what two runs can judge (an OOM kill between them), from what the
-                    # previous run kept and the kernel log
-                    batch = [*records, *judge_runs(state.extras if not why else {}, records, kills=sampler.kills)]
+                    # every rule's judging of the two runs, from what the previous run
+                    # kept and the kernel log since
+                    batch = [*records, *judge_runs(state.extras if not why else {}, records, kills=sampler.kills,
+                                                   xids=sampler.xids)]
                 sink.write(batch)
                 state.save(sampler.host.boot_id, sampler.fs.root, sampler.clock.monotonic(), current,
                            state_extras(records), sampler.kernel_log_seq)

@@ -1,5 +1,5 @@
-"""The kernel log's OOM-killer reports: /dev/kmsg followed without blocking, parsed to the
-kernel's field order.
+"""The kernel log's OOM-killer reports and the NVIDIA driver's XIDs: /dev/kmsg followed
+without blocking, parsed to the kernel's field order.
 
 Reads /dev/kmsg (Documentation/ABI/testing/dev-kmsg): opened O_NONBLOCK, one read()
 returns one record `PRI,SEQ,USEC,FLAGS[,...];TEXT\\n` (then ` KEY=value` lines); the
@@ -22,6 +22,11 @@ What a kill prints (mm/oom_kill.c, mm/memcontrol.c):
   total-vm:..., anon-rss:<n>kB, file-rss:<n>kB, shmem-rss:<n>kB[, UID:... ]` (`Out of
   memory:` for the global killer; no prefix before 4.19). In a storm only this line is
   left: the kill is reported with its process and no cgroup (OomReport.summary False).
+
+What the NVIDIA driver prints for a GPU error (nv_report_error, kernel-open/nvidia):
+`NVRM: Xid (PCI:<domain>:<bus>:<device>): <code>, pid=<PID>, name=<comm>, <details>` (the
+pid and name since driver 470; `pid='<unknown>'` where no process is to blame); a
+`cgstat once --state` run reports those written since the last run (XidReport).
 
 Cgroup names and task names are chosen by users, so a path may hold `,task_memcg=/...`
 or ` killed as a result of limit of `: each line is split at every place the kernel's
@@ -328,6 +333,58 @@ def _one(readings) -> Tuple[Optional[str], Optional[str], bool]:
     return tasks.pop(), ooms.pop() if len(ooms) == 1 else None, False
 
 
+# -- the NVIDIA driver's XIDs ----------------------------------------------------------------
+
+
+class XidReport(NamedTuple):
+    """One `NVRM: Xid` line of the kernel log."""
+
+    pci_bus_id: str  # as the driver prints it: domain:bus:device, hexadecimal ("0000:3b:00")
+    xid: int
+    pid: Optional[int]  # the process the driver blames, where it names one
+    process: Optional[str]  # its name (comm)
+    detail: str  # the rest of the line
+    seq: int  # the /dev/kmsg sequence number
+
+
+_XID = re.compile(r"NVRM: Xid \(PCI:([0-9A-Fa-f]{1,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}(?:\.[0-7])?)\): (\d{1,6})(?:, (.*))?$")
+_XID_WHO = re.compile(r"pid=(\d+|'?<unknown>'?), name=([^,]*), ?(.*)$")
+
+
+def parse_xid(record: Record) -> Optional[XidReport]:
+    """The XID an `NVRM: Xid` record reports, or None (another record, or not the kernel's)."""
+    if record.facility != 0 or "NVRM: Xid " not in record.text:
+        return None
+    m = _XID.search(record.text)
+    if m is None:
+        return None
+    pid = name = None
+    detail = m.group(3) or ""
+    who = _XID_WHO.match(detail)
+    if who is not None:
+        pid = int(who.group(1)) if who.group(1).isdigit() else None
+        name = None if "<unknown>" in who.group(2) else _text(who.group(2))
+        detail = who.group(3)
+    return XidReport(m.group(1).lower(), int(m.group(2)), pid, name, _text(detail), record.seq)
+
+
+def same_pci_device(a: Optional[str], b: Optional[str]) -> bool:
+    """Whether two PCI addresses name one device: the driver's `0000:3b:00` and NVML's
+    `00000000:3B:00.0` (domain width, case and the function number differ)."""
+    if not a or not b:
+        return False
+
+    def parts(x: str) -> Optional[Tuple[int, int, int]]:
+        f = x.split(".", 1)[0].split(":")
+        try:
+            return (int(f[-3], 16), int(f[-2], 16), int(f[-1], 16)) if len(f) >= 3 else None
+        except ValueError:
+            return None
+
+    pa = parts(a)
+    return pa is not None and pa == parts(b)
+
+
 # -- following /dev/kmsg -------------------------------------------------------------------
 
 
@@ -337,6 +394,7 @@ class Batch(NamedTuple):
     kills: List[OomReport]
     lost: int  # records overwritten before they were read (EPIPE, or a jump in the numbers)
     last_seq: Optional[int]  # the last record read (what `once --state` keeps)
+    xids: Tuple[XidReport, ...] = ()  # the NVIDIA driver's XIDs
 
 
 class KmsgUnavailable(Exception):
@@ -406,6 +464,7 @@ class KmsgFollower:
     def read(self, limit: int = MAX_RECORDS_PER_READ) -> Batch:
         """Every record written since the last read (at most `limit`), parsed."""
         kills: List[OomReport] = []
+        xids: List[XidReport] = []
         lost = 0
         if not self._open:
             return Batch(kills, 0, self.last_seq)
@@ -442,7 +501,11 @@ class KmsgFollower:
             kill = parser.feed(record)
             if kill is not None:
                 kills.append(kill)
-        return Batch(kills, lost, self.last_seq)
+            elif "NVRM: Xid " in record.text:
+                xid = parse_xid(record)
+                if xid is not None:
+                    xids.append(xid)
+        return Batch(kills, lost, self.last_seq, tuple(xids))
 
     def close(self) -> None:
         self._open = False

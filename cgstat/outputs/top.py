@@ -15,6 +15,7 @@ import sys
 import time
 from typing import TYPE_CHECKING, Any, Callable, Deque, Dict, List, NamedTuple, Optional, Sequence, Tuple, cast
 
+from cgstat.event_kinds import MARKS
 from cgstat.outputs.table import render_table, table_row, text_width
 from cgstat.pipeline.record import number_at
 from cgstat.text import escape_controls
@@ -37,15 +38,6 @@ SORTS = tuple(name for name, _ in SORT_KEYS)
 _SORT_BY_KEY = {k: name for name, k in SORT_KEYS}
 _ALIASES = {"mem": "memory", "c": "cpu", "m": "memory", "g": "gpu", "i": "io", "p": "pids", "n": "name"}
 
-# event kind -> its mark in the EVENTS column
-EVENT_MARKS = {
-    "oom_kill": "oom",
-    "memory_near_limit": "near-limit",
-    "memory_growth": "mem-growth",
-    "cpu_throttled": "throttled",
-    "gpu_idle_cpu_bound": "input-bound",
-    "gpu_process_outside_container": "gpu-outside",
-}
 _SEVERITY_RANK = {"info": 0, "warning": 1, "critical": 2}
 
 
@@ -95,7 +87,7 @@ def make_row(record: CgroupRecord, open_kinds: Dict[str, str]) -> Row:
         net_cell = _rate_pair(rx, tx)
     else:
         net_cell = "--"
-    marks = ",".join(EVENT_MARKS.get(k, escape_controls(str(k))) for k in sorted(open_kinds))
+    marks = ",".join(MARKS.get(k) or escape_controls(str(k)) for k in sorted(open_kinds))
     gpu = record["gpu"]
     gpu_keys = None
     if gpu is not None:

@@ -30,7 +30,7 @@ from cgstat.kernel.handles import KeptFiles
 from cgstat.kernel.hierarchy import detect
 from cgstat.kernel.host import HostClock, host_root_note, read_host
 from cgstat.kernel.hostfs import HostFS
-from cgstat.kernel.kmsg import KmsgFollower, KmsgUnavailable
+from cgstat.kernel.kmsg import KmsgFollower, KmsgUnavailable, XidReport
 from cgstat.kernel.sample import Sample
 from cgstat.kernel.tree import Cgroup
 from cgstat.naming.kills import KillNamer, LateCount, NamedKill
@@ -129,6 +129,7 @@ class Sampler:
         self._tree: Tuple[List[Cgroup], List[Tuple[Cgroup, PathInfo]], Optional[Shown]] = ([], [], None)
         self._shown_kind: Optional[str] = None  # what kind of set the last tick showed (said when it changes)
         self.kills: List[NamedKill] = []  # the last tick's OOM kills from the kernel log
+        self.xids: List[XidReport] = []  # the last tick's XIDs the NVIDIA driver logged
         self.late_counts: List[LateCount] = []  # gone cgroups' OOM-kill counters read as they changed
         self._memevents: Optional[MemoryEventsWatcher] = None
         self._followed: Any = None  # the selection whose memory.events are watched
@@ -348,6 +349,7 @@ class Sampler:
         """The kernel log since the last tick: this tick's OOM kills, named (after the
         cgroups were read: see the module docstring)."""
         self.kills = []
+        self.xids = []
         self.late_counts = []
         if self._memevents is not None:
             counts = self._memevents.take()
@@ -361,6 +363,7 @@ class Sampler:
         if batch.lost:
             self.warner.warn("kmsg-lost", f"kernel log: {batch.lost} records were overwritten before cgstat "
                              "read them; OOM kills among them are counted only by the cgroups' counters")
+        self.xids = list(batch.xids)
         if not batch.kills:
             return
         _, classified, selection = self._tree

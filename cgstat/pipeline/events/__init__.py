@@ -6,11 +6,12 @@ and returns that tick's events; `watch(records)` does the same for records that 
 a time. Each condition is raised once per episode and ended by one `kind: "resolved"` notice.
 Each cgroup keeps its own clock, advanced by the record's `interval_s` (a null one starts
 its history afresh), and a bounded window of named samples; vanished cgroups are forgotten.
-`judge_runs` judges what two separate runs can (`once --state`).
+`judge_runs` judges two separate runs (`once --state`) by the same rules.
 
-Modules: rules (one class per rule, the registry), window (the named sample and its
-storage), case (what a rule judges), detector (the tick), runs (two runs), event (the record),
-kills (the oom_kill events: the OOM counters' rises and the kernel log's kills, one per kill).
+Modules: rules and gpu (one class per rule; defining one registers it), window (the named
+sample, made from a record, and its storage), case (what a rule judges), detector (the
+tick), runs (two runs), event (the record), kills (the oom_kill events: the OOM counters'
+rises and the kernel log's kills, one per kill).
 """
 
 from cgstat.pipeline.events.detector import EventDetector

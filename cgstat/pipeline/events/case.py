@@ -1,5 +1,6 @@
 """What a cgroup rule judges: one record, its named sample, the sample before and the
-window, with the verbs that raise and resolve an episode; and each cgroup's history."""
+window (a stream's history, or the two samples of two `once --state` runs), with the verbs
+that raise and resolve an episode; and each cgroup's history."""
 
 from __future__ import annotations
 
@@ -32,11 +33,13 @@ class Case:
     """One cgroup record being judged. `window` is the history the sustained rules judge
     (read it, never change it), or None while it does not cover enough of the window."""
 
-    __slots__ = ("record", "t", "sample", "before", "window", "history", "events", "oom_rises", "hierarchical")
+    __slots__ = ("record", "t", "sample", "before", "window", "history", "events", "oom_rises", "hierarchical",
+                 "first_totals")
 
     def __init__(self, record: Mapping[str, Any], t: float, sample: Sample, before: Optional[Sample],
                  window: Optional[Window], history: History, events: List[EventRecord],
-                 oom_rises: List[Rise], hierarchical: List[Tuple[str, EventRecord]]):
+                 oom_rises: List[Rise], hierarchical: List[Tuple[str, EventRecord]],
+                 first_totals: Dict[str, float]):
         self.record = record
         self.t = t
         self.sample = sample
@@ -46,6 +49,7 @@ class Case:
         self.events = events
         self.oom_rises = oom_rises  # the tick's OOM-kill counter rises (events/kills.py makes their events)
         self.hierarchical = hierarchical  # events of counters every ancestor counts too (raise_)
+        self.first_totals = first_totals  # the OOM-kill counters of cgroups first sampled now (events/kills.py)
 
     def episode(self, kind: str) -> Optional[Episode]:
         """The open episode of `kind`, or None."""

@@ -12,7 +12,7 @@ from cgstat.pipeline.events.event import deepest_only
 from cgstat.pipeline.events.kills import OomLedger, Rise
 from cgstat.pipeline.events.rules import CGROUP_RULES, GPU_RULES, GpuRule
 from cgstat.pipeline.events.thresholds import Thresholds
-from cgstat.pipeline.events.window import Sample
+from cgstat.pipeline.events.window import sample_of
 from cgstat.numbers import finite
 from cgstat.timestamps import rfc3339
 from cgstat.timestamps import parse_ts
@@ -24,19 +24,17 @@ if TYPE_CHECKING:
     Kills = Union[None, List[NamedKill], Callable[[], List[NamedKill]]]
     Late = Union[None, List[LateCount], Callable[[], List[LateCount]]]
 
-_new_sample = tuple.__new__  # Sample(...) without the Python-level __new__: once per cgroup per tick
-
-
 class _Tick:
     """What observe() gathers over one tick's records."""
 
-    __slots__ = ("events", "seen", "gpu_records", "oom_rises", "stamp", "hierarchical")
+    __slots__ = ("events", "seen", "gpu_records", "oom_rises", "first_totals", "stamp", "hierarchical")
 
     def __init__(self) -> None:
         self.events: List[EventRecord] = []
         self.seen: Set[str] = set()
         self.gpu_records: List[Mapping[str, Any]] = []
         self.oom_rises: List[Rise] = []
+        self.first_totals: Dict[str, float] = {}  # OOM-kill counters of cgroups first sampled in the tick
         self.stamp: Optional[Mapping[str, Any]] = None  # a record of the tick (its ts and host)
         self.hierarchical: List[Tuple[str, EventRecord]] = []  # Case.raise_(hierarchical=True)
 
@@ -115,16 +113,16 @@ class EventDetector:
         for lc in (late() if callable(late) else late) or ():
             # a cgroup gone by this tick whose counter moved after its last record
             h = self._cgroups.get(lc.cgroup)
-            before = h.last.oom_kills_total if h is not None and h.last is not None else None
-            if lc.cgroup not in seen and before is not None and lc.oom_kills_total > before:
-                rec = {"type": "cgroup", "cgroup": lc.cgroup, "container": lc.container, "pod": lc.pod,
-                       "unit": lc.unit, "ts": ts, "host": self._host}
-                last = h.last if h is not None else None
-                tick.oom_rises.append(Rise(lc.cgroup, int(lc.oom_kills_total - before), lc.oom_kills_total, rec,
-                                           last.limit_bytes if last else None,
-                                           last.working_set_bytes if last else None, None, False))
+            last = h.last if h is not None else None
+            if lc.cgroup in seen or last is None:
+                continue
+            rec = {"type": "cgroup", "cgroup": lc.cgroup, "container": lc.container, "pod": lc.pod,
+                   "unit": lc.unit, "ts": ts, "host": self._host}
+            rise = Rise.between(rec, last, lc.oom_kills_total, None, last.limit_bytes, exists=False)
+            if rise is not None:
+                tick.oom_rises.append(rise)
         if tick.oom_rises or found:
-            events.extend(self._oom.judge(tick.oom_rises, found, ts, self._host))
+            events.extend(self._oom.judge(tick.oom_rises, found, ts, self._host, tick.first_totals))
         events.extend(deepest_only(tick.hierarchical))
         for path in [p for p in self._cgroups if p not in seen]:
             del self._cgroups[path]  # vanished: its episodes end with it, silently
@@ -146,35 +144,11 @@ class EventDetector:
         else:
             h.t = now if now is not None else h.t + (interval or 0.0)
         t = h.t
-        gpu = r.get("gpu")
-        sm = gprocs = None
-        if isinstance(gpu, dict):
-            sm = finite(gpu.get("sm_percent"))
-            procs = gpu.get("processes")
-            gprocs = len(procs) if isinstance(procs, list) else None
-        # number_at's rules (a finite number, else None), one lookup of each object
-        mem, cpu, pids = r.get("memory"), r.get("cpu"), r.get("pids")
-        high = high_bytes = None
-        if isinstance(mem, dict):
-            ws, limit, kills = (finite(mem.get("working_set_bytes")), finite(mem.get("limit_bytes")),
-                                finite(mem.get("oom_kills_total")))
-            events = mem.get("events_local") or mem.get("events")
-            if events.__class__ is dict:
-                high, high_bytes = finite(events.get("high")), finite(mem.get("high_bytes"))
-        else:
-            ws = limit = kills = None
-        forks = finite(pids.get("events_max_total")) if isinstance(pids, dict) else None
-        if isinstance(cpu, dict):
-            usage, periods, throttled, cores = (
-                finite(cpu.get("usage_seconds_total")), finite(cpu.get("periods_total")),
-                finite(cpu.get("throttled_periods_total")), finite(cpu.get("limit_cores")))
-        else:
-            usage = periods = throttled = cores = None
-        values = (ws, limit, kills, usage, periods, throttled, cores, sm, gprocs, high, high_bytes, forks)
-        sample: Sample = _new_sample(Sample, values)
+        sample = sample_of(r)
         before, h.last = h.last, sample
         samples = h.samples
-        samples.append(t, values)
+        samples.append(t, sample)
+        ws = sample.working_set_bytes
         if ws is not None and ws != h.ws:
             h.ws, h.ws_since = ws, t
         ts = samples.ts  # popleft() changes it in place
@@ -185,6 +159,7 @@ class EventDetector:
             ts = samples.ts
         # The window the sustained rules judge, the same for every rule: none changes it.
         window = samples if len(ts) >= 2 and ts[-1] - ts[0] >= th.coverage * th.window_s else None
-        case = Case(r, t, sample, before, window, h, tick.events, tick.oom_rises, tick.hierarchical)
+        case = Case(r, t, sample, before, window, h, tick.events, tick.oom_rises, tick.hierarchical,
+                    tick.first_totals)
         for rule in self._rules:
             rule.judge(case)

@@ -13,7 +13,10 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Set, Tuple, Type
 
 from cgstat.gpu.xid import meaning
-from cgstat.pipeline.events.event import cap, duration, make_event
+from cgstat.kernel.kmsg import XidReport, same_pci_device
+from cgstat.pipeline.events.event import Episode, cap, duration, make_event
+from cgstat.pipeline.record import number_at
+from cgstat.units import mib
 from cgstat.pipeline.events.thresholds import Thresholds
 from cgstat.timestamps import parse_ts
 
@@ -49,17 +52,78 @@ def _name(g: Mapping[str, Any]) -> str:
     return "GPU %s (%s)" % (g.get("index"), g.get("uuid") or "no UUID")
 
 
+GPU_RULES: List[Type["GpuRule"]] = []
+"""Every GPU rule, in the order they were defined (the order of a tick's GPU events)."""
+
+
 class GpuRule:
     """Judges a tick's GPU device records; holds its own episodes (a fresh one is made when
-    GPU metrics go away)."""
+    GPU metrics go away). Defining a subclass with a `kind` registers it (GPU_RULES)."""
 
     kind = ""
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if cls.__dict__.get("kind"):
+            GPU_RULES.append(cls)
 
     def __init__(self, th: Thresholds):
         self.th = th
 
     def judge(self, gpu_records: List[Mapping[str, Any]], events: List[EventRecord]) -> None:
         raise NotImplementedError
+
+    def judge_runs(self, gpu_records: List[Mapping[str, Any]], xids: List[XidReport], stamp: Mapping[str, Any],
+                   events: List[EventRecord]) -> None:
+        """Two `once --state` runs: this run's GPU records (none without GPU metrics) and the
+        XIDs the kernel log carried since the last run; `stamp` gives the events' ts and
+        host. By default nothing (a device's state is judged by the stream, over ticks)."""
+
+
+
+
+class GpuProcessOutsideContainer(GpuRule):
+    """A process on a GPU that belongs to no container; resolved when it is gone."""
+
+    kind = "gpu_process_outside_container"
+
+    def __init__(self, th: Thresholds):
+        super().__init__(th)
+        self.open: Dict[Tuple[str, int], Episode] = {}
+
+    def judge(self, gpu_records: List[Mapping[str, Any]], events: List[EventRecord]) -> None:
+        present: Dict[Tuple[str, int], Tuple[Mapping[str, Any], Mapping[str, Any]]] = {}
+        for g in gpu_records:
+            dev: Mapping[str, Any] = g["gpu"] if isinstance(g.get("gpu"), dict) else {}
+            uuid = str(dev.get("uuid") or dev.get("index"))
+            for p in g.get("processes") or ():
+                if not isinstance(p, dict) or p.get("container") is not None:
+                    continue
+                pid = p.get("pid")
+                if isinstance(pid, int):
+                    present[(uuid, pid)] = (g, p)
+        for key, (g, p) in present.items():
+            if key in self.open:
+                continue
+            dev = g.get("gpu") or {}
+            where = ("in cgroup %s" % p.get("cgroup")) if p.get("cgroup") else "whose cgroup is unknown (another PID namespace, or gone)"
+            msg = ("GPU process %s (%s) on GPU %s runs outside any container, %s, using %s of GPU memory: "
+                   "it competes with the containers' jobs unseen by their limits." % (
+                       p.get("pid"), p.get("name") or "?", dev.get("index"), where, mib(number_at(p, "memory_bytes"))))
+            ev = make_event(g, self.kind, "warning", cap(msg),
+                            {"pid": p.get("pid"), "name": p.get("name"), "gpu_index": dev.get("index"),
+                             "gpu_uuid": dev.get("uuid"), "memory_bytes": p.get("memory_bytes"),
+                             "sm_percent": p.get("sm_percent")},
+                            cgroup=p.get("cgroup"), container=None)
+            self.open[key] = Episode(g.get("ts"), 0.0, ev["evidence"])
+            events.append(ev)
+        for key in [k for k in self.open if k not in present]:
+            ep = self.open.pop(key)
+            events.append(make_event(gpu_records[0], "resolved", "info",
+                                     "GPU process %s outside any container is gone from GPU %s." % (
+                                         key[1], ep.evidence.get("gpu_index")),
+                                     {"pid": key[1], "gpu_uuid": ep.evidence.get("gpu_uuid")},
+                                     cgroup=None, container=None, resolves=self.kind, since=ep.ts))
 
 
 class _DeviceRule(GpuRule):
@@ -136,6 +200,35 @@ class GpuXid(_DeviceRule):
                         ep["code"], _name(_gpu(r)), duration(self.th.window_s), ep["count"]),
                     {"gpu_index": _gpu(r).get("index"), "gpu_uuid": _gpu(r).get("uuid"), "xid": ep["code"],
                      "count": ep["count"], "duration_s": _since(ep["ts"], r)}, cgroup=None, container=None, resolves=self.kind, since=ep["ts"]))
+
+    def judge_runs(self, gpu_records: List[Mapping[str, Any]], xids: List[XidReport], stamp: Mapping[str, Any],
+                   events: List[EventRecord]) -> None:
+        """The XIDs the NVIDIA driver logged since the last run (the kernel log: no NVML
+        event API outlives a run): one event per GPU and code, with how many times; the
+        GPU's index and UUID where this run's GPU records have its PCI address."""
+        by: Dict[Tuple[str, int], List[XidReport]] = {}
+        for x in xids:
+            by.setdefault((x.pci_bus_id, x.xid), []).append(x)
+        for (pci, code), seen in by.items():
+            rec = next((r for r in gpu_records if _gpu(r).get("parent_uuid") is None
+                        and same_pci_device(pci, _gpu(r).get("pci_bus_id"))), None)
+            g = _gpu(rec) if rec is not None else {"index": None, "uuid": None}
+            m = meaning(code)
+            pids = sorted({x.pid for x in seen if x.pid is not None})
+            names = sorted({x.process for x in seen if x.process})
+            where = _name(g) if rec is not None else "the GPU at PCI %s" % pci
+            blamed = ""
+            if pids:
+                blamed = " The driver named process%s %s." % ("es" if len(pids) > 1 else "", ", ".join(
+                    "%d" % p for p in pids) + (" (%s)" % ", ".join(names) if names else ""))
+            msg = "XID %d on %s, %d time%s since the last run: %s.%s %s." % (
+                code, where, len(seen), "" if len(seen) == 1 else "s", m.meaning, blamed,
+                m.action[0].upper() + m.action[1:])
+            evidence = {"gpu_index": g.get("index"), "gpu_uuid": g.get("uuid"), "pci_bus_id": pci, "xid": code,
+                        "meaning": m.meaning, "count": len(seen), "pids": pids, "processes": names,
+                        "detail": seen[-1].detail, "source": "kernel_log", "kernel_seq": seen[0].seq}
+            events.append(make_event(rec if rec is not None else stamp, self.kind, m.severity, cap(msg), evidence,
+                                     cgroup=None, container=None))
 
     @staticmethod
     def _record_of(gpu_records: List[Mapping[str, Any]], key: str) -> Optional[Mapping[str, Any]]:
@@ -275,6 +368,3 @@ class GpuRowRemapFailure(_CounterRule):
     text = ("%(gpu)s failed to remap a memory row (XID 64): its memory can no longer be repaired; drain it and "
             "have it replaced (RMA).")
 
-
-GPU_DEVICE_RULES: List[Type[GpuRule]] = [GpuXid, GpuThrottled, GpuEccUncorrected, GpuRowRemapPending,
-                                         GpuRowRemapFailure]

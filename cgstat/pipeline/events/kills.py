@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any, Dict, List, Mapping, NamedTuple, Optional
 
 from cgstat.naming.kills import NamedKill
 from cgstat.pipeline.events.event import cap, deepest_only, make_event, who
+from cgstat.pipeline.events.window import Sample
 from cgstat.units import mib
 
 if TYPE_CHECKING:  # the record types are for the type checker only
@@ -46,6 +47,19 @@ class Rise(NamedTuple):
     working_set_bytes: Optional[float]
     exists: bool = True  # False: read as it changed, the cgroup gone by the tick (kernel/memevents.py)
 
+    @classmethod
+    def between(cls, record: Mapping[str, Any], before: Optional[Sample], total: Optional[float],
+                working_set_bytes: Optional[float], limit_bytes: Optional[float], exists: bool = True,
+                path: Optional[str] = None) -> Optional["Rise"]:
+        """The counter's rise from `before` (the cgroup's sample before, of the same life) to
+        `total`, or None where it did not rise or either is unknown (a counter already
+        non-zero at the first sample is history, not a kill)."""
+        then = before.oom_kills_total if before is not None else None
+        if before is None or then is None or total is None or not total > then:
+            return None
+        return cls(record["cgroup"] if path is None else path, int(total - then), int(total), record, limit_bytes,
+                   before.working_set_bytes, working_set_bytes, exists)
+
 
 def _ancestors(path: str) -> List[str]:
     out = [path]
@@ -64,7 +78,10 @@ class OomLedger:
         self._counter: Dict[str, List[int]] = {}  # cgroup path -> ticks of counter kills not yet seen in the log
         self._bare: List[int] = []  # ticks of cgroup-less log kills reported alone
 
-    def judge(self, rises: List[Rise], kills: List[NamedKill], ts: Any, host: Any) -> List[EventRecord]:
+    def judge(self, rises: List[Rise], kills: List[NamedKill], ts: Any, host: Any,
+              first_totals: Optional[Mapping[str, float]] = None) -> List[EventRecord]:
+        """`first_totals`: the OOM-kill counters of the cgroups first sampled in this tick
+        (path -> count), which already count a kill in their first second."""
         self._tick += 1
         tick = self._tick
         for credits in (self._log, self._counter):
@@ -76,13 +93,17 @@ class OomLedger:
         events: List[EventRecord] = []
         stamp = {"ts": ts, "host": host}
         bare: List[NamedKill] = []
+        # what the cgroup's record says of its counter, with the kill counted: a rise in
+        # this tick (the kernel raises it before it prints the kill), or a first sample
+        counted: Dict[str, int] = {p: int(t) for p, t in (first_totals or {}).items()}
+        counted.update((r.path, r.total) for r in rises)
         for k in kills:
             if k.cgroup is None:
                 bare.append(k)
                 continue
             if self._take(self._counter, k.cgroup):
                 continue  # its counter told it a tick ago
-            events.append(kill_event(stamp, k, None))
+            events.append(kill_event(stamp, k, None, counted.get(k.cgroup)))
             for p in _ancestors(k.cgroup):
                 self._log.setdefault(p, []).append(tick)
         for r in deepest_only([(r.path, r) for r in rises]):
@@ -114,8 +135,10 @@ class OomLedger:
         return True
 
 
-def kill_event(stamp: Mapping[str, Any], k: NamedKill, rise: Optional[Rise]) -> EventRecord:
-    """The event of one kill the log reported (`rise`: the counter that names its cgroup)."""
+def kill_event(stamp: Mapping[str, Any], k: NamedKill, rise: Optional[Rise],
+               oom_kills_total: Optional[int] = None) -> EventRecord:
+    """The event of one kill the log reported (`rise`: the counter that names its cgroup;
+    `oom_kills_total`: its cgroup's counter with this kill counted, where known)."""
     rep = k.report
     cgroup, container, pod, unit, exists = k.cgroup, k.container, k.pod, k.unit, k.exists
     if rise is not None:
@@ -160,7 +183,7 @@ def kill_event(stamp: Mapping[str, Any], k: NamedKill, rise: Optional[Rise]) -> 
         "pod": pod,
         "named_by": "counter" if rise is not None else k.named_by,
         "source": "kernel_log" if rise is None else "kernel_log+counter",
-        "oom_kills_total": rise.total if rise is not None else None,
+        "oom_kills_total": rise.total if rise is not None else oom_kills_total,
         "kernel_seq": rep.seq,
     }
     return make_event(stamp, "oom_kill", "critical", cap(msg), evidence, cgroup=cgroup, container=container)

@@ -1,9 +1,17 @@
-"""The event rules, one small class each, and the lists the detector runs them from.
+"""The event rules, one small class each: a cgroup rule judges a stream's window and a pair
+of `once --state` runs, a GPU rule a tick's GPU records (and the kernel log between runs).
 
-A cgroup rule's `judge(case)` is called for every cgroup record of every tick; a GPU rule's
-`judge(gpu_records, events)` once per tick with that tick's `type: "gpu"` records, keeping
-its own state. A new rule is one class here, added to CGROUP_RULES or GPU_RULES, plus its
-kind in cgstat/event.schema.json and docs/diagnostics.md. The rules on a GPU's own health
+A cgroup rule's `judge(case)` is called for every cgroup record of every tick of a stream;
+its `judge_runs(case)` for every cgroup record of a `once --state` run, the case holding
+the previous run's sample (`before`), a window of the two and no open episode (nothing is
+kept between cron runs but the samples). A GPU rule's `judge(gpu_records, events)` runs
+once per tick with that tick's `type: "gpu"` records, keeping its own state;
+`judge_runs(gpu_records, xids, events)` once per cron run with the kernel log's XIDs.
+
+A new rule is one class: defining a subclass with a `kind` registers it (CGROUP_RULES,
+GPU_RULES, in the order they are defined, which is the order a cgroup's events come in);
+its thresholds go in thresholds.py, its kind in cgstat/event_kinds.py (from which the event
+schema is made) and docs/diagnostics.md. The rules on a GPU's own health
 (XIDs, throttling, ECC, row remapping) and the GPU rules' base class are in gpu.py.
 """
 
@@ -11,12 +19,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Tuple, Type
 
+from cgstat.event_kinds import EVENT_KINDS, RESOLVED
 from cgstat.pipeline.events.case import Case
 from cgstat.pipeline.events.event import Episode, cap, duration, make_event, who
-from cgstat.pipeline.events.gpu import GPU_DEVICE_RULES, GpuRule
+from cgstat.pipeline.events.gpu import GPU_RULES, GpuRule
 from cgstat.pipeline.events.kills import Rise
 from cgstat.pipeline.events.thresholds import Thresholds
-from cgstat.pipeline.events.window import FIELD, fit_line
+from cgstat.pipeline.events.window import fit_line
 from cgstat.pipeline.record import number_at
 from cgstat.units import mib
 
@@ -28,19 +37,32 @@ if TYPE_CHECKING:  # the record types are for the type checker only
 _PIDS_CURRENT = ("pids", "current")
 _PIDS_LIMIT = ("pids", "limit")
 
-_HIGH = FIELD["memory_high_events"]
+CGROUP_RULES: List[Type["CgroupRule"]] = []
+"""Every cgroup rule, in the order they were defined (a cgroup's events come in this order)."""
 
 
 class CgroupRule:
-    """Judges one cgroup record at a time (see Case)."""
+    """Judges one cgroup record at a time (see Case): `judge` in a stream, `judge_runs`
+    across two `once --state` runs (by default nothing: a rule that needs a window of
+    ticks has nothing to judge from two samples; `judge_runs = judge` where the stream's
+    judging reads only the sample before and the window's ends)."""
 
     kind = ""
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if cls.__dict__.get("kind"):
+            CGROUP_RULES.append(cls)
 
     def __init__(self, th: Thresholds):
         self.th = th
 
     def judge(self, c: Case) -> None:
         raise NotImplementedError
+
+    def judge_runs(self, c: Case) -> None:
+        """Two `once --state` runs: c.before is the previous run's sample (None: none, or
+        another life of the cgroup), c.window the two samples, c.history holds no episode."""
 
 
 class OomKill(CgroupRule):
@@ -51,89 +73,14 @@ class OomKill(CgroupRule):
     kind = "oom_kill"
 
     def judge(self, c: Case) -> None:
-        s, before = c.sample, c.before
-        kills_now = s.oom_kills_total
-        kills_before = before.oom_kills_total if before is not None else None
-        if before is not None and kills_now is not None and kills_before is not None and kills_now > kills_before:
-            c.oom_rises.append(Rise(c.record["cgroup"], int(kills_now - kills_before), int(kills_now), c.record,
-                                    s.limit_bytes, before.working_set_bytes, s.working_set_bytes))
-
-
-class MemoryHighThrottled(CgroupRule):
-    """Held at memory.high: the cgroup's own `high` count (memory.events.local) rose over
-    the window and in the newest tick. Above memory.high the kernel makes every allocation
-    reclaim first and puts the task to sleep (mem_cgroup_handle_over_high): a slowdown with
-    no OOM kill and nothing in the job's log. Resolved once a whole window passes without."""
-
-    kind = "memory_high_throttled"
-
-    def judge(self, c: Case) -> None:
-        window = c.window
-        if window is None:
-            return
-        first, last = window.vs[0][_HIGH], window.vs[-1][_HIGH]
-        if first is None or last is None or last < first:  # unknown, or a counter reset
-            return
-        if self.kind in c.history.open:
-            if last == first:
-                c.resolve(self.kind, "Throttling at memory.high", {"memory_high_events_total": int(last)})
-            return
-        before = c.before.memory_high_events if c.before is not None else None
-        if last == first or before is None or last <= before:
-            return
         s = c.sample
-        times = int(last - first)
-        span = window.span_s()
-        msg = ("%s was held at its memory.high (%s, using %s) %d times over the last %s: the kernel throttles "
-               "it and makes it reclaim its own memory, a slowdown with no OOM kill; raise memory.high "
-               "(systemd MemoryHigh=, Kubernetes memoryThrottlingFactor) or lower what it holds "
-               "(caches, batch size, workers)." % (
-                   who(c.record), "unknown" if s.memory_high_bytes is None else mib(s.memory_high_bytes),
-                   mib(s.working_set_bytes), times, duration(span)))
-        c.raise_(self.kind, "warning", cap(msg),
-                 {"memory_high_events": times, "memory_high_events_total": int(last),
-                  "high_bytes": s.memory_high_bytes, "working_set_bytes": s.working_set_bytes,
-                  "window_s": round(span, 3)})
+        rise = Rise.between(c.record, c.before, s.oom_kills_total, s.working_set_bytes, s.limit_bytes)
+        if rise is not None:
+            c.oom_rises.append(rise)
+        elif c.before is None and s.oom_kills_total is not None:
+            c.first_totals[c.record["cgroup"]] = s.oom_kills_total
 
-
-class PidsLimitHit(CgroupRule):
-    """Forks refused at a pids.max: the pids.events max count went up between two samples
-    of the same cgroup. Further refusals within pids_quiet_s of the last belong to the same
-    episode, whose total the resolved notice gives. On kernels from 6.13 the v2 count is
-    hierarchical (its ancestors count it too): of a tick's events only the deepest is kept."""
-
-    kind = "pids_limit_hit"
-
-    def judge(self, c: Case) -> None:
-        s, before = c.sample, c.before
-        ep = c.episode(self.kind)
-        now = s.pids_limit_failures
-        then = before.pids_limit_failures if before is not None else None
-        if now is not None and then is not None and now > then:
-            failures = int(now - then)
-            if ep is None:
-                limit = number_at(c.record, *_PIDS_LIMIT)
-                msg = ("%s: %d fork%s refused because the cgroup reached its pids.max%s: new processes and "
-                       "threads fail with EAGAIN (\"Resource temporarily unavailable\", \"can't start new "
-                       "thread\"); raise the pids limit (docker --pids-limit, Kubernetes podPidsLimit) or find "
-                       "what spawns so many (a fork loop, a thread per request)." % (
-                           who(c.record), failures, "" if failures == 1 else "s",
-                           "" if limit is None else " (%d)" % limit))
-                ep = c.raise_(self.kind, "warning", cap(msg),
-                              {"failures": failures, "pids_events_max_total": int(now), "limit": limit,
-                               "current": number_at(c.record, *_PIDS_CURRENT)}, hierarchical=True)
-                ep.extra["failures"] = failures
-            else:
-                ep.extra["failures"] += failures
-            ep.extra["last"] = c.t
-            return
-        if ep is not None and c.t - ep.extra["last"] >= self.th.pids_quiet_s:
-            total = ep.extra["failures"]
-            if total > ep.evidence["failures"]:
-                c.resolve(self.kind, "Fork failures at the pids limit",
-                          {"failures": total, "pids_events_max_total": now})
-            else:
-                c.end(self.kind)
+    judge_runs = judge
 
 
 class MemoryNearLimit(CgroupRule):
@@ -152,12 +99,27 @@ class MemoryNearLimit(CgroupRule):
                            "percent": None if pct is None else round(pct, 2)})
             return
         if pct is not None and pct > th.near_limit_percent:
-            msg = ("%s uses %.0f %% of its memory limit (%s of %s): it will be OOM-killed if it grows further; "
-                   "raise the limit or reduce the working set (batch size, caches, leaked tensors)."
-                   % (who(c.record), pct, mib(ws), mib(limit)))
-            c.raise_(self.kind, "warning", cap(msg),
-                     {"working_set_bytes": ws, "limit_bytes": limit, "percent": round(pct, 2),
-                      "threshold_percent": th.near_limit_percent})
+            self._raise(c, ws, limit, pct)
+
+    def judge_runs(self, c: Case) -> None:
+        """Above the line now and not above it at the previous run (or no figure then)."""
+        th = self.th
+        ws, limit = c.sample.working_set_bytes, c.sample.limit_bytes
+        pct = ws / limit * 100.0 if ws is not None and limit else None
+        b = c.before
+        was = None
+        if b is not None and b.working_set_bytes is not None and b.limit_bytes:
+            was = b.working_set_bytes / b.limit_bytes * 100.0
+        if pct is not None and pct > th.near_limit_percent and (was is None or was <= th.near_limit_percent):
+            self._raise(c, ws, limit, pct)
+
+    def _raise(self, c: Case, ws: Any, limit: Any, pct: float) -> None:
+        msg = ("%s uses %.0f %% of its memory limit (%s of %s): it will be OOM-killed if it grows further; "
+               "raise the limit or reduce the working set (batch size, caches, leaked tensors)."
+               % (who(c.record), pct, mib(ws), mib(limit)))
+        c.raise_(self.kind, "warning", cap(msg),
+                 {"working_set_bytes": ws, "limit_bytes": limit, "percent": round(pct, 2),
+                  "threshold_percent": self.th.near_limit_percent})
 
 
 class MemoryGrowth(CgroupRule):
@@ -234,6 +196,8 @@ class CpuThrottled(CgroupRule):
                   "cpu_percent": None if cpu_pct is None else round(cpu_pct, 2), "limit_cores": cores,
                   "window_s": round(window.span_s(), 3)})
 
+    judge_runs = judge  # the window is the two runs (the time between them, one interval)
+
 
 class GpuIdleCpuBound(CgroupRule):
     """The container's GPU processes at ~0 % SM while its CPU sits at its quota."""
@@ -274,53 +238,85 @@ class GpuIdleCpuBound(CgroupRule):
                   "gpu_processes": gprocs, "window_s": round(window.span_s(), 3)})
 
 
-class GpuProcessOutsideContainer(GpuRule):
-    """A process on a GPU that belongs to no container; resolved when it is gone."""
+class MemoryHighThrottled(CgroupRule):
+    """Held at memory.high: the cgroup's own `high` count (memory.events.local) rose over
+    the window and in the newest tick. Above memory.high the kernel makes every allocation
+    reclaim first and puts the task to sleep (mem_cgroup_handle_over_high): a slowdown with
+    no OOM kill and nothing in the job's log. Resolved once a whole window passes without."""
 
-    kind = "gpu_process_outside_container"
+    kind = "memory_high_throttled"
 
-    def __init__(self, th: Thresholds):
-        super().__init__(th)
-        self.open: Dict[Tuple[str, int], Episode] = {}
+    def judge(self, c: Case) -> None:
+        window = c.window
+        if window is None:
+            return
+        first, last = window.ends("memory_high_events")
+        if first is None or last is None or last < first:  # unknown, or a counter reset
+            return
+        if self.kind in c.history.open:
+            if last == first:
+                c.resolve(self.kind, "Throttling at memory.high", {"memory_high_events_total": int(last)})
+            return
+        before = c.before.memory_high_events if c.before is not None else None
+        if last == first or before is None or last <= before:
+            return
+        s = c.sample
+        times = int(last - first)
+        span = window.span_s()
+        msg = ("%s was held at its memory.high (%s, using %s) %d times over the last %s: the kernel throttles "
+               "it and makes it reclaim its own memory, a slowdown with no OOM kill; raise memory.high "
+               "(systemd MemoryHigh=, Kubernetes memoryThrottlingFactor) or lower what it holds "
+               "(caches, batch size, workers)." % (
+                   who(c.record), "unknown" if s.memory_high_bytes is None else mib(s.memory_high_bytes),
+                   mib(s.working_set_bytes), times, duration(span)))
+        c.raise_(self.kind, "warning", cap(msg),
+                 {"memory_high_events": times, "memory_high_events_total": int(last),
+                  "high_bytes": s.memory_high_bytes, "working_set_bytes": s.working_set_bytes,
+                  "window_s": round(span, 3)})
 
-    def judge(self, gpu_records: List[Mapping[str, Any]], events: List[EventRecord]) -> None:
-        present: Dict[Tuple[str, int], Tuple[Mapping[str, Any], Mapping[str, Any]]] = {}
-        for g in gpu_records:
-            dev: Mapping[str, Any] = g["gpu"] if isinstance(g.get("gpu"), dict) else {}
-            uuid = str(dev.get("uuid") or dev.get("index"))
-            for p in g.get("processes") or ():
-                if not isinstance(p, dict) or p.get("container") is not None:
-                    continue
-                pid = p.get("pid")
-                if isinstance(pid, int):
-                    present[(uuid, pid)] = (g, p)
-        for key, (g, p) in present.items():
-            if key in self.open:
-                continue
-            dev = g.get("gpu") or {}
-            where = ("in cgroup %s" % p.get("cgroup")) if p.get("cgroup") else "whose cgroup is unknown (another PID namespace, or gone)"
-            msg = ("GPU process %s (%s) on GPU %s runs outside any container, %s, using %s of GPU memory: "
-                   "it competes with the containers' jobs unseen by their limits." % (
-                       p.get("pid"), p.get("name") or "?", dev.get("index"), where, mib(number_at(p, "memory_bytes"))))
-            ev = make_event(g, self.kind, "warning", cap(msg),
-                            {"pid": p.get("pid"), "name": p.get("name"), "gpu_index": dev.get("index"),
-                             "gpu_uuid": dev.get("uuid"), "memory_bytes": p.get("memory_bytes"),
-                             "sm_percent": p.get("sm_percent")},
-                            cgroup=p.get("cgroup"), container=None)
-            self.open[key] = Episode(g.get("ts"), 0.0, ev["evidence"])
-            events.append(ev)
-        for key in [k for k in self.open if k not in present]:
-            ep = self.open.pop(key)
-            events.append(make_event(gpu_records[0], "resolved", "info",
-                                     "GPU process %s outside any container is gone from GPU %s." % (
-                                         key[1], ep.evidence.get("gpu_index")),
-                                     {"pid": key[1], "gpu_uuid": ep.evidence.get("gpu_uuid")},
-                                     cgroup=None, container=None, resolves=self.kind, since=ep.ts))
+    judge_runs = judge  # the window is the two runs: one rise between them is one event
 
 
-# Every rule, in the order a tick's events come in (a cgroup's events in this order).
-CGROUP_RULES: List[Type[CgroupRule]] = [OomKill, MemoryNearLimit, MemoryGrowth, CpuThrottled, GpuIdleCpuBound,
-                                         MemoryHighThrottled, PidsLimitHit]
-GPU_RULES: List[Type[GpuRule]] = [GpuProcessOutsideContainer] + GPU_DEVICE_RULES
+class PidsLimitHit(CgroupRule):
+    """Forks refused at a pids.max: the pids.events max count went up between two samples
+    of the same cgroup. Further refusals within pids_quiet_s of the last belong to the same
+    episode, whose total the resolved notice gives. On kernels from 6.13 the v2 count is
+    hierarchical (its ancestors count it too): of a tick's events only the deepest is kept."""
 
-KINDS = tuple(r.kind for r in CGROUP_RULES) + tuple(r.kind for r in GPU_RULES) + ("resolved",)
+    kind = "pids_limit_hit"
+
+    def judge(self, c: Case) -> None:
+        s, before = c.sample, c.before
+        ep = c.episode(self.kind)
+        now = s.pids_limit_failures
+        then = before.pids_limit_failures if before is not None else None
+        if now is not None and then is not None and now > then:
+            failures = int(now - then)
+            if ep is None:
+                limit = number_at(c.record, *_PIDS_LIMIT)
+                msg = ("%s: %d fork%s refused because the cgroup reached its pids.max%s: new processes and "
+                       "threads fail with EAGAIN (\"Resource temporarily unavailable\", \"can't start new "
+                       "thread\"); raise the pids limit (docker --pids-limit, Kubernetes podPidsLimit) or find "
+                       "what spawns so many (a fork loop, a thread per request)." % (
+                           who(c.record), failures, "" if failures == 1 else "s",
+                           "" if limit is None else " (%d)" % limit))
+                ep = c.raise_(self.kind, "warning", cap(msg),
+                              {"failures": failures, "pids_events_max_total": int(now), "limit": limit,
+                               "current": number_at(c.record, *_PIDS_CURRENT)}, hierarchical=True)
+                ep.extra["failures"] = failures
+            else:
+                ep.extra["failures"] += failures
+            ep.extra["last"] = c.t
+            return
+        if ep is not None and c.t - ep.extra["last"] >= self.th.pids_quiet_s:
+            total = ep.extra["failures"]
+            if total > ep.evidence["failures"]:
+                c.resolve(self.kind, "Fork failures at the pids limit",
+                          {"failures": total, "pids_events_max_total": now})
+            else:
+                c.end(self.kind)
+
+    judge_runs = judge  # no episode between runs: a rise since the last run is one event
+
+
+KINDS = EVENT_KINDS + (RESOLVED,)

@@ -1,5 +1,6 @@
-"""A cgroup's samples over the events window: the named sample the rules read, and the
-compact storage that keeps the window cheap at 1,000 cgroups (bench/README.md)."""
+"""A cgroup's samples over the events window: the named sample the rules read (made from a
+record in one place, sample_of), and the compact storage that keeps the window cheap at
+1,000 cgroups (bench/README.md)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,9 @@ import array
 import itertools
 import math
 import operator
-from typing import Any, Iterator, List, NamedTuple, Optional, Tuple
+from typing import Any, Dict, Iterable, Iterator, List, Mapping, NamedTuple, Optional, Tuple
+
+from cgstat.numbers import finite
 
 
 class Sample(NamedTuple):
@@ -27,11 +30,46 @@ class Sample(NamedTuple):
     memory_high_bytes: Optional[float] = None
     pids_limit_failures: Optional[float] = None  # pids.events max
 
+    @classmethod
+    def from_dict(cls, kept: Mapping[str, Any]) -> "Sample":
+        """A sample kept by name (a `once --state` file: Sample._asdict()); a field it lacks
+        (a state an older version wrote) or that is no finite number is None."""
+        values: Dict[str, Any] = {name: finite(kept.get(name)) for name in cls._fields}
+        return cls(**values)
+
+
+def sample_of(r: Mapping[str, Any]) -> Sample:
+    """The named sample of one cgroup record: a finite number, else None (number_at's rules,
+    one lookup of each object: once per cgroup per tick)."""
+    gpu, mem, cpu, pids = r.get("gpu"), r.get("memory"), r.get("cpu"), r.get("pids")
+    sm = gprocs = None
+    if isinstance(gpu, dict):
+        sm = finite(gpu.get("sm_percent"))
+        procs = gpu.get("processes")
+        gprocs = len(procs) if isinstance(procs, list) else None
+    ws = limit = kills = high = high_bytes = None
+    if isinstance(mem, dict):
+        ws, limit, kills = (finite(mem.get("working_set_bytes")), finite(mem.get("limit_bytes")),
+                            finite(mem.get("oom_kills_total")))
+        # the cgroup's own count where v2 has one: memory.events moves in every ancestor too
+        events = mem.get("events_local") or mem.get("events")
+        if events.__class__ is dict:
+            high, high_bytes = finite(events.get("high")), finite(mem.get("high_bytes"))
+    usage = periods = throttled = cores = None
+    if isinstance(cpu, dict):
+        usage, periods, throttled, cores = (
+            finite(cpu.get("usage_seconds_total")), finite(cpu.get("periods_total")),
+            finite(cpu.get("throttled_periods_total")), finite(cpu.get("limit_cores")))
+    return Sample(working_set_bytes=ws, limit_bytes=limit, oom_kills_total=kills, cpu_usage_seconds_total=usage,
+                  cpu_periods_total=periods, cpu_throttled_periods_total=throttled, cpu_limit_cores=cores,
+                  gpu_sm_percent=sm, gpu_processes=gprocs, memory_high_events=high, memory_high_bytes=high_bytes,
+                  pids_limit_failures=finite(pids.get("events_max_total")) if isinstance(pids, dict) else None)
+
 
 # A stored sample's values are a plain tuple in Sample's order: a tuple subclass costs 8
 # bytes more a sample and stays tracked by the garbage collector (a tuple of numbers is
 # untracked), ~1 MiB and a longer full collection per 1,000 cgroups' minute of 1 s ticks.
-_FIELD = FIELD = {name: i for i, name in enumerate(Sample._fields)}
+_FIELD = {name: i for i, name in enumerate(Sample._fields)}
 _USAGE = _FIELD["cpu_usage_seconds_total"]
 _PERIODS = _FIELD["cpu_periods_total"]
 _THROTTLED = _FIELD["cpu_throttled_periods_total"]
@@ -48,9 +86,17 @@ class Window:
         self.ts = array.array("d")
         self.vs: List[tuple] = []
 
-    def append(self, t: float, values: tuple) -> None:
-        """values: a Sample's values as a plain tuple."""
+    @classmethod
+    def of(cls, samples: Iterable[Tuple[float, Sample]]) -> "Window":
+        """A window of these (time, sample) pairs, oldest first (two `once --state` runs)."""
+        w = cls()
+        for t, s in samples:
+            w.append(t, s)
+        return w
+
+    def append(self, t: float, sample: Sample) -> None:
         vs = self.vs
+        values = tuple(sample)
         if vs and _same(vs[-1], values):
             values = vs[-1]
         self.ts.append(t)
@@ -71,6 +117,11 @@ class Window:
 
     def span_s(self) -> float:
         return self.ts[-1] - self.ts[0]
+
+    def ends(self, field: str) -> Tuple[Any, Any]:
+        """One Sample field of the oldest and of the newest sample."""
+        i = _FIELD[field]
+        return self.vs[0][i], self.vs[-1][i]
 
     def column(self, field: str) -> List[Any]:
         """One Sample field of every sample, oldest first."""
