@@ -122,6 +122,18 @@ def _match_option() -> Optional[str]:
                         help="Report every cgroup whose path matches REGEX (Python re.search).")
 
 
+def _oom_kills(value: str) -> str:
+    if value not in ("all", "shown"):
+        raise typer.BadParameter(f"{value!r} is not one of all, shown")
+    return value
+
+
+def _oom_kills_option() -> str:
+    return typer.Option("all", "--oom-kills", metavar="all|shown", callback=_oom_kills,
+                        help="all: an event for every OOM kill the kernel log reports, whatever its cgroup; "
+                             "shown: only for the cgroups the records show.")
+
+
 def _seconds(value: float, low: float, high: float, zero_ok: bool = False) -> float:
     if not math.isfinite(value):
         raise typer.BadParameter(f"{value} is not a number of seconds")
@@ -292,6 +304,7 @@ def stream(
                                         help="Seconds over which sustained conditions must hold to raise an event."),
     listen: Optional[str] = typer.Option(None, "--listen", metavar="ADDR:PORT", callback=_not_empty,
                                          help="Also serve /metrics (Prometheus) there, from the same ticks."),
+    oom_kills: str = _oom_kills_option(),
     host_root: Optional[str] = _host_root_option(),
     all_: bool = _all_option(),
     match: Optional[str] = _match_option(),
@@ -302,6 +315,7 @@ def stream(
     def job(sampler: Sampler) -> int:
         from cgstat.app.stream import stream
 
+        sampler.kills_outside_shown = oom_kills == "all"
         return stream(sampler, interval, count, fmt, output, int(output_mode, 8),
                       None if no_events else events_window, listen)
 
@@ -348,7 +362,8 @@ def once(
     output_mode: str = _output_mode_option(),
     fmt: str = _format_option(),
     no_events: bool = typer.Option(False, "--no-events",
-                                   help="With --state: no events judged between the two runs (OOM kills)."),
+                                   help="With --state: no events judged between the two runs."),
+    oom_kills: str = _oom_kills_option(),
     host_root: Optional[str] = _host_root_option(),
     all_: bool = _all_option(),
     match: Optional[str] = _match_option(),
@@ -358,6 +373,7 @@ def once(
     def job(sampler: Sampler) -> int:
         from cgstat.app.once import once
 
+        sampler.kills_outside_shown = oom_kills == "all"
         return once(sampler, fmt, output, int(output_mode, 8), state, window, not no_events)
 
     _run(lambda: _sampler(ctx, host_root, all_, match, max_user, follow=False), job)

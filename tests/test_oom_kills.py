@@ -321,7 +321,7 @@ def test_once_state_reports_a_kill_and_a_removal_between_runs(realcg_env, tmp_pa
             g.set_memory_limit(32 * MiB)
             g.start(SLEEPER, stdout=subprocess.DEVNULL)
         first = R.cgstat("once", "--state", state, "--all", "--match", stem)
-        assert not [e for e in first if e.get("type") == "event"]
+        assert not [e for e in first if e.get("type") == "event" and stem in str(e.get("cgroup"))]
         p_lives = lives.start(KILLER, stdout=subprocess.DEVNULL)
         p_goes = goes.start(KILLER, stdout=subprocess.DEVNULL)
         assert p_lives.wait(60) == -9 and p_goes.wait(60) == -9
@@ -432,3 +432,54 @@ def test_metrics_keep_a_gone_containers_oom_counter(realcg_env):
     assert _oom_value(text, seen_id) == 1  # gone, kept at its last value plus the kill
     first_ev = [e for e in s.lines if e.get("kind") == "oom_kill" and e["evidence"].get("pid") == p2.pid][0]
     assert first_ev["cgroup"] == first_memory and _oom_value(text, first_memory) == 1  # appears at 1
+
+
+def test_a_kill_outside_the_shown_set_is_an_event_named_as_its_record(realcg_env):
+    """A plain v1 memory cgroup two levels below ours (no container, no unit, not matched)
+    with a 50 MB limit: the default selection shows no record of it, and its kill is still
+    an event, its cgroup named as `--all` names its record; `--oom-kills shown` leaves it out."""
+    if not realcg_env.has("memory"):
+        pytest.skip("no v1 memory hierarchy here")
+    stem = R.PREFIX + secrets.token_hex(3)
+    g = R.TestGroup(realcg_env, ("memory",), name=stem)
+    inner = g.path("memory", "job")
+    limit = 50 * 1000 * 1000
+    killer = [sys.executable, "-c", "import os, sys; open(sys.argv[1], 'w').write(str(os.getpid())); "
+              "x = bytearray(200 << 20)", os.path.join(inner, "cgroup.procs")]
+    every = shown = None
+    try:
+        os.mkdir(inner)
+        with open(os.path.join(inner, "memory.limit_in_bytes"), "w") as f:
+            f.write(str(limit))
+        (named,) = [r["cgroup"] for r in R.cgstat("once", "--all", "--match", stem + "/job", "--window", "0")
+                    if r.get("type") == "cgroup"]
+        every = Stream("stream", "--interval", "1")
+        shown = Stream("stream", "--interval", "1", "--oom-kills", "shown")
+        # both have read a tick (and follow the log)
+        ready = [s.wait_for(lambda o: o.get("type") in ("cgroup", "pod"), 30) for s in (every, shown)]
+        assert ready[0] is not None, every.stop()
+        p = subprocess.Popen(killer)
+        assert p.wait(60) == -9
+        ev = every.wait_for(lambda o: o.get("kind") == "oom_kill" and o["evidence"].get("pid") == p.pid, 20)
+        assert ev is not None, every.stop()
+        assert ready[1] is not None, shown.stop()
+
+        def read_since(o):  # two ticks of records stamped after the event: the log read since
+            return len({r["ts"] for r in shown.lines if r.get("type") in ("cgroup", "pod") and r["ts"] > ev["ts"]}) >= 2
+
+        assert shown.wait_for(read_since, 20) is not None
+    finally:
+        for s in (every, shown):
+            if s is not None:
+                s.stop()
+        if os.path.isdir(inner):
+            os.rmdir(inner)
+        g.destroy()
+    validate(ev)
+    assert [r for r in every.lines if stem in str(r.get("cgroup")) and r.get("type") == "cgroup"] == []  # not shown
+    assert ev["cgroup"] == named == g.rel("memory") + "/job" and ev["container"] is None
+    e = ev["evidence"]
+    assert (e["process"], e["kills"], e["source"], e["named_by"]) == (COMM, 1, "kernel_log", "live")
+    assert e["memory_cgroup"] == named and e["limit_bytes"] == limit // 4096 * 4096
+    assert "PID %d" % p.pid in ev["message"]
+    assert kills_of(shown.lines, p.pid) == []

@@ -107,7 +107,9 @@ def _stream_tick(sampler: Sampler, sink: Optional[JsonLinesSink], events: Option
     began = time.monotonic()
     records = sampler.tick()
     if exporter is not None:
-        exporter.publish(records, time.monotonic() - began, sampler.kills, sampler.late_counts)
+        # the exposition is of the shown cgroups: a kill elsewhere makes no series
+        exporter.publish(records, time.monotonic() - began, [k for k in sampler.kills if k.selected],
+                         sampler.late_counts)
     batch: Sequence[JsonObject] = records
     if events is not None:
         batch = [*records, *events.observe(records, kills=sampler.kills, late=sampler.late_counts)]  # a new list: the exporter keeps the first

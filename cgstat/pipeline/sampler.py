@@ -11,8 +11,10 @@ time, as its record is made.
 `Sampler` is also the Python API (`cgstat.Sampler`): `tick()` returns the records of one
 tick (the first tick's rates are null), `records()` makes the same records one at a time,
 `close()` releases what it holds. After a tick's records, `kills` holds the OOM kills the
-kernel log reported since the tick before (kernel/kmsg.py), named (naming/kills.py): the
-log is read after the cgroups, so a kill counted in a record is in the same tick's log.
+kernel log reported since the tick before (kernel/kmsg.py), named (naming/kills.py), also
+those of cgroups the records don't show (`kills_outside_shown`): the log is read after the
+cgroups, so a kill counted in a record is in the same tick's log; `xids` the NVIDIA
+driver's XIDs it carried.
 """
 
 from __future__ import annotations
@@ -129,6 +131,9 @@ class Sampler:
         self._tree: Tuple[List[Cgroup], List[Tuple[Cgroup, PathInfo]], Optional[Shown]] = ([], [], None)
         self._shown_kind: Optional[str] = None  # what kind of set the last tick showed (said when it changes)
         self.kills: List[NamedKill] = []  # the last tick's OOM kills from the kernel log
+        # Every kill the log reports, wherever it happened (NamedKill.selected says whether
+        # its cgroup is one the records show); False: only those (`--oom-kills shown`)
+        self.kills_outside_shown = True
         self.xids: List[XidReport] = []  # the last tick's XIDs the NVIDIA driver logged
         self.late_counts: List[LateCount] = []  # gone cgroups' OOM-kill counters read as they changed
         self._memevents: Optional[MemoryEventsWatcher] = None
@@ -371,8 +376,11 @@ class Sampler:
         named = self._kill_namer.name(
             batch.kills, classified, [cg.path for cg, _ in selection[0]] if selection else (),
             lambda path, info: would_select(path, info, all_cgroups, match))
-        # A kill the log can't place (a storm) is kept unless --match asked for a subset.
-        self.kills = [k for k in named if k.selected and (k.named_by != "none" or match is None)]
+        if self.kills_outside_shown:
+            self.kills = named  # a kill is worth saying wherever it happens
+        else:
+            # A kill the log can't place (a storm) is kept unless --match asked for a subset.
+            self.kills = [k for k in named if k.selected and (k.named_by != "none" or match is None)]
 
     def warm_up(self) -> None:
         """A tick that only advances the counters (no records are built)."""

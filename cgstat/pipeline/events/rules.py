@@ -20,6 +20,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Tuple, Type
 
 from cgstat.event_kinds import EVENT_KINDS, RESOLVED
+from cgstat.fieldkeys import Cgroup as C
 from cgstat.pipeline.events.case import Case
 from cgstat.pipeline.events.event import Episode, cap, duration, make_event, who
 from cgstat.pipeline.events.gpu import GPU_RULES, GpuRule
@@ -32,10 +33,6 @@ from cgstat.units import mib
 if TYPE_CHECKING:  # the record types are for the type checker only
     from cgstat.records import EventRecord
 
-# the record fields read by path (tests/test_fields.py checks each is in the field table;
-# the table itself is not imported here: a cron run would build it for two paths)
-_PIDS_CURRENT = ("pids", "current")
-_PIDS_LIMIT = ("pids", "limit")
 
 CGROUP_RULES: List[Type["CgroupRule"]] = []
 """Every cgroup rule, in the order they were defined (a cgroup's events come in this order)."""
@@ -293,7 +290,7 @@ class PidsLimitHit(CgroupRule):
         if now is not None and then is not None and now > then:
             failures = int(now - then)
             if ep is None:
-                limit = number_at(c.record, *_PIDS_LIMIT)
+                limit = number_at(c.record, *C.PIDS_LIMIT)
                 msg = ("%s: %d fork%s refused because the cgroup reached its pids.max%s: new processes and "
                        "threads fail with EAGAIN (\"Resource temporarily unavailable\", \"can't start new "
                        "thread\"); raise the pids limit (docker --pids-limit, Kubernetes podPidsLimit) or find "
@@ -302,7 +299,7 @@ class PidsLimitHit(CgroupRule):
                            "" if limit is None else " (%d)" % limit))
                 ep = c.raise_(self.kind, "warning", cap(msg),
                               {"failures": failures, "pids_events_max_total": int(now), "limit": limit,
-                               "current": number_at(c.record, *_PIDS_CURRENT)}, hierarchical=True)
+                               "current": number_at(c.record, *C.PIDS_CURRENT)}, hierarchical=True)
                 ep.extra["failures"] = failures
             else:
                 ep.extra["failures"] += failures

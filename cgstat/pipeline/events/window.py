@@ -10,6 +10,7 @@ import math
 import operator
 from typing import Any, Dict, Iterable, Iterator, List, Mapping, NamedTuple, Optional, Tuple
 
+from cgstat.fieldkeys import Cgroup as C
 from cgstat.numbers import finite
 
 
@@ -38,32 +39,40 @@ class Sample(NamedTuple):
         return cls(**values)
 
 
+# the keys sample_of reads (one lookup of each object: it runs once per cgroup per tick)
+_GPU, _SM, _GPU_PROCS = C.GPU[0], C.GPU_SM_PERCENT[-1], C.GPU_PROCESSES[-1]
+_MEM, _WS, _LIMIT, _KILLS = (C.MEMORY[0], C.MEMORY_WORKING_SET_BYTES[-1], C.MEMORY_LIMIT_BYTES[-1],
+                             C.MEMORY_OOM_KILLS_TOTAL[-1])
+_EVENTS_LOCAL, _EVENTS, _HIGH, _HIGH_BYTES = (C.MEMORY_EVENTS_LOCAL[-1], C.MEMORY_EVENTS[-1],
+                                              C.MEMORY_EVENTS_HIGH[-1], C.MEMORY_HIGH_BYTES[-1])
+_CPU, _USAGE_S, _PERIODS_N, _THROTTLED_N, _CORES = (C.CPU[0], C.CPU_USAGE_SECONDS_TOTAL[-1], C.CPU_PERIODS_TOTAL[-1],
+                                                    C.CPU_THROTTLED_PERIODS_TOTAL[-1], C.CPU_LIMIT_CORES[-1])
+_PIDS, _FORKS_REFUSED = C.PIDS[0], C.PIDS_EVENTS_MAX_TOTAL[-1]
+
+
 def sample_of(r: Mapping[str, Any]) -> Sample:
-    """The named sample of one cgroup record: a finite number, else None (number_at's rules,
-    one lookup of each object: once per cgroup per tick)."""
-    gpu, mem, cpu, pids = r.get("gpu"), r.get("memory"), r.get("cpu"), r.get("pids")
+    """The named sample of one cgroup record: a finite number, else None (number_at's rules)."""
+    gpu, mem, cpu, pids = r.get(_GPU), r.get(_MEM), r.get(_CPU), r.get(_PIDS)
     sm = gprocs = None
     if isinstance(gpu, dict):
-        sm = finite(gpu.get("sm_percent"))
-        procs = gpu.get("processes")
+        sm = finite(gpu.get(_SM))
+        procs = gpu.get(_GPU_PROCS)
         gprocs = len(procs) if isinstance(procs, list) else None
     ws = limit = kills = high = high_bytes = None
     if isinstance(mem, dict):
-        ws, limit, kills = (finite(mem.get("working_set_bytes")), finite(mem.get("limit_bytes")),
-                            finite(mem.get("oom_kills_total")))
+        ws, limit, kills = finite(mem.get(_WS)), finite(mem.get(_LIMIT)), finite(mem.get(_KILLS))
         # the cgroup's own count where v2 has one: memory.events moves in every ancestor too
-        events = mem.get("events_local") or mem.get("events")
+        events = mem.get(_EVENTS_LOCAL) or mem.get(_EVENTS)
         if events.__class__ is dict:
-            high, high_bytes = finite(events.get("high")), finite(mem.get("high_bytes"))
+            high, high_bytes = finite(events.get(_HIGH)), finite(mem.get(_HIGH_BYTES))
     usage = periods = throttled = cores = None
     if isinstance(cpu, dict):
-        usage, periods, throttled, cores = (
-            finite(cpu.get("usage_seconds_total")), finite(cpu.get("periods_total")),
-            finite(cpu.get("throttled_periods_total")), finite(cpu.get("limit_cores")))
+        usage, periods, throttled, cores = (finite(cpu.get(_USAGE_S)), finite(cpu.get(_PERIODS_N)),
+                                            finite(cpu.get(_THROTTLED_N)), finite(cpu.get(_CORES)))
     return Sample(working_set_bytes=ws, limit_bytes=limit, oom_kills_total=kills, cpu_usage_seconds_total=usage,
                   cpu_periods_total=periods, cpu_throttled_periods_total=throttled, cpu_limit_cores=cores,
                   gpu_sm_percent=sm, gpu_processes=gprocs, memory_high_events=high, memory_high_bytes=high_bytes,
-                  pids_limit_failures=finite(pids.get("events_max_total")) if isinstance(pids, dict) else None)
+                  pids_limit_failures=finite(pids.get(_FORKS_REFUSED)) if isinstance(pids, dict) else None)
 
 
 # A stored sample's values are a plain tuple in Sample's order: a tuple subclass costs 8
