@@ -37,7 +37,9 @@ def test_stream_live_host_three_batches():
         validate(r)
     roots = [r for r in records if r["cgroup"] == "/"]
     assert len(roots) == 3
-    # the first batch already has rates (it comes one interval after a priming sample)
+    # the first batch already has rates (it comes one interval after a priming sample);
+    # an OOM kill elsewhere on the host would be an event line too
+    records = [r for r in records if r["type"] != "event"]
     assert len(records) == 3
     assert all(r["interval_s"] is not None and 0.2 < r["interval_s"] < 2 for r in records)
     assert len({r["ts"] for r in roots}) == 3
