@@ -9,7 +9,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
+from cgstat.fieldkeys import Cgroup
 from cgstat.outputs.prometheus_labels import base_labels
+from cgstat.pipeline.record import value_at
 
 if TYPE_CHECKING:  # the record types are for the type checker only
     from cgstat.records import Sampled
@@ -80,6 +82,5 @@ class OomRetention:
 
 
 def _oom_total(record: Any) -> Optional[int]:
-    mem = record.get("memory")
-    value = mem.get("oom_kills_total") if isinstance(mem, dict) else None
+    value = value_at(record, *Cgroup.MEMORY_OOM_KILLS_TOTAL)
     return value if isinstance(value, int) and not isinstance(value, bool) else None

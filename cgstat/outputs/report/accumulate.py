@@ -18,7 +18,7 @@ from cgstat.errors import CgstatError
 from cgstat.fieldkeys import Cgroup
 from cgstat.names import display_name
 from cgstat.outputs.report.source import BAD_LINE, lines
-from cgstat.pipeline.record import number_at
+from cgstat.pipeline.record import number_at, value_at
 from cgstat.text import escape_controls
 from cgstat.timestamps import parse_ts
 
@@ -171,10 +171,10 @@ class Workload:
 
 
 def _kind(r: Dict[str, Any]) -> str:
-    c = r.get("container")
+    c = value_at(r, *Cgroup.CONTAINER)
     if isinstance(c, dict):
-        return str(c.get("runtime") or "container")
-    return "pod" if r.get("type") == "pod" else "cgroup"
+        return str(value_at(r, *Cgroup.CONTAINER_RUNTIME) or "container")
+    return "pod" if value_at(r, *Cgroup.TYPE) == "pod" else "cgroup"
 
 
 class ReportData:
@@ -286,7 +286,7 @@ class ReportData:
         rd = number_at(r, *Cgroup.IO_READ_BYTES_PER_SECOND)
         wr = number_at(r, *Cgroup.IO_WRITE_BYTES_PER_SECOND)
         oom = number_at(r, *Cgroup.MEMORY_OOM_KILLS_TOTAL)
-        gpu = r.get("gpu")
+        gpu = value_at(r, *Cgroup.GPU)
         sm = gmem = None
         if isinstance(gpu, dict):
             w.has_gpu = True
