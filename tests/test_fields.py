@@ -315,9 +315,24 @@ def test_readers_keys_are_the_tables():
     # v1: total_* twins, and the local shmem/swap read where the total_ one is missing
     assert set(memory._MEMORY_STAT_V1) - {"shmem", "swap"} == _table_keys("memory.stat", "v1")
     assert set(MemoryEvents._fields) == _table_keys("memory.events", "v2") == _table_keys("memory.events.local", "v2")
+    from cgstat.kernel.sample import SwapEvents
+
+    assert set(SwapEvents._fields) == _table_keys("memory.swap.events", "v2")
     groups = schema.as_is_groups()
     assert [f.path for f in groups[("memory", "memory.stat")]] == [
         "memory." + k for k in fieldkeys.MemoryStat.RECORD]
+
+
+def test_cpu_stat_keys_are_the_tables():
+    """cpu.py names its cpu.stat keys in its calls (`key(stat, "nr_periods", r, "cpu.stat")`):
+    the v2 ones are the table's v2 keys; on v1 (and hybrid, the unified cpu.stat) the table's
+    v1 keys and usage/user/system where cpuacct is missing."""
+    with open(os.path.join(ROOT, "cgstat", "kernel", "controllers", "cpu.py"), encoding="utf-8") as f:
+        source = f.read()
+    v2_part, _, v1_part = source.partition("def cpu_v1(")
+    read = lambda text: set(re.findall(r'key\(\w+, "(\w+)", r, "cpu.stat"\)', text))  # noqa: E731
+    assert read(v2_part) == _table_keys("cpu.stat", "v2")
+    assert read(v1_part) - {"usage_usec", "user_usec", "system_usec"} == _table_keys("cpu.stat", "v1")
 
 
 def _order(value, table, path=""):
