@@ -2,32 +2,19 @@
 a real test cgroup, in a runc container and on the host, joined by `cgstat` itself."""
 
 import json
-import os
 import shutil
 import subprocess
 import sys
-import time
 
 import pytest
 
 import nvmldouble as D
 import realcg as R
 from contract import ROOT, validate
+from tests.unit.test_gpu_join import GPU0, GPU1, GPU2, _cgstat
 
 GIB = 1 << 30
 MIB = 1 << 20
-GPU0, GPU1, GPU2 = "GPU-00000000-aaaa-0000-0000-000000000000", "GPU-11111111-bbbb-0000-0000-000000000000", \
-    "GPU-22222222-cccc-0000-0000-000000000000"
-
-
-def _cgstat(scenario, *args, variant="full", timeout=60):
-    proc = subprocess.run([sys.executable, "-m", "cgstat", *args], env=D.env(scenario, variant), cwd=ROOT,
-                          capture_output=True, timeout=timeout)
-    assert proc.returncode == 0, proc.stderr.decode()
-    records = [json.loads(line) for line in proc.stdout.splitlines()]
-    for r in records:
-        validate(r)
-    return records, proc.stderr.decode()
 
 
 def _gpus(records):
@@ -136,18 +123,6 @@ def test_idle_gpu_and_no_process_give_zeros(tmp_path, make_group):
                                                 "energy_joules_total": 0.0, "devices": [], "processes": []}
 
 
-@pytest.mark.parametrize("variant,init,needle", [
-    (None, "ok", "libnvidia-ml.so.1 not found"),
-    ("full", "driver_not_loaded", "NVIDIA driver not loaded"),
-])
-def test_no_library_or_no_driver(tmp_path, variant, init, needle):
-    path = D.write_scenario(tmp_path / "s.txt", D.Scenario(init=init).gpu(0, uuid=GPU0))
-    records, err = _cgstat(path, "once", "--window", "0", "--all", variant=variant)
-    assert records and all(r["type"] == "cgroup" and r["gpu"] is None for r in records)
-    (line,) = [x for x in err.splitlines() if "GPU" in x]
-    assert needle in line
-
-
 def test_gpu_lost_mid_stream(tmp_path, make_group):
     g = make_group()
     pid = g.start(["sleep", "1000"], stdout=subprocess.DEVNULL).pid
@@ -173,34 +148,6 @@ def test_gpu_lost_mid_stream(tmp_path, make_group):
     assert all(_failures(r) == [] for r in records if r["type"] == "gpu" and r["gpu"]["uuid"] == GPU1)
     mine = [r for r in records if r["type"] == "cgroup" and r["cgroup"] == g.cgroup]
     assert len(mine) == 8 and all(r["cpu"]["usage_seconds_total"] is not None for r in mine)
-
-
-def test_reused_pid_is_not_attributed_from_the_cache(tmp_path):
-    """NVML lists PID 216 tick after tick; between two ticks it exits and the number is
-    reused by a process in another cgroup: the new process is that cgroup's (start time
-    checked on every lookup), and a PID that is gone is nobody's."""
-    import shutil
-
-    from cgstat.kernel.hierarchy import detect
-    from cgstat.kernel.hostfs import HostFS
-    from cgstat.kernel.procs import UNKNOWN
-    from cgstat.naming.workload import Namer
-
-    root = str(tmp_path / "t1")
-    shutil.copytree(os.path.join(ROOT, "tests", "fixtures", "v2-systemd", "t1"), root, symlinks=True)
-    fs = HostFS(root)
-    namer = Namer(fs, detect(fs))
-    first = namer.gpu_owner(216)
-    assert first.container["name"] == "tf-training" and first.cgroup.startswith("/system.slice/docker-")
-    stat = os.path.join(root, "proc/216/stat")
-    fields = open(stat).read().split(" ")
-    fields[21] = str(int(fields[21]) + 500)  # a new start time: another process
-    open(stat, "w").write(" ".join(fields))
-    open(os.path.join(root, "proc/216/cgroup"), "w").write("0::/system.slice/cron.service\n")
-    again = namer.gpu_owner(216)
-    assert again.cgroup == "/system.slice/cron.service" and again.container is None
-    shutil.rmtree(os.path.join(root, "proc/216"))
-    assert namer.gpu_owner(216) == UNKNOWN
 
 
 def _stream_switching(path, first_scenario, then, *args):

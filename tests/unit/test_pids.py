@@ -3,10 +3,7 @@ Docker Engine API fallback when Docker's state files can't be read."""
 
 import os
 import shutil
-import subprocess
-import sys
 
-import pytest
 from fakedocker import FakeDocker as _FakeDocker
 from contract import ROOT, run_cgstat
 
@@ -16,25 +13,6 @@ from cgstat.naming.runtimes.dockerapi import docker_api
 from cgstat.naming.workload import Namer
 
 FIX = os.path.join(ROOT, "tests", "fixtures")
-
-
-def test_live_pids_and_a_dead_one():
-    child = subprocess.Popen(["sleep", "30"])
-    try:
-        out, _, code = run_cgstat("pid", str(os.getpid()), str(child.pid), "4194303")
-    finally:
-        child.kill()
-        child.wait()
-    assert code == 0
-    me, sleeper, dead = out
-    own = {}
-    for line in open("/proc/self/cgroup"):
-        _, controllers, path = line.rstrip("\n").split(":", 2)
-        own[controllers or "unified"] = path
-    assert me["paths"] == {k: v for k, v in own.items() if k in me["paths"]}
-    assert me["paths"]["memory"] == own["memory"]  # the nested memory cgroup, not "/"
-    assert sleeper["cgroup"] == me["cgroup"] and sleeper["error"] is None
-    assert dead["error"] == "no such process" and dead["container"] is None
 
 
 def _copy(tmp_path, name="v2-systemd"):
@@ -66,19 +44,6 @@ def test_pid_that_exits_while_being_looked_up(tmp_path):
     mapper = Namer(fs, detect(fs))
     os.remove(os.path.join(root, "proc/216/cgroup"))  # stat still there, cgroup gone
     assert mapper.describe_pid(216)["error"] == "no such process"
-
-
-@pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("unshare"), reason="needs root and unshare")
-def test_warns_inside_its_own_pid_namespace():
-    proc = subprocess.run(["unshare", "--pid", "--fork", "--mount-proc", sys.executable, "-m", "cgstat",
-                           "once", "--window", "0"], capture_output=True, cwd=ROOT, timeout=60)
-    assert proc.returncode == 0, proc.stderr
-    err = proc.stderr.decode()
-    assert "own PID namespace" in err and "--pid=host" in err and "hostPID: true" in err
-    assert err.count("own PID namespace") == 1
-    # and not on the host's
-    _, err, _ = run_cgstat("once", "--window", "0")
-    assert "PID namespace" not in err
 
 
 def test_docker_api_fallback_when_state_is_missing(tmp_path):

@@ -12,7 +12,7 @@ import time
 import pytest
 
 from cgstat.outputs import prometheus as prom
-from cgstat.outputs.http import MetricsServer, parse_listen, wants_gzip, wants_openmetrics
+from cgstat.outputs.http import DEFAULT_LISTEN, MetricsServer, parse_listen, wants_gzip, wants_openmetrics
 
 RECORDS = [{"schema": 1, "type": "cgroup", "ts": "2026-11-29T20:10:12.807Z", "cgroup": "/a",
             "cpu": {"usage_seconds_total": 1.5}, "memory": {"working_set_bytes": 10}, "errors": []}]
@@ -201,3 +201,7 @@ def test_negotiation_helpers():
     for bad in ("", "localhost", "1.2.3.4:x", "1.2.3.4:70000", "::1:9"):
         with pytest.raises(ValueError):
             parse_listen(bad)
+
+
+def test_default_listen_is_loopback():
+    assert parse_listen(DEFAULT_LISTEN)[0] == "127.0.0.1"

@@ -1,0 +1,156 @@
+"""The JSON lines sink: a batch goes out whole or not at all, in chunks, with a bounded backlog."""
+
+import errno
+import os
+import orjson
+import pytest
+from cgstat.outputs import jsonl as sinks
+
+
+def _big_records(n, pad=200):
+    return [{"schema": 1, "type": "cgroup", "cgroup": f"/g{i}", "x": "y" * pad} for i in range(n)]
+
+
+def _read_all(fd):
+    parts = []
+    while True:
+        data = os.read(fd, 1 << 16)
+        if not data:
+            return b"".join(parts)
+        parts.append(data)
+
+
+def test_a_batch_goes_out_in_chunks_and_a_failed_chunk_keeps_the_batch_whole(tmp_path, monkeypatch):
+    """A batch bigger than a chunk is written in several writes; a failure on a later chunk
+    cuts the file back to where the batch began and keeps the whole batch, which goes out
+    unchanged (the same bytes as a clean write) on the next tick."""
+    records = _big_records(3000)  # ~700 KB: three chunks
+    expected = b"".join(orjson.dumps(r) + b"\n" for r in records)
+    out = tmp_path / "out.jsonl"
+    sink = sinks.FileSink(str(out))
+    sink.write_bytes(b'{"a":1}\n')
+    real_write = os.write
+    sizes = []
+    failed = []
+
+    def second_chunk_fails(fd, data):
+        sizes.append(len(data))
+        if len(sizes) == 2 and not failed:
+            failed.append(True)
+            real_write(fd, bytes(data[:100]))  # part of it reaches the disk, then ENOSPC
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real_write(fd, data)
+
+    monkeypatch.setattr(os, "write", second_chunk_fails)
+    with pytest.raises(sinks.SinkError, match="No space left"):
+        sink.write(records)
+    assert out.read_bytes() == b'{"a":1}\n'  # the first chunk and the partial second were cut back
+    assert max(sizes) <= sinks._CHUNK_BYTES + 1024  # never the batch in one piece
+    sizes.clear()
+    sink.write([{"b": 2}])  # next tick: the kept batch first, whole
+    assert out.read_bytes() == b'{"a":1}\n' + expected + b'{"b":2}\n'
+    assert len(sizes) == 2  # the kept batch, then the new one
+    assert sink.serialise(records) == expected
+
+
+def test_stdout_keeps_only_what_did_not_go_out(monkeypatch):
+    """stdout can't be cut back: what went out stays, the rest (completing the line begun)
+    goes first on the next tick; nothing is written twice and no line is left half."""
+    r, w = os.pipe()
+    sink = sinks.StdoutSink(fd=w)
+    records = _big_records(3000)
+    expected = b"".join(orjson.dumps(x) + b"\n" for x in records)
+    real_write = os.write
+    calls = {"n": 0}
+
+    def fails_midway(fd, data):
+        calls["n"] += 1
+        if calls["n"] == 2:
+            return real_write(fd, bytes(data[:1000]))  # a short write...
+        if calls["n"] == 3:
+            raise OSError(errno.EAGAIN, "Resource temporarily unavailable")  # ...then a failure
+        return real_write(fd, data)
+
+    got = []
+    import threading
+
+    reader = threading.Thread(target=lambda: got.append(_read_all(r)))
+    reader.start()
+    try:
+        monkeypatch.setattr(os, "write", fails_midway)
+        with pytest.raises(sinks.SinkError, match="temporarily unavailable"):
+            sink.write(records)
+        assert sink._head_continues
+        sink.write([{"b": 2}])
+        assert not sink._pending and not sink._head_continues
+    finally:
+        os.close(w)
+        reader.join()
+        os.close(r)
+    assert got[0] == expected + b'{"b":2}\n'
+
+
+def test_the_backlog_is_bounded_but_never_drops_a_line_stdout_began(monkeypatch):
+    sink = sinks.StdoutSink(fd=1)
+
+    def full(fd, data):
+        raise OSError(errno.ENOSPC, "No space left on device")  # stdout redirected to a full disk
+
+    monkeypatch.setattr(os, "write", full)
+    monkeypatch.setattr(sinks, "_PENDING_MAX_BYTES", 100)
+    sink._pending.append(b'rest of a line"}\n')  # stdout wrote the start of this line
+    sink._pending_bytes = 17
+    sink._head_continues = True
+    for i in range(5):
+        with pytest.raises(sinks.SinkError):
+            sink.write_bytes(b'{"n":%d,"pad":"%s"}\n' % (i, b"x" * 40))
+    # the line begun and the newest batch (together past the bound: the newest is always kept)
+    assert [x[:6] for x in sink._pending] == [b'rest o', b'{"n":4']
+    assert sink._pending_bytes == sum(len(x) for x in sink._pending)
+    assert sink.dropped_lines == 4
+
+
+def test_records_that_come_one_at_a_time_are_kept_whole_when_a_later_chunk_fails(tmp_path, monkeypatch):
+    """stream hands the sink its records one at a time (a generator): the file still gets
+    the batch whole or not at all, from the chunks already written and the rest."""
+    records = _big_records(3000)
+    expected = b"".join(orjson.dumps(r) + b"\n" for r in records)
+    out = tmp_path / "out.jsonl"
+    sink = sinks.FileSink(str(out))
+    real_write = os.write
+    calls = []
+
+    def third_chunk_fails(fd, data):
+        calls.append(len(data))
+        if len(calls) == 3:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real_write(fd, data)
+
+    monkeypatch.setattr(os, "write", third_chunk_fails)
+    taken = []
+
+    def one_at_a_time():
+        for r in records:
+            taken.append(r)
+            yield r
+
+    with pytest.raises(sinks.SinkError, match="No space left"):
+        sink.write(one_at_a_time())
+    assert out.read_bytes() == b"" and len(taken) == len(records)
+    sink.write(iter([{"b": 2}]))
+    assert out.read_bytes() == expected + b'{"b":2}\n'
+
+
+def test_records_that_stop_coming_half_way_leave_nothing_of_the_batch(tmp_path):
+    out = tmp_path / "out.jsonl"
+    sink = sinks.FileSink(str(out))
+    sink.write([{"a": 1}])
+
+    def fails_after_a_chunk():
+        yield from _big_records(2000)
+        raise RuntimeError("the tick failed")
+
+    with pytest.raises(RuntimeError):
+        sink.write(fails_after_a_chunk())
+    assert out.read_bytes() == b'{"a":1}\n'
+
