@@ -20,9 +20,9 @@ import sys
 import tempfile
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(REPO, "tests"))
+sys.path.insert(0, REPO)
 
-from nvmldouble import Scenario, env, write_scenario  # noqa: E402
+from tests.helpers.nvmldouble import Scenario, env, write_scenario  # noqa: E402
 
 BUDGET_MS = 3.0
 

@@ -25,9 +25,8 @@ import uuid
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, ".."))
-sys.path.insert(0, os.path.join(HERE, "..", "tests"))
 
-from synth import v2_cgroup, v2_host, write  # noqa: E402
+from tests.helpers.synth import v2_cgroup, v2_host, write  # noqa: E402
 
 from cgstat.pipeline.diagnostics import Warner  # noqa: E402
 from cgstat.pipeline.sampler import Sampler  # noqa: E402

@@ -4,7 +4,7 @@
     python3 bench/prometheus_cost.py                 # 1,000 cgroups, table
     python3 bench/prometheus_cost.py --cgroups 100 1000 5000 --json
 
-A synthetic cgroup v2 host (tests/synth.py: every cgroup a Docker container with a name,
+A synthetic cgroup v2 host (tests/helpers/synth.py: every cgroup a Docker container with a name,
 an image and 3 labels, one block device, PSI; no root needed) is sampled by the real
 Sampler; its records go through the real renderer and the real HTTP server on loopback.
 
@@ -32,9 +32,8 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
-sys.path.insert(0, os.path.join(os.path.dirname(HERE), "tests"))
 
-import synth  # noqa: E402
+from tests.helpers import synth  # noqa: E402
 
 from cgstat.outputs import prometheus as prom  # noqa: E402
 from cgstat.outputs.serve import Exporter  # noqa: E402

@@ -21,9 +21,8 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, ".."))
-sys.path.insert(0, os.path.join(HERE, "..", "tests"))
 
-from synth import v2_cgroup, v2_host  # noqa: E402
+from tests.helpers.synth import v2_cgroup, v2_host  # noqa: E402
 
 from cgstat.outputs.jsonl import StdoutSink  # noqa: E402
 from cgstat.pipeline.diagnostics import Warner  # noqa: E402

@@ -41,8 +41,8 @@ import tempfile
 import time
 from typing import List, Optional, Sequence, Tuple
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
-import realcg  # noqa: E402  (the one real-cgroup harness, shared with the tests)
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from tests.helpers import realcg  # noqa: E402  (the one real-cgroup harness, shared with the tests)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
@@ -69,7 +69,7 @@ class Hierarchy:
 def find_hierarchies() -> List[Hierarchy]:
     """The v1 hierarchies carrying the controllers cgstat reads (one per mount: co-mounted
     cpu,cpuacct once), plus cgroup2 ("unified" on a hybrid host, "v2" on a pure one), with
-    our own cgroup's folder in each, as the test harness reads them (tests/realcg.py)."""
+    our own cgroup's folder in each, as the test harness reads them (tests/helpers/realcg.py)."""
     h = realcg.Hierarchies()
     found = []
     for key in h.distinct(V1_CONTROLLERS + ("unified",)):

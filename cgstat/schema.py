@@ -4,7 +4,7 @@ and key paths.
 cgstat/record.schema.json, gpu-record.schema.json, event.schema.json, cgstat/records.py,
 cgstat/fieldkeys.py and the tables of docs/prometheus.md and docs/schema.md are this module's output, checked in (the schemas ship in the package; the types are
 imported) and tested equal to it: `python -m cgstat.schema --write` (or
-`CGSTAT_REGEN_SCHEMA=1 pytest tests/test_fields.py`) writes them again after a change to
+`CGSTAT_REGEN_SCHEMA=1 pytest tests/unit/test_fields.py`) writes them again after a change to
 the table.
 """
 

@@ -1,11 +1,5 @@
-import os
-import sys
-
-# tests/ has helper modules (realcg.py) imported by plain name
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-
-# real-cgroup fixtures (see realcg.py); each skips itself where the host can't run them
-from realcg import (  # noqa: F401
+# real-cgroup fixtures (see helpers/realcg.py); each skips itself where the host can't run them
+from tests.helpers.realcg import (  # noqa: F401
     make_container,
     make_group,
     realcg_env,

@@ -3,7 +3,7 @@ OpenMetrics 1.0 (counter families named without `_total` in `# HELP`/`# TYPE`, `
 gauges as `info` families, timestamps in seconds, `# EOF`).
 
 The families are declared in cgstat/fields.py and rendered here; docs/prometheus.md
-lists every one (tests/test_fields.py checks it against FAMILIES). Names, units and
+lists every one (tests/unit/test_fields.py checks it against FAMILIES). Names, units and
 labels follow cAdvisor (google/cadvisor, metrics/prometheus.go) wherever cAdvisor has the
 meaning, so its dashboards and rules run unchanged; the rest is under `cgstat_`. Raw
 counters, never rates; a null gives no sample, never a fake 0; a cgroup's samples carry

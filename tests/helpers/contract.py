@@ -13,7 +13,7 @@ import sys
 
 import jsonschema
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SCHEMA = json.load(open(os.path.join(ROOT, "cgstat", "record.schema.json")))
 VALIDATOR = jsonschema.Draft7Validator(SCHEMA)
 GPU_SCHEMA = json.load(open(os.path.join(ROOT, "cgstat", "gpu-record.schema.json")))

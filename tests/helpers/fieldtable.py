@@ -84,7 +84,7 @@ def record(record_type="cgroup", **overrides):
     """A record of type `record_type` valid against its schema: every key, null (or empty)
     but for `overrides` (merged into the objects they name; an object given where the
     record has null gets the keys it lacks, null or empty)."""
-    from contract import validate
+    from tests.helpers.contract import validate
 
     table = _TABLES[record_type]
     base = blank(table)

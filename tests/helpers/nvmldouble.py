@@ -10,7 +10,7 @@ pynvml loads `libnvidia-ml.so.1` by soname, so the double is put on LD_LIBRARY_P
 Variants are built with gcc into a cache folder keyed by the source's hash and the flags,
 so a changed double is rebuilt and parallel runs never see half-written files.
 
-Run as a script (`python tests/nvmldouble.py PLAN.json`, inside the environment above), it
+Run as a script (`python tests/helpers/nvmldouble.py PLAN.json`, inside the environment above), it
 is the reader `run_reads()` drives: it writes each step's scenario, advances a fake
 monotonic clock, calls `read_gpus` and prints every snapshot as one JSON document.
 """
@@ -24,9 +24,9 @@ import sys
 import tempfile
 from typing import Any, Dict, List, Optional
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-REPO = os.path.dirname(HERE)
-SOURCE = os.path.join(HERE, "nvml", "nvml_double.c")
+TESTS = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO = os.path.dirname(TESTS)
+SOURCE = os.path.join(TESTS, "nvml", "nvml_double.c")
 SONAME = "libnvidia-ml.so.1"
 
 VARIANTS = {
@@ -192,8 +192,8 @@ def _main(plan_path: str) -> None:
     import cgstat.gpu.sample  # noqa: F401
     on_import = "pynvml" in sys.modules
     from cgstat.gpu import nvml
-    from cgstat.gpu.nvml import Gateway
     from cgstat.gpu.energy import EnergyModel
+    from cgstat.gpu.nvml import Gateway
     from cgstat.gpu.sample import GpuReader
 
     with open(plan_path) as f:

@@ -38,9 +38,9 @@ import pytest
 
 PREFIX = "cgstat-test-"
 CGROOT = "/sys/fs/cgroup"
-HERE = os.path.dirname(os.path.abspath(__file__))
-REPO = os.path.dirname(HERE)
-TOOLS = os.path.join(HERE, "tools")
+TESTS = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO = os.path.dirname(TESTS)
+TOOLS = os.path.join(TESTS, "tools")
 
 # hierarchies a plain test group lives in (those missing on a host are skipped)
 DEFAULT_HIERARCHIES = ("cpu", "cpuacct", "memory", "blkio", "pids", "unified")

@@ -2,7 +2,9 @@
 
 import io
 import os
+
 import pytest
+
 import cgstat
 
 
@@ -10,7 +12,9 @@ import cgstat
                     reason="no live cgroup filesystem")
 def test_follow_false_watches_nothing_and_once_and_pid_ask_for_it(monkeypatch):
     from cgstat import cli
-    from cgstat.app import once as once_mod, pid as pid_mod, stream as stream_mod
+    from cgstat.app import once as once_mod
+    from cgstat.app import pid as pid_mod
+    from cgstat.app import stream as stream_mod
     from cgstat.pipeline import sampler as sampler_mod
     from cgstat.pipeline.diagnostics import Warner
 

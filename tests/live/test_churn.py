@@ -12,7 +12,8 @@ import sys
 import time
 
 import pytest
-from contract import ROOT, validate
+
+from tests.helpers.contract import ROOT, validate
 
 pytestmark = pytest.mark.realcg
 

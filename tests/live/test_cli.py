@@ -1,6 +1,6 @@
 """stream and once on this host's own cgroups."""
 
-from contract import run_cgstat, validate
+from tests.helpers.contract import run_cgstat, validate
 
 
 def test_stream_live_host_three_batches():

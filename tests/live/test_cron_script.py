@@ -1,10 +1,13 @@
 """bin/cgstat-cron refuses a state folder owned by another user (root: chown)."""
 
 from __future__ import annotations
+
 import os
 from pathlib import Path
+
 import pytest
-from tests.unit.test_cron_script import STUB_OK, make_stub, env_for, run, state_file, stub_ran, one_line
+
+from tests.unit.test_cron_script import STUB_OK, env_for, make_stub, one_line, run, state_file, stub_ran
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="chown to another user needs root")

@@ -1,6 +1,6 @@
 """cgstat beside a real dockerd (Debian's docker.io, cgroupfs driver) and its containerd.
 
-One private daemon per session (tests/realdocker.py: its own data root, exec root, socket
+One private daemon per session (tests/helpers/realdocker.py: its own data root, exec root, socket
 and bridge, given on its command line, the vfs driver, no iptables). Two groups of
 containers run at once, each with a CPU burner under a quota, a memory holder, a
 direct-IO writer and a network pair (a sender and a receiver, bounded traffic):
@@ -36,8 +36,9 @@ import time
 import urllib.request
 
 import pytest
-import realdocker
-from contract import ROOT, validate
+
+from tests.helpers import realdocker
+from tests.helpers.contract import ROOT, validate
 
 pytestmark = pytest.mark.realcg
 

@@ -2,9 +2,11 @@
 
 import sys
 import time
+
 import pytest
+
 from cgstat.pipeline.events import EventDetector
-from tests.unit.test_events import MiB, validate, gpu
+from tests.unit.test_events import MiB, gpu, validate
 
 
 def drive(group, seconds, interval=0.25, window=2.0, until=None, **kw):

@@ -4,9 +4,10 @@ import json
 import os
 import subprocess
 import sys
-import pytest
-from contract import ROOT, validate
 
+import pytest
+
+from tests.helpers.contract import ROOT, validate
 
 # Forks until the kernel refuses (EAGAIN) `n` times once the trigger file appears, then waits.
 _BOMB = r"""

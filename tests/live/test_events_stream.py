@@ -5,8 +5,8 @@ import json
 import subprocess
 import sys
 
-import nvmldouble as D
-from contract import ROOT, validate
+from tests.helpers import nvmldouble as D
+from tests.helpers.contract import ROOT, validate
 
 MIB = 1 << 20
 

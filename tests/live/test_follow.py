@@ -10,7 +10,6 @@ import errno
 import os
 
 import pytest
-from realcg import make_group, realcg_env  # noqa: F401  (fixtures)
 
 from cgstat.kernel import handles, inotify
 from cgstat.kernel.discover import Discoverer
@@ -19,6 +18,7 @@ from cgstat.kernel.hierarchy import Hierarchy, detect
 from cgstat.kernel.hostfs import HostFS, ReadError
 from cgstat.kernel.tree import Folder
 from cgstat.pipeline.sampler import Sampler
+from tests.helpers.realcg import make_group, realcg_env  # noqa: F401  (fixtures)
 
 pytestmark = pytest.mark.realcg
 

@@ -8,9 +8,9 @@ import sys
 
 import pytest
 
-import nvmldouble as D
-import realcg as R
-from contract import ROOT, validate
+from tests.helpers import nvmldouble as D
+from tests.helpers import realcg as R
+from tests.helpers.contract import ROOT, validate
 from tests.unit.test_gpu_join import GPU0, GPU1, GPU2, _cgstat
 
 GIB = 1 << 30

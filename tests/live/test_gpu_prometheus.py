@@ -1,18 +1,20 @@
 """Dashboard-shaped queries in a real Prometheus against cgstat serve on the NVML double."""
 
 from __future__ import annotations
+
 import json
 import shutil
 import signal
 import subprocess
 import sys
 import urllib.parse
-import pytest
-import nvmldouble as D
-from contract import ROOT
-from test_serve_prometheus import free_port, http_get, query, wait_for
-from tests.unit.test_gpu_prometheus import U0, U1, scenario
 
+import pytest
+
+from tests.helpers import nvmldouble as D
+from tests.helpers.contract import ROOT
+from tests.live.test_serve_prometheus import free_port, http_get, query, wait_for
+from tests.unit.test_gpu_prometheus import U0, U1, scenario
 
 PROMETHEUS = shutil.which("prometheus")
 

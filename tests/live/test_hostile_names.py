@@ -4,9 +4,11 @@ import os
 import re
 import subprocess
 import time
+
 import pytest
-from contract import validate
-from tests.unit.test_hostile_names import _run, _records, _assert_no_raw_controls
+
+from tests.helpers.contract import validate
+from tests.unit.test_hostile_names import _assert_no_raw_controls, _records, _run
 
 
 @pytest.mark.realcg

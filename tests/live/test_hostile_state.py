@@ -16,18 +16,18 @@ import time
 
 import orjson
 import pytest
-from fakedocker import SilentDocker as _SilentDocker
-from contract import ROOT, roundtrip, run_cgstat, validate
-from synth import v2_cgroup, write
 
 from cgstat.kernel.hostfs import HostFS, Malformed, Untrusted, read_untrusted
+from cgstat.naming.paths import classify
 from cgstat.naming.runtimes import identities, storage
 from cgstat.naming.runtimes.entry import ContainerEntry
 from cgstat.naming.runtimes.identities import Identities
 from cgstat.naming.runtimes.trust import Budget
-from cgstat.naming.paths import classify
 from cgstat.pipeline.diagnostics import Warner
 from cgstat.pipeline.sampler import Sampler
+from tests.helpers.contract import ROOT, roundtrip, run_cgstat, validate
+from tests.helpers.fakedocker import SilentDocker as _SilentDocker
+from tests.helpers.synth import v2_cgroup, write
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root (chown, mknod-free FIFOs owned by others)")
 

@@ -6,7 +6,8 @@ import shutil
 import subprocess
 
 import pytest
-from contract import ROOT
+
+from tests.helpers.contract import ROOT
 
 
 @pytest.mark.skipif(not os.path.exists("/usr/bin/python3"), reason="no distribution Python here")

@@ -1,16 +1,19 @@
 """The kernel's own OOM kill line, read from /dev/kmsg, in a folder named to forge another container."""
 
 from __future__ import annotations
+
 import os
 import secrets
 import subprocess
+
 import pytest
+
 from cgstat.kernel import kmsg
 from cgstat.kernel.kmsg import KmsgFollower
 
 
 def _can_oom():
-    import realcg
+    from tests.helpers import realcg
 
     why = realcg.skip_reason()
     if why:
@@ -24,7 +27,7 @@ def test_real_kernel_kill_in_a_forging_folder(tmp_path):
     why = _can_oom()
     if why:
         pytest.skip(why)
-    import realcg
+    from tests.helpers import realcg
 
     hier = realcg.Hierarchies()
     # folders named to move the kill to another container, as a delegated user could:

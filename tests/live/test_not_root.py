@@ -10,7 +10,8 @@ import sys
 import tempfile
 
 import pytest
-from contract import ROOT, validate
+
+from tests.helpers.contract import ROOT, validate
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("setpriv"),
                                 reason="needs root to drop to another user (setpriv)")
@@ -99,7 +100,7 @@ def test_unreadable_state_and_cgroup_files(open_tmp):
 
 
 def _oom_group(realcg_env):
-    import realcg
+    from tests.helpers import realcg
 
     g = realcg.TestGroup(realcg_env)
     g.set_memory_limit(32 << 20)

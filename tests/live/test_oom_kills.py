@@ -23,8 +23,8 @@ import urllib.request
 
 import pytest
 
-import realcg as R
-from contract import validate
+from tests.helpers import realcg as R
+from tests.helpers.contract import validate
 
 pytestmark = [pytest.mark.realcg]
 MiB = 1024 * 1024

@@ -6,7 +6,8 @@ import subprocess
 import time
 
 import pytest
-from test_cli import V2, _lines_whole, _popen
+
+from tests.unit.test_cli import V2, _lines_whole, _popen
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="mounting a small tmpfs needs root")
 

@@ -4,8 +4,10 @@ import os
 import shutil
 import subprocess
 import sys
+
 import pytest
-from contract import ROOT, run_cgstat
+
+from tests.helpers.contract import ROOT, run_cgstat
 
 
 def test_live_pids_and_a_dead_one():

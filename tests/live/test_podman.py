@@ -16,7 +16,8 @@ import tarfile
 import time
 
 import pytest
-from contract import ROOT, validate
+
+from tests.helpers.contract import ROOT, validate
 
 pytestmark = [pytest.mark.realcg,
               pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("podman") or not shutil.which("runc")

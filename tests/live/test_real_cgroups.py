@@ -18,7 +18,8 @@ import sys
 import time
 
 import pytest
-import realcg as R
+
+from tests.helpers import realcg as R
 
 # fixtures (make_group, make_container, workload_bin, run_cgstat, ...) come from realcg.py
 # through conftest.py

@@ -9,8 +9,9 @@ import subprocess
 import sys
 
 import pytest
-import realcg as R
-from contract import ROOT, validate
+
+from tests.helpers import realcg as R
+from tests.helpers.contract import ROOT, validate
 
 pytestmark = pytest.mark.realcg
 

@@ -28,7 +28,7 @@ import pytest
 
 parser = pytest.importorskip("prometheus_client.parser")
 yaml = pytest.importorskip("yaml")
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 DEPLOY = os.path.join(REPO, "deploy")
 PROMETHEUS = shutil.which("prometheus")
 PROMTOOL = shutil.which("promtool")

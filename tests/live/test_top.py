@@ -3,8 +3,10 @@
 import re
 import statistics
 import sys
+
 import pytest
-from tests.unit.test_top import REPO, _top_code, Tmux
+
+from tests.unit.test_top import REPO, Tmux, _top_code
 
 
 def _rows(screen):

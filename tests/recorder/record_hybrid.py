@@ -5,7 +5,7 @@ usage (root): python3 tests/recorder/record_hybrid.py [DEST] [--gap SECONDS]
     DEST defaults to tests/fixtures/hybrid-local; --gap (start to start) defaults to 2.
 
 What it does
-  1. With tests/realcg.py it creates cgstat-test-* groups below its own cgroup in every
+  1. With tests/helpers/realcg.py it creates cgstat-test-* groups below its own cgroup in every
      hierarchy (memory is nested on the dev machines) and starts known workloads in them:
        quota  - busy loop under cpu.cfs_quota_us=50000 / period 100000 (0.5 core)
        burn1s - burned exactly 1.0 s of CPU, then sleeps
@@ -55,9 +55,9 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 TESTS = os.path.dirname(HERE)
-sys.path.insert(0, TESTS)
+sys.path.insert(0, os.path.dirname(TESTS))
 
-import realcg as R
+from tests.helpers import realcg as R  # noqa: E402
 
 MIB = 1 << 20
 PF_KTHREAD = 0x00200000

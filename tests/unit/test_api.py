@@ -7,10 +7,10 @@ import sys
 import time
 
 import pytest
-from contract import ROOT, validate
-from realcg import find
 
 import cgstat
+from tests.helpers.contract import ROOT, validate
+from tests.helpers.realcg import find
 
 V2 = os.path.join(ROOT, "tests", "fixtures", "v2-systemd")
 

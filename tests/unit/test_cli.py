@@ -8,7 +8,8 @@ import sys
 import time
 
 import pytest
-from contract import ROOT, run_cgstat, validate
+
+from tests.helpers.contract import ROOT, run_cgstat, validate
 
 FIX = os.path.join(ROOT, "tests", "fixtures")
 V2 = os.path.join(FIX, "v2-systemd", "t1")
@@ -153,8 +154,8 @@ def test_host_without_gpu_or_runtimes_has_no_names_and_no_errors_about_them():
 
 
 def test_slow_tick_warns_once_and_skips_missed_slots(monkeypatch, capfd):
-    from cgstat.outputs.jsonl import StdoutSink
     from cgstat.app import stream as modes
+    from cgstat.outputs.jsonl import StdoutSink
     from cgstat.pipeline.diagnostics import Warner
 
     class SlowAgent:

@@ -9,9 +9,10 @@ import subprocess
 import sys
 
 import pytest
-from contract import ROOT, run_cgstat, validate
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+
+from tests.helpers.contract import ROOT, run_cgstat, validate
 
 V2 = os.path.join(ROOT, "tests", "fixtures", "v2-systemd", "t1")
 V2_T0 = os.path.join(ROOT, "tests", "fixtures", "v2-systemd", "t0")

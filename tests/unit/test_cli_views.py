@@ -9,7 +9,7 @@ import sys
 import time
 import urllib.request
 
-from contract import ROOT, run_cgstat
+from tests.helpers.contract import ROOT, run_cgstat
 
 V2 = os.path.join(ROOT, "tests", "fixtures", "v2-systemd")
 

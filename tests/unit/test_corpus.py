@@ -5,11 +5,11 @@ import os
 
 import orjson
 import pytest
-from contract import ROOT, roundtrip, validate
-from synth import v2_cgroup, v2_host
 
 from cgstat.pipeline.diagnostics import Warner
 from cgstat.pipeline.sampler import Sampler
+from tests.helpers.contract import ROOT, roundtrip, validate
+from tests.helpers.synth import v2_cgroup, v2_host
 
 CORPUS = os.path.join(ROOT, "tests", "corpus")
 CASES = sorted((f, c) for f in os.listdir(CORPUS) if os.path.isdir(os.path.join(CORPUS, f))

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "bin" / "cgstat-cron"
 
 LINE1 = '{"cgroup": "/a", "cpu_usage_pct": 1.5}'

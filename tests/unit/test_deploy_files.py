@@ -12,7 +12,7 @@ import subprocess
 import pytest
 
 yaml = pytest.importorskip("yaml")
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 PROM_DIR = os.path.join(REPO, "deploy", "prometheus")
 PROMTOOL = shutil.which("promtool")
 needs_promtool = pytest.mark.skipif(PROMTOOL is None, reason="promtool not installed (Debian package prometheus)")

@@ -1,6 +1,6 @@
 """Where Docker's and containerd's state is (naming/runtimes/daemons.py), containers found
 under any cgroup parent only when a runtime knows them, and renames followed; on
-synthetic host roots (no root, no daemon needed). tests/test_docker_real.py does the same
+synthetic host roots (no root, no daemon needed). tests/live/test_docker_real.py does the same
 against a real dockerd."""
 
 import io
@@ -9,13 +9,12 @@ import os
 
 import pytest
 
-from synth import v2_cgroup, v2_host, write
-
 from cgstat.kernel.hostfs import HostFS
 from cgstat.naming.paths import classify
 from cgstat.naming.runtimes.daemons import DaemonConfig, Daemons, socket_path
 from cgstat.pipeline.diagnostics import Warner
 from cgstat.pipeline.sampler import Sampler
+from tests.helpers.synth import v2_cgroup, v2_host, write
 
 CID = "5113" + "ab" * 30
 OTHER = "cd" * 32

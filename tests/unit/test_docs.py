@@ -1,6 +1,6 @@
 """Docs stay true to the code: every option used in the README exists in --help, the
 README's record example keeps the record's key order (every field documented in
-docs/schema.md: tests/test_fields.py)."""
+docs/schema.md: tests/unit/test_fields.py)."""
 
 import json
 import os
@@ -8,7 +8,7 @@ import re
 import subprocess
 import sys
 
-from contract import ROOT, SCHEMA, run_cgstat
+from tests.helpers.contract import ROOT, SCHEMA, run_cgstat
 
 
 def test_readme_options_exist():

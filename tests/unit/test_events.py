@@ -7,13 +7,13 @@ import os
 import time
 
 import pytest
-from fieldtable import record
 
 from cgstat.pipeline.events import KINDS, EventDetector, Thresholds, fit_line, judge_runs, state_extras
 from cgstat.timestamps import parse_ts
+from tests.helpers.fieldtable import record
 
 MiB = 1024 * 1024
-SCHEMA = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "cgstat", "event.schema.json")
+SCHEMA = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "cgstat", "event.schema.json")
 
 
 def validate(events):

@@ -5,9 +5,8 @@ real fork bomb under a v1 pids limit on this machine."""
 import copy
 import os
 
-from contract import ROOT, run_cgstat, validate
-
 from cgstat.pipeline.events import EventDetector
+from tests.helpers.contract import ROOT, run_cgstat, validate
 
 FIX = os.path.join(ROOT, "tests", "fixtures", "v2-fields")
 J = "/system.slice/docker-f56dd1ff992a14d84d9133e27d77b442f4bb8e4ab8dfe7e73119f0c8d9baf44e.scope"

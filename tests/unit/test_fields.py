@@ -8,12 +8,12 @@ import os
 import re
 
 import pytest
-from contract import ROOT, validate
-from fieldtable import example
 
 from cgstat import fieldkeys, fields, records, schema
 from cgstat.outputs import prometheus as prom
 from cgstat.outputs import table
+from tests.helpers.contract import ROOT, validate
+from tests.helpers.fieldtable import example
 
 parser = pytest.importorskip("prometheus_client.parser")
 

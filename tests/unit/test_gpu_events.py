@@ -3,9 +3,8 @@ each raised once per episode, ended once, and XIDs naming who was on the GPU."""
 
 import time
 
-from contract import validate
-
 from cgstat.pipeline.events import EventDetector
+from tests.helpers.contract import validate
 
 U0, U1, M0 = "GPU-ev000000-0000-0000-0000-000000000000", "GPU-ev000000-0000-0000-0000-000000000001", "MIG-ev0"
 T0 = 1_795_000_000.0

@@ -6,7 +6,8 @@ energy split (Kepler's way) on a fake clock."""
 import shutil
 
 import pytest
-from nvmldouble import Scenario, run_reads
+
+from tests.helpers.nvmldouble import Scenario, run_reads
 
 pytestmark = pytest.mark.skipif(not (shutil.which("gcc") or shutil.which("cc")),
                                 reason="no C compiler to build the NVML double")

@@ -4,10 +4,11 @@ import json
 import os
 import subprocess
 import sys
-import pytest
-import nvmldouble as D
-from contract import ROOT, validate
 
+import pytest
+
+from tests.helpers import nvmldouble as D
+from tests.helpers.contract import ROOT, validate
 
 GPU0, GPU1, GPU2 = "GPU-00000000-aaaa-0000-0000-000000000000", "GPU-11111111-bbbb-0000-0000-000000000000", \
     "GPU-22222222-cccc-0000-0000-000000000000"

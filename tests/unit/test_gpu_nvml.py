@@ -1,15 +1,16 @@
 """cgstat.gpu against the real, unmodified pynvml loading a C double of libnvidia-ml.so.1.
 
 Every test runs its reads in a subprocess (LD_LIBRARY_PATH must be set before the process
-starts; tests/nvmldouble.py). The gateway's monotonic clock is fake there, so back-offs are
+starts; tests/helpers/nvmldouble.py). The gateway's monotonic clock is fake there, so back-offs are
 stepped, never slept.
 """
 
 import shutil
 
 import pytest
-from nvmldouble import Scenario
-from nvmldouble import run_reads as _run_reads
+
+from tests.helpers.nvmldouble import Scenario
+from tests.helpers.nvmldouble import run_reads as _run_reads
 
 pytestmark = pytest.mark.skipif(not (shutil.which("gcc") or shutil.which("cc")),
                                 reason="no C compiler to build the NVML double")

@@ -24,11 +24,10 @@ import sys
 
 import pytest
 
-import nvmldouble as D
-from contract import ROOT
-
 from cgstat import fields
 from cgstat.outputs import prometheus as prom
+from tests.helpers import nvmldouble as D
+from tests.helpers.contract import ROOT
 
 parser = pytest.importorskip("prometheus_client.parser")
 
@@ -107,7 +106,7 @@ def test_dcgm_families_are_declared_in_the_table():
     assert all(f.kind == "gauge" and f.labels == fields.DCGM_LABELS for f in fields.FAMILIES
                if f.name.startswith("DCGM_FI_"))
     # every one is made by the renderer from a GPU record with every field set
-    from fieldtable import example
+    from tests.helpers.fieldtable import example
 
     text = prom.render([example(fields.GPU_RECORD)], prom.TEXT).decode()
     made = {s.name for f in parser.text_string_to_metric_families(text) for s in f.samples}

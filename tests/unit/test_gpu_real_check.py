@@ -10,8 +10,8 @@ import sys
 
 import pytest
 
-import nvmldouble as D
-from contract import ROOT
+from tests.helpers import nvmldouble as D
+from tests.helpers.contract import ROOT
 
 sys.path.insert(0, os.path.join(ROOT, "bench"))
 import gpu_real_compare as C  # noqa: E402

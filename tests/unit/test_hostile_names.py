@@ -19,7 +19,6 @@ import tempfile
 
 import orjson
 import pytest
-from contract import ROOT, run_cgstat, validate
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -37,6 +36,7 @@ from cgstat.text import (
     escape_json,
     quote,
 )
+from tests.helpers.contract import ROOT, run_cgstat, validate
 
 FIX = os.path.join(ROOT, "tests", "fixtures", "v2-systemd", "t1")
 USER = "/user.slice/user-1000.slice/user@1000.service"

@@ -3,9 +3,9 @@
 import os
 
 import pytest
-from contract import ROOT, run_cgstat, validate
 
 from cgstat.naming.paths import classify, unescape_unit
+from tests.helpers.contract import ROOT, run_cgstat, validate
 
 H = "0123456789abcdef" * 4
 UID = "3f2a1b2c-1111-2222-3333-444455556666"

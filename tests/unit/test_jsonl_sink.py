@@ -2,8 +2,10 @@
 
 import errno
 import os
+
 import orjson
 import pytest
+
 from cgstat.outputs import jsonl as sinks
 
 

@@ -8,9 +8,9 @@ have gives null and no problem in `errors`.
 import os
 
 import pytest
-from contract import ROOT, run_cgstat
 
 from cgstat.kernel import parse
+from tests.helpers.contract import ROOT, run_cgstat
 
 FIXTURES = os.path.join(ROOT, "tests", "fixtures")
 TREES = sorted(d for d in os.listdir(FIXTURES) if os.path.isdir(os.path.join(FIXTURES, d, "t1")))

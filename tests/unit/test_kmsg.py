@@ -15,13 +15,14 @@ import errno
 import os
 
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from cgstat.kernel import kmsg
 from cgstat.kernel.kmsg import KmsgFollower, OomParser, Record, parse_record, parse_summary, unescape
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-FIX = os.path.join(HERE, "fixtures", "kmsg")
+TESTS = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+FIX = os.path.join(TESTS, "fixtures", "kmsg")
 MEMCG = "/process_api/7903aeea264b59975c32630c94ed0cf4/cgstat-test-oom-probe"
 
 

@@ -6,15 +6,14 @@ empty."""
 import os
 import time
 
-import synth
-
 from cgstat.kernel import discover, membership
 from cgstat.kernel.discover import Discoverer
 from cgstat.kernel.hierarchy import detect
 from cgstat.kernel.hostfs import HostFS
-from cgstat.naming import workload
 from cgstat.kernel.procs import recheck_after_s
+from cgstat.naming import workload
 from cgstat.naming.workload import Namer
+from tests.helpers import synth
 
 
 def test_recheck_delays_spread_between_5_and_15_seconds():

@@ -20,7 +20,7 @@ def row(name, *values):
 
 
 # Captured on the dev machine (Linux 6.18, iproute2 6.1) in a namespace made by
-# tests/test_netns_real.py, after 1 MiB over lo and 8 MiB over the veth.
+# tests/live/test_netns_real.py, after 1 MiB over lo and 8 MiB over the veth.
 REAL = HEADER + (
     "    lo: 1065611      41    0    0    0     0          0         0  1065611      41    0    0    0     0       0          0\n"  # noqa: E501
     "cgtf001a5a:   15362     233    0    0    0     0          0         0  8405224     252    0    0    0     0       0          0\n"  # noqa: E501

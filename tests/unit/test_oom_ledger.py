@@ -9,14 +9,14 @@ import re
 
 import pytest
 
-from contract import validate
 from cgstat.kernel.kmsg import KmsgFollower, OomReport
 from cgstat.naming.kills import NamedKill
 from cgstat.outputs import prometheus, prometheus_retention
 from cgstat.pipeline.events import EventDetector, judge_runs, state_extras
+from tests.helpers.contract import validate
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-V2 = os.path.join(HERE, "fixtures", "v2-systemd")
+TESTS = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+V2 = os.path.join(TESTS, "fixtures", "v2-systemd")
 MiB = 1024 * 1024
 C_ID = "57534f8a7f6694f86b56549d0131882cbbc0979347bb7306d6d9882a8c590802"
 

@@ -4,13 +4,12 @@ Docker Engine API fallback when Docker's state files can't be read."""
 import os
 import shutil
 
-from fakedocker import FakeDocker as _FakeDocker
-from contract import ROOT, run_cgstat
-
 from cgstat.kernel.hierarchy import detect
 from cgstat.kernel.hostfs import HostFS
 from cgstat.naming.runtimes.dockerapi import docker_api
 from cgstat.naming.workload import Namer
+from tests.helpers.contract import ROOT, run_cgstat
+from tests.helpers.fakedocker import FakeDocker as _FakeDocker
 
 FIX = os.path.join(ROOT, "tests", "fixtures")
 

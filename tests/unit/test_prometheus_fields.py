@@ -8,13 +8,13 @@ import shutil
 import subprocess
 
 import pytest
-from contract import ROOT
-from fieldtable import example
 
 import cgstat
 from cgstat import fields
 from cgstat.outputs import prometheus as prom
 from cgstat.pipeline.diagnostics import Warner
+from tests.helpers.contract import ROOT
+from tests.helpers.fieldtable import example
 
 parser = pytest.importorskip("prometheus_client.parser")
 PROMTOOL = shutil.which("promtool")

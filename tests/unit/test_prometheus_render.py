@@ -12,12 +12,12 @@ import shutil
 import subprocess
 
 import pytest
-from contract import validate
-from fieldtable import blank, example, record
 
 from cgstat import fields
 from cgstat.outputs import prometheus as prom
 from cgstat.outputs import prometheus_labels as prom_labels
+from tests.helpers.contract import validate
+from tests.helpers.fieldtable import blank, example, record
 
 parser = pytest.importorskip("prometheus_client.parser")
 om_parser = pytest.importorskip("prometheus_client.openmetrics.parser")
@@ -259,7 +259,7 @@ def test_real_records_parse(tmp_path):
     import cgstat
     from cgstat.pipeline.diagnostics import Warner
 
-    root = os.path.join(os.path.dirname(__file__), "fixtures", "v2-systemd", "t1")
+    root = os.path.join(os.path.dirname(os.path.dirname(__file__)), "fixtures", "v2-systemd", "t1")
     sampler = cgstat.Sampler(host_root=root, all=True, warner=Warner(io.StringIO()))
     records = sampler.tick()
     assert records

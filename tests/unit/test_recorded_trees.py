@@ -10,7 +10,8 @@ import json
 import os
 
 import pytest
-from contract import ROOT, check_against_files, check_rates, run_cgstat, validate
+
+from tests.helpers.contract import ROOT, check_against_files, check_rates, run_cgstat, validate
 
 FIXTURES = os.path.join(ROOT, "tests", "fixtures")
 TREES = sorted(d for d in os.listdir(FIXTURES) if os.path.isdir(os.path.join(FIXTURES, d, "t1")))

@@ -14,15 +14,15 @@ import time
 
 import orjson
 import pytest
-from fieldtable import complete, record
 
 from cgstat import fields
 from cgstat.errors import CgstatError
 from cgstat.outputs.report import build_report, read_stream
 from cgstat.pipeline.events import EventDetector
+from tests.helpers.fieldtable import complete, record
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-REPO = os.path.dirname(HERE)
+TESTS = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO = os.path.dirname(TESTS)
 MiB = 1024 * 1024
 END = 1795982620.0
 HOSTILE = "<script>alert(1)</script>\x1b[2J\u202e\"'&"
@@ -98,7 +98,7 @@ def report(tmp_path_factory):
     # real records of a recorded v2 tree too (once, two snapshots)
     for snap in ("t0", "t1"):
         out = subprocess.run([sys.executable, "-m", "cgstat", "once", "--host-root",
-                              os.path.join(HERE, "fixtures", "v2-systemd", snap), "--window", "0"],
+                              os.path.join(TESTS, "fixtures", "v2-systemd", snap), "--window", "0"],
                              cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, check=True).stdout
         with open(src, "ab") as f:
             f.write(out)

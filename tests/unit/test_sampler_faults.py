@@ -7,16 +7,16 @@ import os
 
 import orjson
 import pytest
-from contract import roundtrip, validate
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from synth import v1_cgroup, v1_host, v2_cgroup, v2_host, write
 
 from cgstat.naming.runtimes import cri, docker
 from cgstat.naming.runtimes.entry import ContainerEntry
 from cgstat.outputs import jsonl as sinks
 from cgstat.pipeline.diagnostics import Warner
 from cgstat.pipeline.sampler import Sampler
+from tests.helpers.contract import roundtrip, validate
+from tests.helpers.synth import v1_cgroup, v1_host, v2_cgroup, v2_host, write
 
 BAD = ["", "junk\n", "-1\n", f"{2**80}\n", b"\xff\xfe\x00", "1 2 3\n"]
 V1_FEEDS = {

@@ -1,6 +1,6 @@
 """Checks of systemd/cgstat-serve.service (the Prometheus endpoint) with systemd-analyze.
 
-As tests/test_systemd_unit.py does for the stream unit: `verify` in a scratch root with
+As tests/unit/test_systemd_unit.py does for the stream unit: `verify` in a scratch root with
 a stub at ExecStart's path (no warning about the unit may be printed), the offline
 security exposure at most 2.0, and the sandbox: the same as the stream unit's except the
 network, which is loopback only (IPAddressDeny=any + IPAddressAllow=localhost, binding
@@ -19,9 +19,9 @@ from typing import Dict, List, Optional, Tuple
 
 import pytest
 
-import test_systemd_unit as stream_unit
+from tests.unit import test_systemd_unit as stream_unit
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 UNIT = REPO / "systemd" / "cgstat-serve.service"
 STREAM_UNIT = REPO / "systemd" / "cgstat.service"
 MAX_EXPOSURE = 2.0

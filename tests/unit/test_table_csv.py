@@ -10,8 +10,6 @@ import subprocess
 import sys
 
 import pytest
-from contract import validate
-from fieldtable import blank, example, record
 
 from cgstat import fields
 from cgstat.outputs.formats import make_sink
@@ -30,10 +28,12 @@ from cgstat.outputs.table import (
     render_table,
     table_row,
 )
+from tests.helpers.contract import validate
+from tests.helpers.fieldtable import blank, example, record
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-REPO = os.path.dirname(HERE)
-FIXTURE = os.path.join(HERE, "fixtures", "v2-systemd", "t1")
+TESTS = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO = os.path.dirname(TESTS)
+FIXTURE = os.path.join(TESTS, "fixtures", "v2-systemd", "t1")
 MiB = 1024 * 1024
 
 

@@ -16,17 +16,16 @@ import sys
 import time
 
 import pytest
-from fieldtable import blank, example, record
 
 from cgstat import fields
-
 from cgstat.outputs import top as T
 from cgstat.outputs.table import display_name
 from cgstat.pipeline.sampler import Sampler
+from tests.helpers.fieldtable import blank, example, record
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-REPO = os.path.dirname(HERE)
-TREE = os.path.join(HERE, "fixtures", "v2-systemd", "t1")
+TESTS = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO = os.path.dirname(TESTS)
+TREE = os.path.join(TESTS, "fixtures", "v2-systemd", "t1")
 UNSAFE = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
 
 

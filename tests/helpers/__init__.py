@@ -1,0 +1,3 @@
+"""What the tests share: real cgroups and containers (realcg), a private dockerd (realdocker), the
+NVML double (nvmldouble), synthetic host roots (synth), a fake Docker API (fakedocker), the
+record contract (contract) and complete example records (fieldtable)."""
