@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from tests.helpers.contract import ROOT, validate
-from tests.live.test_netns_real import RECEIVER, SENDER, SLEEPER, kernel_counters, ns_inode, wait_line  # noqa: F401
+from tests.live.test_netns_real import RECEIVER, SENDER, SLEEPER, env, kernel_counters, ns_inode, wait_line  # noqa: F401
 
 MIB = 1 << 20
 RATE = 4 * MIB  # bytes/s while sending: 8 MiB in 2 s
