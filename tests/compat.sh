@@ -47,7 +47,7 @@ smoke() { # version python -> "compat: ..." lines; exit status 1 on failure
         fi
     else
         c="$venv/bin/cgstat"
-        if { for cmd in "" stream once serve top pid report; do "$c" $cmd --help >/dev/null || exit 1; done
+        if { for cmd in "" stream once serve top pid report; do "$c" $cmd --help >/dev/null && "$c" $cmd -h >/dev/null || exit 1; done
              "$c" --host-root "$V2" once --window 0 --all | "$venv/bin/python" -c 'import sys, json; n = sum(1 for l in sys.stdin if json.loads(l)["type"] == "cgroup"); assert n == 34, n'
              "$c" once --window 0 --format csv --host-root "$V2" >/dev/null
              "$venv/bin/python" -c "import cgstat; s = cgstat.Sampler(host_root='$V2', match='docker-5113'); assert s.tick()[0]['container']['name'] == 'tf-training'"
