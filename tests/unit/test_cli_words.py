@@ -8,7 +8,8 @@ import subprocess
 import sys
 
 import pytest
-from contract import ROOT, run_cgstat
+
+from tests.helpers.contract import ROOT, run_cgstat
 
 V2 = os.path.join(ROOT, "tests", "fixtures", "v2-systemd", "t1")
 COMMANDS = ["stream", "serve", "once", "top", "report", "pid"]
@@ -126,8 +127,8 @@ def test_stream_and_once_write_to_dash_o(tmp_path):
 
 
 def test_top_ticks_every_second_unless_told(monkeypatch):
-    from cgstat import cli
     import cgstat.app.top as top_mod
+    from cgstat import cli
 
     seen = []
     monkeypatch.setattr(top_mod, "top", lambda sampler, interval, *a: seen.append(interval) or 0)

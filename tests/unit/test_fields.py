@@ -352,7 +352,7 @@ def _order(value, table, path=""):
 
 
 def test_records_keep_the_tables_order():
-    from contract import run_cgstat
+    from tests.helpers.contract import run_cgstat
 
     tree = os.path.join(ROOT, "tests", "fixtures", "v2-fields", "t0")
     records_, _, _ = run_cgstat("once", "--host-root", tree, "--all")

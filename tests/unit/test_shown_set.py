@@ -5,10 +5,9 @@ last one goes."""
 import io
 import shutil
 
-from synth import v2_cgroup, v2_host
-
 from cgstat.pipeline.diagnostics import Warner
 from cgstat.pipeline.sampler import Sampler
+from tests.helpers.synth import v2_cgroup, v2_host
 
 FALLBACK = "the root cgroup and its direct children, since no containers or systemd units were found"
 
