@@ -7,7 +7,7 @@ record, every value, every Prometheus family and series, side by side.
 For each tree of tests/fixtures (t0, then t1, with one --state file) each checkout runs
 `python -m cgstat once --host-root T --state F --all`; the records are then rendered by that
 checkout's own exporter (cgstat.outputs.prometheus.render), with a cgroup and a GPU record
-holding every field of that checkout's table (tests/fieldtable.py) added, so that the
+holding every field of that checkout's table (tests/helpers/fieldtable.py) added, so that the
 families a recorded tree does not fill (GPU, cpuset, IO limits) are compared too. Reported:
 key paths and series (`name{label,names}`) only one side has, and the values of paths both
 have that differ, and the value of every sample both expositions have. Exit status 1 when
@@ -29,7 +29,7 @@ HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # Run inside a checkout: records on stdin (JSON lines), the exposition's series on stdout.
 _RENDER = r"""
 import json, re, sys
-sys.path.insert(0, "tests")
+sys.path[:0] = ["tests/helpers", "tests"]  # fieldtable.py: tests/helpers/ since the tests moved
 from cgstat import fields
 from cgstat.outputs import prometheus
 from fieldtable import example

@@ -20,7 +20,7 @@ its path, type, doc, `v2="memory.stat KEY"`, `v1="memory.stat total_KEY"` (or "-
 from the table), `metric=M(name, kind, help)` for a series, `csv=True` for a column; then
 `python -m cgstat.schema --write` (or `CGSTAT_REGEN_SCHEMA=1 pytest tests/unit/test_fields.py`)
 makes the rest, and `CGSTAT_REGEN_GOLDEN=1` accepts the goldens it appears in
-(tests/test_one_declaration.py does exactly that). Any other field: its `_f(...)` at its
+(tests/unit/test_one_declaration.py does exactly that). Any other field: its `_f(...)` at its
 place in the record (the record keeps this order), its reader (kernel/, gpu/) and its
 value in pipeline/record.py (mypy fails until the record has the key). tests/unit/test_fields.py
 fails until every step is done. A new object gets a TypedDict named from its path

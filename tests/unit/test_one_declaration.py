@@ -13,7 +13,7 @@ import subprocess
 import sys
 
 import pytest
-from contract import ROOT
+from tests.helpers.contract import ROOT
 
 jsonschema = pytest.importorskip("jsonschema")
 
