@@ -12,12 +12,12 @@ import sys
 import textwrap
 
 import pytest
-from contract import ROOT, run_cgstat, validate
 
 from cgstat.kernel.kmsg import KmsgFollower, OomReport, Record, parse_xid, same_pci_device
 from cgstat.naming.kills import NamedKill
 from cgstat.pipeline.events import EventDetector, judge_runs, state_extras
 from cgstat.pipeline.events import rules as rules_mod
+from tests.helpers.contract import ROOT, run_cgstat, validate
 
 FIX = os.path.join(ROOT, "tests", "fixtures", "v2-fields")
 J = "/system.slice/docker-f56dd1ff992a14d84d9133e27d77b442f4bb8e4ab8dfe7e73119f0c8d9baf44e.scope"  # memory.high
