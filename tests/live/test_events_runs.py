@@ -12,8 +12,8 @@ import time
 
 import pytest
 
-import realcg as R
-from contract import validate
+from tests.helpers import realcg as R
+from tests.helpers.contract import validate
 
 pytestmark = [pytest.mark.realcg]
 REALCG_V2 = True  # ported to pure cgroup v2 as well (tests/guest runs it there)
