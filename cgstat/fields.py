@@ -106,7 +106,8 @@ _FIELDS = "nvmlDeviceGetFieldValues "
 # record gives it (gpu/health.py decodes the mask with them; dcgm-exporter's series is the mask)
 CLOCK_EVENT_REASONS = ((0x1, "gpu_idle"), (0x2, "applications_clocks_setting"), (0x4, "sw_power_cap"),
                        (0x8, "hw_slowdown"), (0x10, "sync_boost"), (0x20, "sw_thermal_slowdown"),
-                       (0x40, "hw_thermal_slowdown"), (0x80, "hw_power_brake_slowdown"), (0x100, "display_clock_setting"))
+                       (0x40, "hw_thermal_slowdown"), (0x80, "hw_power_brake_slowdown"),
+                       (0x100, "display_clock_setting"))
 _REASONS = [name for _, name in CLOCK_EVENT_REASONS]
 _NETDEV = "/proc/<pid>/net/dev of a member process's network namespace"
 
@@ -207,7 +208,8 @@ RECORD: Tuple[Field, ...] = (
     _f("cpu", "object"),
     _f("cpu.usage_seconds_total", "float?", "cumulative CPU seconds", v2="cpu.stat usage_usec",
        v1="cpuacct.usage", minimum=0,
-       metric=M("container_cpu_usage_seconds_total", "counter", "Cumulative cpu time consumed in seconds.", labels='cpu="total"')),
+       metric=M("container_cpu_usage_seconds_total", "counter",
+                "Cumulative cpu time consumed in seconds.", labels='cpu="total"')),
     _f("cpu.user_seconds_total", "float?", "cumulative user-mode CPU seconds", v2="cpu.stat user_usec",
        v1="cpuacct.stat user", minimum=0,
        metric=M("container_cpu_user_seconds_total", "counter", "Cumulative user cpu time consumed in seconds.")),
@@ -228,7 +230,8 @@ RECORD: Tuple[Field, ...] = (
        metric=M("container_cpu_cfs_throttled_periods_total", "counter", "Number of throttled period intervals.")),
     _f("cpu.throttled_seconds_total", "float?", "cumulative seconds throttled", v2="cpu.stat throttled_usec",
        v1="cpu.stat throttled_time", minimum=0,
-       metric=M("container_cpu_cfs_throttled_seconds_total", "counter", "Total time duration the container has been throttled.")),
+       metric=M("container_cpu_cfs_throttled_seconds_total", "counter",
+                "Total time duration the container has been throttled.")),
     _f("cpu.throttled_percent", "float?", "throttled periods / periods over the interval, %", minimum=0),
     _f("cpu.weight", "int?", "the CPU share under contention, 1-10000 (100 = default); v1 cpu.shares "
                              "converted as the kernel does, shares x 100 / 1024 rounded", v2="cpu.weight",
@@ -252,13 +255,15 @@ RECORD: Tuple[Field, ...] = (
     _f("memory", "object"),
     _f("memory.usage_bytes", "int?", "memory.current / memory.usage_in_bytes, page cache included",
        v2="memory.current", v1="memory.usage_in_bytes", minimum=0,
-       metric=M("container_memory_usage_bytes", "gauge", "Current memory usage in bytes, including all memory regardless of when it was accessed.")),
+       metric=M("container_memory_usage_bytes", "gauge",
+                "Current memory usage in bytes, including all memory regardless of when it was accessed.")),
     _f("memory.working_set_bytes", "int?", "usage - inactive_file, clamped at 0 (docker stats MEM USAGE)",
        v2="memory.current, memory.stat inactive_file", v1="memory.usage_in_bytes, memory.stat total_inactive_file",
        minimum=0, metric=M("container_memory_working_set_bytes", "gauge", "Current working set in bytes.")),
     _f("memory.limit_bytes", "int?", "null when unlimited", v2="memory.max", v1="memory.limit_in_bytes",
        minimum=0,
-       metric=M("container_spec_memory_limit_bytes", "gauge", "Memory limit for the container.", source="memory.limit_bytes (no sample without a limit)")),
+       metric=M("container_spec_memory_limit_bytes", "gauge",
+                "Memory limit for the container.", source="memory.limit_bytes (no sample without a limit)")),
     _f("memory.percent", "float?", "working set / limit (host MemTotal when unlimited) * 100", minimum=0),
     _f("memory.anon_bytes", "int?", "anonymous memory (v2 anon, v1 total_rss)", v2="memory.stat anon",
        v1="memory.stat total_rss", minimum=0, metric=M("container_memory_rss", "gauge", "Size of RSS in bytes.")),
@@ -297,15 +302,21 @@ RECORD: Tuple[Field, ...] = (
     _f("memory.low_bytes", "int?", "best-effort protection from reclaim (v1: the soft limit, docker "
                                    "--memory-reservation); null when max", v2="memory.low",
        v1="memory.soft_limit_in_bytes", minimum=0,
-       metric=M("container_spec_memory_reservation_limit_bytes", "gauge", "Memory reservation limit for the container.", source="memory.low_bytes (v2 `memory.low`, v1 `memory.soft_limit_in_bytes`: what `docker run --memory-reservation` "
-                "writes)", counterpart="same name; on v1 the same file, on v2 cAdvisor reads `memory.min`")),
+       metric=M("container_spec_memory_reservation_limit_bytes", "gauge",
+                "Memory reservation limit for the container.",
+                source="memory.low_bytes (v2 `memory.low`, v1 `memory.soft_limit_in_bytes`: what "
+                       "`docker run --memory-reservation` writes)",
+                counterpart="same name; on v1 the same file, on v2 cAdvisor reads `memory.min`")),
     _f("memory.min_bytes", "int?", "hard protection from reclaim; null when max", v2="memory.min", v1="-",
        minimum=0, metric=M("cgstat_memory_min_bytes", "gauge", "memory.min: memory protected from reclaim.",
                                    counterpart="— (cAdvisor's v2 reservation)")),
     _f("memory.swap_limit_bytes", "int?", "swap limit; null when max (v1 limits memory+swap together: none)",
        v2="memory.swap.max", v1="-", minimum=0,
-       metric=M("container_spec_memory_swap_limit_bytes", "gauge", "Memory swap limit for the container.", source="memory.swap_limit_bytes (v2 `memory.swap.max`; none on v1)",
-                counterpart="same name on v2; on v1 cAdvisor gives `memory.memsw.limit_in_bytes` (memory + swap), not made here")),
+       metric=M("container_spec_memory_swap_limit_bytes", "gauge",
+                "Memory swap limit for the container.",
+                source="memory.swap_limit_bytes (v2 `memory.swap.max`; none on v1)",
+                counterpart="same name on v2; on v1 cAdvisor gives `memory.memsw.limit_in_bytes` (memory + swap), "
+                            "not made here")),
     _f("memory.zswap_bytes", "int?", "compressed swap held in RAM by zswap", v2="memory.zswap.current", v1="-",
        minimum=0, metric=M("cgstat_memory_zswap_bytes", "gauge", "Compressed swap held in RAM (zswap).")),
     _f("memory.events", "object?", "memory.events counts of this cgroup and its descendants"),
@@ -329,10 +340,12 @@ RECORD: Tuple[Field, ...] = (
     ("fail", "swap allocations that failed (the limit, or swap full)"))) + (
     _f("memory.failcnt", "int?", "charges refused at the memory limit (v1)", v2="-", v1="memory.failcnt",
        minimum=0,
-       metric=M("container_memory_failcnt", "gauge", "Number of memory usage hits limits.", source="memory.failcnt (v1 only)",
+       metric=M("container_memory_failcnt", "gauge",
+                "Number of memory usage hits limits.", source="memory.failcnt (v1 only)",
                 counterpart="same name; cAdvisor types it a counter, here a gauge: promtool's lint wants a counter's "
                             "name to end in `_total`")),
-    _f("memory.pgscan_total", "int?", "pages scanned by reclaim", v2="memory.stat pgscan", v1="-", as_is=True, minimum=0,
+    _f("memory.pgscan_total", "int?", "pages scanned by reclaim", v2="memory.stat pgscan", v1="-", as_is=True,
+       minimum=0,
        metric=M("cgstat_memory_pgscan_total", "counter", "Pages scanned by reclaim.")),
     _f("memory.pgsteal_total", "int?", "pages reclaimed", v2="memory.stat pgsteal", v1="-", as_is=True, minimum=0,
        metric=M("cgstat_memory_pgsteal_total", "counter", "Pages reclaimed.")),
@@ -342,10 +355,12 @@ RECORD: Tuple[Field, ...] = (
     _f("memory.pgfault_total", "int?", "page faults, minor and major", v2="memory.stat pgfault",
        v1="memory.stat total_pgfault", as_is=True, minimum=0, metric=_failures("pgfault")),
     _f("memory.pgmajfault_total", "int?", "major page faults (read from disk or swap)",
-       v2="memory.stat pgmajfault", v1="memory.stat total_pgmajfault", as_is=True, minimum=0, metric=_failures("pgmajfault")),
+       v2="memory.stat pgmajfault", v1="memory.stat total_pgmajfault", as_is=True, minimum=0,
+       metric=_failures("pgmajfault")),
     _f("memory.workingset_refault_anon_total", "int?", "reclaimed anonymous pages faulted back in (thrashing)",
        v2="memory.stat workingset_refault_anon", v1="memory.stat total_workingset_refault_anon", as_is=True, minimum=0,
-       metric=M("cgstat_memory_workingset_refault_anon_total", "counter", "Reclaimed anonymous pages faulted back in.")),
+       metric=M("cgstat_memory_workingset_refault_anon_total", "counter",
+                "Reclaimed anonymous pages faulted back in.")),
     _f("memory.workingset_refault_file_total", "int?", "reclaimed page-cache pages read back in",
        v2="memory.stat workingset_refault_file", v1="memory.stat total_workingset_refault_file", as_is=True, minimum=0,
        metric=M("cgstat_memory_workingset_refault_file_total", "counter", "Reclaimed page-cache pages read back in.")),
@@ -424,7 +439,9 @@ RECORD: Tuple[Field, ...] = (
     _f("pids.current", "int?", "tasks in the cgroup", v2="pids.current", minimum=0,
        metric=M("container_threads", "gauge", "Number of threads running inside the container.")),
     _f("pids.limit", "int?", "pids.max; null when max", v2="pids.max", minimum=0,
-       metric=M("container_threads_max", "gauge", "Maximum number of threads allowed inside the container.", source="pids.limit (no sample without a limit)")),
+       metric=M("container_threads_max", "gauge",
+                "Maximum number of threads allowed inside the container.",
+                source="pids.limit (no sample without a limit)")),
     _f("pids.processes", "int?", "processes in the cgroup itself (the PIDs in its cgroup.procs)",
        v2="cgroup.procs", minimum=0,
        metric=M("container_processes", "gauge", "Number of processes running inside the container.", 
@@ -445,7 +462,8 @@ RECORD: Tuple[Field, ...] = (
        minimum=0),
     _f("gpu.energy_joules_total", "float", "GPU energy its processes drew since cgstat started, kept per cgroup "
                                            "while it exists (a process that exits leaves its share)", minimum=0,
-       metric=M("cgstat_container_gpu_energy_joules_total", "counter", "GPU energy the container's processes drew since cgstat started (their share of active power).")),
+       metric=M("cgstat_container_gpu_energy_joules_total", "counter",
+                "GPU energy the container's processes drew since cgstat started (their share of active power).")),
     _f("gpu.devices", "array", "UUIDs of the GPUs (or MIG devices) its processes use"),
     _f("gpu.devices[]", "str"),
     _f("gpu.processes", "array"),
@@ -489,7 +507,8 @@ GPU_RECORD: Tuple[Field, ...] = (
        nvml="nvmlDeviceGetUtilizationRates gpu",
        metric=M("cgstat_gpu_utilization_percent", "gauge", "GPU utilisation (NVML), percent.")),
     _f("gpu.memory_utilization_percent", "float?", minimum=0, nvml="nvmlDeviceGetUtilizationRates memory",
-       metric=M("cgstat_gpu_memory_utilization_percent", "gauge", "GPU memory controller utilisation (NVML), percent.")),
+       metric=M("cgstat_gpu_memory_utilization_percent", "gauge",
+                "GPU memory controller utilisation (NVML), percent.")),
     _f("gpu.memory_total_bytes", "int?", minimum=0, nvml="nvmlDeviceGetMemoryInfo_v2 total",
        metric=M("cgstat_gpu_memory_total_bytes", "gauge", "GPU memory size.")),
     _f("gpu.memory_used_bytes", "int?", "nvmlMemory_v2 used (without reserved memory)", minimum=0,
@@ -522,7 +541,8 @@ GPU_RECORD: Tuple[Field, ...] = (
        nvml="nvmlDeviceGetTotalEnergyConsumption mJ"),
     _f("gpu.idle_power_watts", "float?", "the lowest power seen with no process on the GPU (before one: the "
                                          "lowest seen at all); null on MIG devices", minimum=0,
-       metric=M("cgstat_gpu_idle_power_watts", "gauge", "The GPU's idle power as the energy split uses it (lowest power seen with no process).")),
+       metric=M("cgstat_gpu_idle_power_watts", "gauge",
+                "The GPU's idle power as the energy split uses it (lowest power seen with no process).")),
     _f("gpu.idle_power_observed", "bool?", "true: idle_power_watts was measured with no process on the GPU"),
     _f("gpu.power_limit_watts", "float?", "enforced; read every 10 s", minimum=0,
        nvml="nvmlDeviceGetEnforcedPowerLimit"),
@@ -745,7 +765,9 @@ class Family(NamedTuple):
     @property
     def counterpart(self) -> str:
         """docs/prometheus.md's last column: cAdvisor's (or dcgm-exporter's) series of that name."""
-        return self.note or ("same name" if self.cadvisor else "dcgm-exporter" if self.name.startswith("DCGM_") else "—")
+        if self.note:
+            return self.note
+        return "same name" if self.cadvisor else "dcgm-exporter" if self.name.startswith("DCGM_") else "—"
 
 
 def _family(name: str, kind: str, help: str, source: str = "", scope: str = "cgroup",
