@@ -281,7 +281,7 @@ def _count_option(what: str, until: str) -> Optional[int]:
 
 def _output_mode_option() -> str:
     return typer.Option("600", "--output-mode", metavar="OCTAL", callback=_mode,
-                        help="Permissions of a FILE that --output creates.")
+                        help="Permissions of a FILE that --output creates (octal, without execute bits or world write).")
 
 
 def _events_window(value: float) -> float:
