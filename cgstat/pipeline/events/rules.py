@@ -70,12 +70,14 @@ class OomKill(CgroupRule):
     kind = "oom_kill"
 
     def judge(self, c: Case) -> None:
-        s = c.sample
-        rise = Rise.between(c.record, c.before, s.oom_kills_total, s.working_set_bytes, s.limit_bytes)
-        if rise is not None:
-            c.oom_rises.append(rise)
-        elif c.before is None and s.oom_kills_total is not None:
-            c.first_totals[c.record["cgroup"]] = s.oom_kills_total
+        s, before = c.sample, c.before
+        if before is None:
+            if s.oom_kills_total is not None:
+                c.first_totals[c.record["cgroup"]] = s.oom_kills_total
+        elif s.oom_kills_total != before.oom_kills_total:  # (most ticks: the same count)
+            rise = Rise.between(c.record, before, s.oom_kills_total, s.working_set_bytes, s.limit_bytes)
+            if rise is not None:
+                c.oom_rises.append(rise)
 
     judge_runs = judge
 

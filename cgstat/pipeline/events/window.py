@@ -105,9 +105,8 @@ class Window:
 
     def append(self, t: float, sample: Sample) -> None:
         vs = self.vs
-        values = tuple(sample)
-        if vs and _same(vs[-1], values):
-            values = vs[-1]
+        # kept as a plain tuple (see above), the one before when the values are the same
+        values = vs[-1] if vs and _same(vs[-1], sample) else tuple(sample)
         self.ts.append(t)
         vs.append(values)
 
