@@ -1,3 +1,4 @@
 """What the tests share: real cgroups and containers (realcg), a private dockerd (realdocker), the
 NVML double (nvmldouble), synthetic host roots (synth), a fake Docker API (fakedocker), the
-record contract (contract) and complete example records (fieldtable)."""
+record contract (contract), complete example records (fieldtable) and the check of what a run
+leaves behind (leftovers, whose hooks tests/conftest.py imports)."""

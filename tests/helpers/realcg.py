@@ -4,7 +4,7 @@ Rules this module keeps (see the project's machine notes):
 
 * cgroups are created only *below the test process's own cgroup* in each hierarchy (read from
   /proc/self/cgroup: on the dev machines memory is nested, e.g. /process_api/<hash>), always
-  with the prefix ``cgstat-test-``;
+  with the prefix ``cgstat-test-<run>-`` (PREFIX);
 * only cgroups created here are ever written to; only processes started here are moved or
   killed;
 * everything is removed deepest-first, also when a test fails (fixtures + an atexit net).
@@ -36,7 +36,11 @@ from typing import Dict, Iterable, List, Optional
 
 import pytest
 
-PREFIX = "cgstat-test-"
+# The run's own prefix: cgstat-test-<run>- (the run's tag shared with pytest-xdist's workers
+# and the tests' children through the environment), so that what one run makes is told
+# apart from another's beside it (tests/leftovers.py).
+RUN = os.environ.setdefault("CGSTAT_TEST_RUN", secrets.token_hex(3))
+PREFIX = "cgstat-test-%s-" % RUN
 CGROOT = "/sys/fs/cgroup"
 TESTS = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 REPO = os.path.dirname(TESTS)

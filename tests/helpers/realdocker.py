@@ -33,7 +33,7 @@ import tempfile
 import time
 from typing import Dict, List, Optional
 
-PREFIX = "cgstat-test-docker-"
+PREFIX = "cgstat-test-%s-docker-" % os.environ.setdefault("CGSTAT_TEST_RUN", secrets.token_hex(3))  # realcg.RUN
 IMAGE = "cgstat-test-busybox:1"
 CTR_IMAGE = "docker.io/library/" + IMAGE  # what `docker save` names it in containerd
 CGROOT = "/sys/fs/cgroup"

@@ -3,7 +3,9 @@
 Podman places the container at <cgroup-parent>/libpod-<id> in every hierarchy and its
 monitor at <cgroup-parent>/conmon; the parent is put below our own memory cgroup, which
 is below our own cgroup in every other hierarchy too (they sit at /), so nothing is
-created outside our cgroups. Skipped where podman isn't installed (tests/run installs it).
+created outside our cgroups. Podman makes the parent's whole path in every hierarchy (our
+memory cgroup's path too, where we sit at /): what it made is removed after, deepest first.
+Skipped where podman isn't installed (tests/run installs it).
 """
 
 import json
@@ -18,6 +20,7 @@ import time
 import pytest
 
 from tests.helpers.contract import ROOT, validate
+from tests.helpers.realcg import PREFIX
 
 pytestmark = [pytest.mark.realcg,
               pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("podman") or not shutil.which("runc")
@@ -35,6 +38,21 @@ def _own(controller):
     raise LookupError(controller)
 
 
+def _missing_along(parent):
+    """The folders on `parent`'s path, in every hierarchy, that don't exist yet (podman makes them)."""
+    parts = parent.strip("/").split("/")
+    missing = []
+    for h in os.listdir("/sys/fs/cgroup"):
+        base = os.path.join("/sys/fs/cgroup", h)
+        if os.path.islink(base) or not os.path.isdir(base):
+            continue
+        for n in range(1, len(parts)):
+            d = os.path.join(base, *parts[:n])
+            if not os.path.isdir(d):
+                missing.append(d)
+    return missing
+
+
 @pytest.fixture
 def podman_container(tmp_path):
     rootfs = tmp_path / "rootfs"
@@ -45,8 +63,9 @@ def podman_container(tmp_path):
     with tarfile.open(tmp_path / "rootfs.tar", "w") as tar:
         tar.add(rootfs, arcname=".")
     subprocess.run(PODMAN + ["import", str(tmp_path / "rootfs.tar"), IMAGE], check=True, capture_output=True, timeout=120)
-    name = "cgstat-test-" + secrets.token_hex(4)
+    name = PREFIX + secrets.token_hex(4)
     parent = _own("memory").rstrip("/") + "/" + name
+    made = _missing_along(parent)
     try:
         out = subprocess.run(PODMAN + ["run", "-d", "--name", name, "--cgroup-parent", parent,
                                        "--cpus", "0.5", "--memory", "64m", "--pids-limit", "32",
@@ -65,6 +84,11 @@ def podman_container(tmp_path):
                         os.rmdir(dirpath)
                     except OSError:
                         pass
+        for d in sorted(made, key=lambda d: -d.count("/")):  # only if empty: rmdir says so
+            try:
+                os.rmdir(d)
+            except OSError:
+                pass
 
 
 def test_podman_container_named_and_measured(podman_container):
