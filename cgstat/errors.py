@@ -1,12 +1,17 @@
-"""The package's exception root: an expected failure that ends a run.
+"""The package's exception root, and the words its refusal messages share.
 
-Everything cgstat raises on purpose derives from CgstatError; the command line turns it
-into one line on stderr and exit status 1 (bad usage is typer's, exit status 2).
+Everything cgstat raises on purpose derives from CgstatError. Whether one ends anything
+depends on where it is caught: one that reaches the command line (a bad --match, a host
+root it cannot read) ends the run as one line on stderr and exit status 1 (bad usage is
+typer's, exit status 2); a ReadError (kernel/hostfs.py), one host file that could not be
+read, is the routine kind: the reader catches it, the field is null, the record's `errors`
+says why, and the run goes on.
 """
 
 
 class CgstatError(Exception):
-    """An expected failure that ends the run: one line for stderr, exit status 1."""
+    """An expected failure, with one line for a person (str(exc)): where nothing catches it
+    before the command line, the run ends with that line and exit status 1."""
 
 
 def file_kind(mode: int) -> str:

@@ -16,7 +16,7 @@ import time
 import weakref
 from typing import TYPE_CHECKING, Any, Callable, Dict, Iterator, List, Optional, Tuple, TypeVar
 
-from cgstat.kernel.hostfs import classify, read_bytes
+from cgstat.kernel.hostfs import read_bytes, read_error
 
 if TYPE_CHECKING:
     from cgstat.kernel.tree import Folder
@@ -319,7 +319,7 @@ class KeptFiles:
         except OSError as exc:
             # ENODEV: removed under us. Whatever it was, don't keep a descriptor that fails.
             self.forget(folder)
-            raise classify(exc, folder.local + "/" + name) from None
+            raise read_error(exc, folder.local + "/" + name) from None
         return entry, (data if len(data) < _READ else _whole(data, folder.local + "/" + name))
 
     def read(self, folder: Folder, name: str) -> bytes:
@@ -359,14 +359,14 @@ class KeptFiles:
         try:
             fd = os.open(path, _FLAGS)
         except OSError as exc:
-            raise classify(exc, path) from None
+            raise read_error(exc, path) from None
         self._put(folder, name, fd)
         self.count += 1
         try:
             data = os.pread(fd, _READ, 0)
         except OSError as exc:
             self.forget(folder)
-            raise classify(exc, path) from None
+            raise read_error(exc, path) from None
         return _whole(data, path)
 
     def _read_once(self, folder: Folder, name: str) -> bytes:
@@ -381,11 +381,11 @@ class KeptFiles:
         try:
             fd = os.open(rel, _FLAGS, dir_fd=dir_fd)
         except OSError as exc:
-            raise classify(exc, folder.local + "/" + name) from None
+            raise read_error(exc, folder.local + "/" + name) from None
         try:
             data = os.read(fd, _READ)
         except OSError as exc:
-            raise classify(exc, folder.local + "/" + name) from None
+            raise read_error(exc, folder.local + "/" + name) from None
         finally:
             os.close(fd)
         return _whole(data, folder.local + "/" + name)

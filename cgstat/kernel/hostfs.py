@@ -82,7 +82,7 @@ class Untrusted(ReadError):
     code = "untrusted"
 
 
-def classify(exc: OSError, path: str) -> ReadError:
+def read_error(exc: OSError, path: str) -> ReadError:
     """Map an OSError to the outcome it means for a cgroup or proc file."""
     err = exc.errno
     detail = os.strerror(err) if err else str(exc)
@@ -103,7 +103,7 @@ def read_bytes(path: str) -> bytes:
     try:
         fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     except OSError as exc:
-        raise classify(exc, path) from None
+        raise read_error(exc, path) from None
     try:
         chunk = os.read(fd, _CHUNK)
         if len(chunk) < _CHUNK:
@@ -113,7 +113,7 @@ def read_bytes(path: str) -> bytes:
             return chunk
         return chunk + _read_rest(fd, path, _MAX_BYTES - len(chunk), _CHUNK)
     except OSError as exc:
-        raise classify(exc, path) from None
+        raise read_error(exc, path) from None
     finally:
         os.close(fd)
 
@@ -168,7 +168,7 @@ def open_untrusted(path: str, max_bytes: int, owners: Optional[Collection[int]] 
     try:
         fd = os.open(path, _UNTRUSTED_FILE, dir_fd=dir_fd)
     except OSError as exc:
-        raise classify(exc, path) from None
+        raise read_error(exc, path) from None
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
@@ -193,7 +193,7 @@ def read_untrusted(path: str, max_bytes: int, owners: Optional[Collection[int]] 
     try:
         return _read_rest(fd, path, max_bytes, _CHUNK * 16)
     except OSError as exc:
-        raise classify(exc, path) from None
+        raise read_error(exc, path) from None
     finally:
         os.close(fd)
 
@@ -211,7 +211,7 @@ def open_dir_under(base: str, parts: Iterable[str], owners: Optional[Collection[
     try:
         fd = os.open(base, _UNTRUSTED_DIR & ~os.O_NOFOLLOW)
     except OSError as exc:
-        raise classify(exc, base) from None
+        raise read_error(exc, base) from None
     try:
         _check_owner(os.fstat(fd), base, owners)
         for part in parts:
@@ -222,7 +222,7 @@ def open_dir_under(base: str, parts: Iterable[str], owners: Optional[Collection[
                 child = os.open(part, _UNTRUSTED_DIR, dir_fd=fd)
             except OSError as exc:
                 # ENOTDIR: a regular file where a folder should be; ELOOP: a link.
-                raise classify(exc, path) from None
+                raise read_error(exc, path) from None
             os.close(fd)
             fd = child
             _check_owner(os.fstat(fd), path, owners)
@@ -259,7 +259,7 @@ def list_dir_fd(fd: int, path: str):
                 except OSError:
                     continue
     except OSError as exc:
-        raise classify(exc, path) from None
+        raise read_error(exc, path) from None
     return out
 
 

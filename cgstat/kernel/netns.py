@@ -27,7 +27,7 @@ import os
 import time
 from typing import Callable, Dict, Hashable, Iterable, List, Mapping, NamedTuple, Optional, Tuple, TypeVar, Union
 
-from cgstat.kernel.hostfs import Denied, Gone, HostFS, Malformed, ReadError, classify, read_bytes
+from cgstat.kernel.hostfs import Denied, Gone, HostFS, Malformed, ReadError, read_bytes, read_error
 from cgstat.kernel.netdev import InterfaceCounters, parse_net_dev
 from cgstat.kernel.sample import Problem
 
@@ -99,7 +99,7 @@ def _stat_ino(path: str, dir_fd: Optional[int] = None) -> int:
     try:
         return os.stat(path, dir_fd=dir_fd).st_ino
     except OSError as exc:
-        raise classify(exc, path) from None
+        raise read_error(exc, path) from None
 
 
 def _is_kthreadd(fs: HostFS) -> bool:
@@ -324,7 +324,7 @@ class NetnsReader:
             try:
                 dfd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
             except OSError as exc:
-                last = classify(exc, folder)
+                last = read_error(exc, folder)
                 continue
             try:
                 stats += 1
@@ -358,7 +358,7 @@ def _read_at(dfd: int, name: str, path: str) -> bytes:
     try:
         fd = os.open(name, os.O_RDONLY | os.O_CLOEXEC, dir_fd=dfd)
     except OSError as exc:
-        raise classify(exc, path) from None
+        raise read_error(exc, path) from None
     try:
         chunks = []
         while True:
@@ -370,6 +370,6 @@ def _read_at(dfd: int, name: str, path: str) -> bytes:
                 raise Malformed(path, "larger than 4 MiB")
         return b"".join(chunks)
     except OSError as exc:
-        raise classify(exc, path) from None
+        raise read_error(exc, path) from None
     finally:
         os.close(fd)

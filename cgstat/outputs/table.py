@@ -278,5 +278,3 @@ class CsvFileSink(_CsvFormat, FileSink):
         self._header_due = True
 
 
-FORMATS = ("jsonl", "table", "csv")
-

@@ -110,10 +110,6 @@ class FileReader:
             self.kept.keep(folder, kept_as, value)
         return value
 
-    def read_once(self, folder: Folder, name: str, parser: Callable[[str], T]) -> Optional[T]:
-        """A file read with open/read/close, whatever the cache keeps (failures as Problems)."""
-        return self._uncached(folder, name, parser, False)
-
     def _uncached(self, folder: Folder, name: str, parser: Callable[[str], T], keeps: bool) -> Optional[T]:
         """A slow file (its value kept while the folder is watched, read with
         open/read/close when due: it never holds a descriptor), or any file of a recorded
