@@ -355,3 +355,7 @@ def test_every_kind_a_rule_raises_is_in_the_event_schema():
         schema = json.load(f)
     assert list(KINDS) == schema["properties"]["kind"]["enum"]
     assert [None] + list(KINDS[:-1]) == schema["properties"]["resolves"]["enum"]
+    # every rule's kind is listed (cgstat/event_kinds.py), each once, in the rules' order
+    from cgstat.pipeline.events.rules import CGROUP_RULES, GPU_RULES
+
+    assert [r.kind for r in CGROUP_RULES + GPU_RULES] + ["resolved"] == list(KINDS)
