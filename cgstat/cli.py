@@ -193,6 +193,19 @@ def _mode(value: str) -> str:
     return value
 
 
+def _listen(value: Optional[str]) -> Optional[str]:
+    """--listen checked before anything starts: a bad address is a usage error (exit 2)."""
+    if value is None:
+        return None
+    from cgstat.outputs.http import parse_listen  # only where --listen is given or served
+
+    try:
+        parse_listen(_not_empty(value) or "")
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc)) from None
+    return value
+
+
 def _pid_number(value: object) -> int:
     """A PID argument: `cgstat pid -5` is a bad PID, not an option click doesn't know."""
     try:
@@ -302,7 +315,7 @@ def stream(
     no_events: bool = typer.Option(False, "--no-events", help="No diagnostics events (type: event) in the stream."),
     events_window: float = typer.Option(60.0, "--events-window", metavar="S", callback=_events_window,
                                         help="Seconds over which sustained conditions must hold to raise an event."),
-    listen: Optional[str] = typer.Option(None, "--listen", metavar="ADDR:PORT", callback=_not_empty,
+    listen: Optional[str] = typer.Option(None, "--listen", metavar="ADDR:PORT", callback=_listen,
                                          help="Also serve /metrics (Prometheus) there, from the same ticks."),
     oom_kills: str = _oom_kills_option(),
     host_root: Optional[str] = _host_root_option(),
@@ -326,7 +339,7 @@ def stream(
 def serve(
     ctx: typer.Context,
     listen: str = typer.Option(DEFAULT_LISTEN, "--listen", envvar="CGSTAT_LISTEN", metavar="ADDR:PORT",
-                               callback=_not_empty,
+                               callback=_listen,
                                help="Where to serve /metrics and /healthz (loopback only unless told)."),
     interval: float = typer.Option(1.0, "--interval", envvar="CGSTAT_INTERVAL", metavar="S", callback=_interval,
                                    help=f"Seconds between samples ({MIN_INTERVAL_S:g} to {MAX_INTERVAL_S:g})."),

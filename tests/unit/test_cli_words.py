@@ -73,6 +73,16 @@ def test_a_negative_pid_is_a_bad_pid_not_an_unknown_option():
     assert [r["pid"] for r in records] == [1]
 
 
+@pytest.mark.parametrize("args,env,said", [
+    (["stream", "--listen", "1.2.3"], {}, "'--listen': listen address '1.2.3': expected ADDR:PORT"),
+    (["serve", "--listen", "[::1]"], {}, "expected [IPv6]:PORT"),
+    (["serve"], {"CGSTAT_LISTEN": "localhost:http"}, "CGSTAT_LISTEN (the environment's '--listen')"),
+])
+def test_a_bad_listen_address_is_a_usage_error_before_anything_starts(args, env, said):
+    _, err, rc = run_cgstat(*args, "--host-root", V2, check=False, env=env)
+    assert rc == 2 and len(err.splitlines()) == 1 and said in err, err
+
+
 def test_a_state_file_that_is_not_ours_is_described_in_words(tmp_path):
     state = tmp_path / "state"
     state.write_bytes(b"12345678")
