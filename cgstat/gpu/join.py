@@ -24,7 +24,7 @@ from cgstat.gpu.sample import GpuProcess
 from cgstat.kernel.procs import Owner
 
 if TYPE_CHECKING:  # the record types are for the type checker only
-    from cgstat.records import GpuUse
+    from cgstat.records import GpuProcessUse, GpuUse
 
 
 class Attributed(NamedTuple):
@@ -58,40 +58,58 @@ def attribute(processes: Iterable[GpuProcess], owner_of: Callable[[int], Owner],
 def by_subtree(attributed: Iterable[Attributed]) -> Dict[str, Tuple[Attributed, ...]]:
     """cgroup path -> the GPU processes in it or anywhere below it."""
     out: Dict[str, List[Attributed]] = {}
+    lists: Dict[str, List[List[Attributed]]] = {}  # cgroup path -> its ancestors' lists in `out`
     for a in attributed:
         path = a.owner.cgroup
         if path is None:
             continue
-        for ancestor in ancestors(path):
-            out.setdefault(ancestor, []).append(a)
+        mine = lists.get(path)
+        if mine is None:  # the same cgroup again (each GPU lists its processes): one walk up
+            mine = lists[path] = [out.setdefault(ancestor, []) for ancestor in ancestors(path)]
+        for found in mine:
+            found.append(a)
     return {k: tuple(v) for k, v in out.items()}
 
 
 def _sum(values: List[Optional[int]]) -> Optional[int]:
-    return None if any(v is None for v in values) else sum(v for v in values if v is not None)
+    # `None in` and sum() loop in C: a cgroup's record may sum hundreds of GPU processes
+    return None if None in values else sum(values)  # type: ignore[arg-type]
 
 
 def _fsum(values: List[Optional[float]]) -> Optional[float]:
-    return None if any(v is None for v in values) else float(sum(v for v in values if v is not None))
+    return None if None in values else float(sum(values))  # type: ignore[arg-type]
 
 
-def cgroup_gpu(processes: Tuple[Attributed, ...], energy_joules: float = 0.0) -> GpuUse:
+def cgroup_gpu(processes: Tuple[Attributed, ...], energy_joules: float = 0.0,
+               made: Optional[Dict[int, GpuProcessUse]] = None) -> GpuUse:
     """The `gpu` object of a cgroup record (no process: zeros and empty lists).
     `energy_joules`: what the subtree's GPU processes drew since cgstat started watching
-    (gpu/energy.py keeps it per cgroup, so a process that exits leaves its share)."""
+    (gpu/energy.py keeps it per cgroup, so a process that exits leaves its share).
+    `made`: the process entries made this tick, by id() of their Attributed: a process is
+    in the record of each cgroup above it (a pod and its container, --all's slices), and
+    one entry serves them all (records are only read after they are made)."""
     procs = [a.process for a in processes]
+    if made is None:
+        made = {}
+    entries: List[GpuProcessUse] = []
+    for a in processes:
+        entry = made.get(id(a))
+        if entry is None:
+            p = a.process
+            entry = made[id(a)] = {
+                "pid": p.pid, "name": a.owner.name, "gpu_index": p.gpu_index,
+                "gpu_uuid": p.gpu_uuid, "type": p.type,
+                "memory_bytes": p.memory_bytes, "sm_percent": p.sm_percent,
+                "memory_percent": p.memory_percent, "encoder_percent": p.encoder_percent,
+                "decoder_percent": p.decoder_percent,
+                "power_watts": a.power_watts, "energy_joules_total": a.energy_joules_total,
+            }
+        entries.append(entry)
     return {
         "memory_bytes": _sum([p.memory_bytes for p in procs]),
         "sm_percent": _sum([p.sm_percent for p in procs]),
         "power_watts": _fsum([a.power_watts for a in processes]),
         "energy_joules_total": energy_joules,
         "devices": sorted({p.gpu_uuid for p in procs if p.gpu_uuid}),
-        "processes": [{
-            "pid": a.process.pid, "name": a.owner.name, "gpu_index": a.process.gpu_index,
-            "gpu_uuid": a.process.gpu_uuid, "type": a.process.type,
-            "memory_bytes": a.process.memory_bytes, "sm_percent": a.process.sm_percent,
-            "memory_percent": a.process.memory_percent, "encoder_percent": a.process.encoder_percent,
-            "decoder_percent": a.process.decoder_percent,
-            "power_watts": a.power_watts, "energy_joules_total": a.energy_joules_total,
-        } for a in processes],
+        "processes": entries,
     }

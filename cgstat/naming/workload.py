@@ -25,7 +25,7 @@ from cgstat.kernel.sample import Sample
 from cgstat.kernel.tree import Cgroup
 from cgstat.naming.devices import DeviceNames
 from cgstat.naming.paths import PathInfo, classify, container_root
-from cgstat.naming.pids import PidCgroups, PidMapper, start_ticks
+from cgstat.naming.pids import PidCgroups, PidMapper
 from cgstat.naming.runtimes.daemons import DaemonConfig, Daemons
 from cgstat.naming.runtimes.identities import Identities
 
@@ -153,29 +153,34 @@ class Namer:
             info = classify(container_root(cgroup, info.id))
         return info
 
-    def gpu_owner(self, pid: int) -> Owner:
-        """Name, cgroup and container of a GPU process (a host PID from NVML).
+    def gpu_owners(self, pids: Iterable[int]) -> Dict[int, Owner]:
+        """Name, cgroup and container of each GPU process (host PIDs from NVML), each PID
+        once however many GPUs list it.
 
-        The start time is read before and after the name, so a PID that exits and is reused
-        meanwhile is left unattributed rather than given to the new process's cgroup.
-        """
-        try:
-            found = self.pids.lookup(pid)
-            comm = self.fs.read_text(f"/proc/{pid}/comm").rstrip("\n")
-            if start_ticks(self.fs, pid) != found.start_ticks:
-                return UNKNOWN
-        except (ReadError, ValueError, IndexError):
-            return UNKNOWN  # exited, or not in our PID namespace: no cgroup claims it
-        info = self.promote(self.owner_of(found.cgroup or "/"))
-        self.runtimes.refresh_if_new([info])
-        return Owner(comm, found.cgroup, self.runtimes.container(info))
+        A PID seen before costs one read of /proc/<pid>/stat (name and start time at once);
+        its cgroup is read again only when the start time changed, so a PID that exits and
+        is reused is given to the new process's cgroup, never to the old one's. A PID not
+        in /proc (exited, or not in our PID namespace) is UNKNOWN: no cgroup claims it.
+        PIDs not asked about this time are forgotten."""
+        out: Dict[int, Owner] = {}
+        containers: Dict[str, Optional[Container]] = {}  # this call: cgroup -> container object
+        for pid, found in self.pids.lookup_all(pids).items():
+            if found is None:
+                out[pid] = UNKNOWN
+                continue
+            cgroup = found.cgroup or "/"
+            if cgroup not in containers:
+                info = self.promote(self.owner_of(cgroup))
+                self.runtimes.refresh_if_new([info])
+                containers[cgroup] = self.runtimes.container(info)
+            out[pid] = Owner(found.name, found.cgroup, containers[cgroup])
+        return out
 
     def close(self) -> None:
-        """Release what the runtime lookups hold (watches of state folders)."""
+        """Release what the runtime lookups hold (watches of state folders) and the PID
+        lookups' kept files."""
         self.runtimes.close()
-
-    def retain_pids(self, live: Iterable[int]) -> None:
-        self.pids.retain(live)
+        self.pids.close()
 
     def member_pids(self, cgroups: Iterable[Cgroup]) -> Dict[str, List[int]]:
         """Processes of each cgroup to find its network namespace by, by cgroup path.

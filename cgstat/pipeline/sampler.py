@@ -47,7 +47,7 @@ from cgstat.pipeline.select import Selected, Shown, compile_match, select, would
 from cgstat.text import quote
 
 if TYPE_CHECKING:  # imported where used: a run without GPUs or network namespaces never loads them
-    from cgstat.records import Sampled
+    from cgstat.records import GpuProcessUse, Sampled
     from cgstat.gpu.energy import EnergyModel
     from cgstat.kernel.memevents import MemoryEventsWatcher
     from cgstat.gpu.join import Attributed
@@ -294,10 +294,10 @@ class Sampler:
             return None, (), now
         assert self._energy is not None
         shares = self._energy.update(snapshot, now)
-        attributed = attribute(snapshot.processes, self.namer.gpu_owner, shares)
+        owners = self.namer.gpu_owners(p.pid for p in snapshot.processes)
+        attributed = attribute(snapshot.processes, owners.__getitem__, shares)
         self._energy.charge((((a.process.gpu_uuid, a.process.pid), a.owner.cgroup) for a in attributed),
                             self._classified)
-        self.namer.retain_pids(p.pid for p in snapshot.processes)
         return snapshot, attributed, now
 
     def advance(self, tick: Collected) -> Dict[str, Counters]:
@@ -323,6 +323,7 @@ class Sampler:
         """The records one by one; fills `current` with the counters as it goes."""
         subtrees: Dict[str, Any] = {}
         energy: Dict[str, float] = {}
+        made: Dict[int, GpuProcessUse] = {}  # this tick's GPU process entries (gpu/join.cgroup_gpu)
         if tick.gpu is not None:
             from cgstat.gpu.join import by_subtree, cgroup_gpu
 
@@ -337,7 +338,7 @@ class Sampler:
             net = network.get(path)
             c = current[path] = counters(sample, None if net is None else net.network)
             rates = derive(previous.get(path), c, cpus)
-            gpu = cgroup_gpu(subtrees.get(path, ()), energy.get(path, 0.0)) if tick.gpu is not None else None
+            gpu = cgroup_gpu(subtrees.get(path, ()), energy.get(path, 0.0), made) if tick.gpu is not None else None
             yield build(sample, rates, workload, host, gpu, net)
         self._read_kills()
         if tick.gpu is not None:
@@ -345,8 +346,12 @@ class Sampler:
             self._gpu_read_s = tick.gpu_time_s
             wall = time.time()
             snapshot = tick.gpu
+            by_uuid: Dict[Optional[str], List[Attributed]] = {}  # each GPU's processes, in NVML's order
+            for a in tick.attributed:
+                by_uuid.setdefault(a.process.gpu_uuid, []).append(a)
             for device in snapshot.devices:
-                on_it = [a for a in tick.attributed if _on(a, device)]
+                on_it = (by_uuid.get(device.uuid, []) if device.uuid is not None
+                         else [a for a in tick.attributed if _on(a, device)])
                 idle = self._energy.idle(device.uuid) if self._energy is not None and device.parent_uuid is None else None
                 yield build_gpu(device, on_it, host, wall, interval, snapshot, idle)
 

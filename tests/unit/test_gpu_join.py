@@ -51,15 +51,15 @@ def test_reused_pid_is_not_attributed_from_the_cache(tmp_path):
     shutil.copytree(os.path.join(ROOT, "tests", "fixtures", "v2-systemd", "t1"), root, symlinks=True)
     fs = HostFS(root)
     namer = Namer(fs, detect(fs))
-    first = namer.gpu_owner(216)
+    first = namer.gpu_owners([216])[216]
     assert first.container["name"] == "tf-training" and first.cgroup.startswith("/system.slice/docker-")
     stat = os.path.join(root, "proc/216/stat")
     fields = open(stat).read().split(" ")
     fields[21] = str(int(fields[21]) + 500)  # a new start time: another process
     open(stat, "w").write(" ".join(fields))
     open(os.path.join(root, "proc/216/cgroup"), "w").write("0::/system.slice/cron.service\n")
-    again = namer.gpu_owner(216)
+    again = namer.gpu_owners([216])[216]
     assert again.cgroup == "/system.slice/cron.service" and again.container is None
     shutil.rmtree(os.path.join(root, "proc/216"))
-    assert namer.gpu_owner(216) == UNKNOWN
+    assert namer.gpu_owners([216]) == {216: UNKNOWN}
 
