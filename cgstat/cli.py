@@ -274,7 +274,8 @@ def _run(make: Callable[[], Sampler], job: Callable[[Sampler], int]) -> None:
 
 def _format_option() -> str:
     return typer.Option("jsonl", "--format", metavar="FMT", callback=_format,
-                        help="jsonl (one JSON object per line), table (like docker stats) or csv.")
+                        help="jsonl (one JSON object per line), table (like docker stats), csv, or html (the "
+                             "report's page, written to --output at the end).")
 
 
 def _format(value: str) -> str:

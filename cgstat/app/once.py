@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Optional, Sequence
 
-from cgstat.outputs.jsonl import JsonLinesSink, ReaderGone
+from cgstat.outputs.sink import ReaderGone, Sink
 from cgstat.pipeline.schedule import Schedule
 
 if TYPE_CHECKING:
@@ -22,7 +22,7 @@ def once(sampler: Sampler, fmt: str, output: Optional[str], output_mode: int, st
     return run_once(sampler, make_sink(fmt, output, output_mode, sampler.warner.warn), state_path, window_s, events)
 
 
-def run_once(sampler: Sampler, sink: JsonLinesSink, state_path: Optional[str], window_s: float,
+def run_once(sampler: Sampler, sink: Sink, state_path: Optional[str], window_s: float,
              events: bool = True) -> int:
     """One batch: rates against the saved state, or over a window of two samples.
 

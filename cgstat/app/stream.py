@@ -4,23 +4,23 @@
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, Iterable, Optional, Sequence
+from typing import TYPE_CHECKING, Iterable, List, Optional, Sequence
 
 from cgstat import sdnotify
-from cgstat.outputs.jsonl import JsonLinesSink, ReaderGone, SinkError
+from cgstat.outputs.sink import NO_INFO, ReaderGone, Sink, SinkError, TickInfo
 from cgstat.pipeline.schedule import Schedule, watchdog_heartbeat_s
 
 if TYPE_CHECKING:  # the exporter and events are imported by the runs that use them
     from cgstat.records import JsonObject
-    from cgstat.outputs.serve import Exporter
     from cgstat.pipeline.events import EventDetector
     from cgstat.pipeline.sampler import Sampler
 
 
 def stream(sampler: Sampler, interval_s: float, count: Optional[int], fmt: str, output: Optional[str],
            output_mode: int, events_window_s: Optional[float], listen: Optional[str]) -> int:
-    """`cgstat stream`: the sink for `fmt` on `output` (stdout when None), events judged
-    over `events_window_s` (None: no events), /metrics beside it when `listen`."""
+    """`cgstat stream`: the sink for `fmt` on `output` (stdout when None; one that can block
+    on its own thread), events judged over `events_window_s` (None: no events), /metrics
+    beside it when `listen`."""
     from cgstat.outputs.formats import make_sink
 
     events = None
@@ -28,93 +28,104 @@ def stream(sampler: Sampler, interval_s: float, count: Optional[int], fmt: str, 
         from cgstat.pipeline.events import EventDetector
 
         events = EventDetector(window_s=events_window_s)
-    sink = make_sink(fmt, output, output_mode, sampler.warner.warn)
-    return run_stream(sampler, sink, interval_s, count, events, listen)
+    sink = make_sink(fmt, output, output_mode, sampler.warner.warn, queue=True)
+    return run_stream(sampler, [sink], interval_s, count, events, listen)
 
 
 def serve(sampler: Sampler, listen: str, interval_s: float, count: Optional[int]) -> int:
-    """`cgstat serve`: a stream with no sink, only the endpoint."""
-    return run_stream(sampler, None, interval_s, count, None, listen)
+    """`cgstat serve`: a stream whose only sink is the endpoint."""
+    return run_stream(sampler, [], interval_s, count, None, listen)
 
 
-def run_stream(sampler: Sampler, sink: Optional[JsonLinesSink], interval_s: float, count: Optional[int],
+def run_stream(sampler: Sampler, sinks: Sequence[Sink], interval_s: float, count: Optional[int],
                events: Optional[EventDetector] = None, listen: Optional[str] = None) -> int:
-    """Batches every interval on a drift-free schedule; the first one interval after start.
+    """Ticks every interval on a drift-free schedule, each into every sink; the first one
+    interval after start.
 
-    `events`: diagnostics events raised from the ticks go into the same stream. `listen`:
-    the Prometheus endpoint served beside the stream, from the same ticks. `sink` None:
-    serve only (`cgstat serve`).
+    `events`: diagnostics events raised from the ticks go into the same ticks. `listen`:
+    the Prometheus endpoint (a sink too) served beside the others, first among them.
     """
-    if sink is not None:
-        sink.open()  # an output that can't be opened fails the run now, not silently later
-    exporter = None
-    if listen:
-        from cgstat.outputs.serve import Exporter  # only when asked: HTTP costs a start-up
+    sinks = list(sinks)
+    opened: List[Sink] = []
+    try:
+        for sink in sinks:
+            sink.open()  # an output that can't be used fails the run now, not silently later
+            opened.append(sink)
+        if listen:
+            from cgstat.outputs.serve import Exporter  # only when asked: HTTP costs a start-up
 
-        exporter = Exporter(listen, sampler.warner, stale_after_s=max(60.0, 5 * interval_s))
-        sampler.warner.once("serving", f"serving /metrics and /healthz on http://{exporter.address}/")
+            exporter = Exporter(listen, sampler.warner, stale_after_s=max(60.0, 5 * interval_s))
+            sampler.warner.once("serving", f"serving /metrics and /healthz on http://{exporter.address}/")
+            exporter.open()  # /metrics answers (self-metrics) before the first tick
+            opened.append(exporter)
+            sinks.insert(0, exporter)  # first: a tick is served before a file is written
+    except BaseException:
+        _close(opened)
+        raise
     schedule = Schedule(interval_s, sampler.warner, watchdog_heartbeat_s()).install_signals()
     # OOM kills: the kernel log from now on, v2 counters read as they change (events and
     # the exporter's kept counters)
-    if events is not None or exporter is not None:
+    if events is not None or any(sink.uses_kills for sink in sinks):
         sampler.follow_kernel_log()
         sampler.watch_memory_events()
+    ended = False
     try:
         sampler.warm_up()  # the first batch, one interval later, has rates
         schedule.restart()
-        if exporter is not None:
-            exporter.publish([], None)  # /metrics answers (self-metrics) before the first tick
         sdnotify.ready()  # Type=notify: started once the first sample is in
         for _ in schedule.ticks(count):
-            if schedule.take_reopen() and sink is not None:
-                sink.reopen()
-            _stream_tick(sampler, sink, events, exporter)
+            if schedule.take_reopen():
+                for sink in sinks:
+                    sink.reopen()
+            _stream_tick(sampler, sinks, events)
             sdnotify.watchdog()  # a tick finished: a hung read or write stops these
+        ended = True
     except ReaderGone:
         return 0
     finally:
         sdnotify.stopping()
-        if exporter is not None:
-            exporter.close()
-        if sink is not None:
-            sink.close()
-    if sink is None:
-        return 0
-    if sink.dropped_lines:
-        sampler.warner.warn("dropped", f"{sink.dropped_lines} lines dropped while the output failed")
+        _close(sinks)
+    for sink in sinks:
+        if ended and sink.dropped_lines:
+            sampler.warner.warn("dropped", f"{sink.dropped_lines} lines dropped while the output failed")
     return 0
 
 
-def _stream_tick(sampler: Sampler, sink: Optional[JsonLinesSink], events: Optional[EventDetector],
-                 exporter: Optional[Exporter]) -> None:
+def _close(sinks: Sequence[Sink]) -> None:
+    """Close every sink, the last opened first (each writes what it holds first)."""
+    for sink in reversed(sinks):
+        sink.close()
+
+
+def _stream_tick(sampler: Sampler, sinks: Sequence[Sink], events: Optional[EventDetector]) -> None:
     """One tick of run_stream.
 
-    Without an exporter, each record goes to the sink as it is made (through the events
+    A run whose only sink streams gets each record as it is made (through the events
     detector): a tick never holds its records all at once (~3.7 KiB each, 7 MiB at 1,000
-    empty cgroups). The exporter renders a whole tick, so with one the tick is a list; its
-    records die when this returns (a loop variable would keep them through the next tick).
+    empty cgroups). Otherwise the tick is a list every sink is given (the exporter keeps
+    it for its next scrape); its records die when this returns (a loop variable would keep
+    them through the next tick).
     """
-    if exporter is None and sink is not None:
+    if len(sinks) == 1 and sinks[0].streams:
         stream: Iterable[JsonObject] = sampler.records()
         if events is not None:
             # records, then the tick's events (the kernel log's kills are read after the records)
             stream = events.watch(stream, kills=lambda: sampler.kills, late=lambda: sampler.late_counts)
-        try:
-            sink.write(stream)
-        except SinkError as exc:
-            sampler.warner.warn("sink", str(exc))
+        _write(sampler, sinks[0], stream, NO_INFO)
         return
     began = time.monotonic()
-    records = sampler.tick()
-    if exporter is not None:
-        # the exposition is of the shown cgroups: a kill elsewhere makes no series
-        exporter.publish(records, time.monotonic() - began, [k for k in sampler.kills if k.selected],
-                         sampler.late_counts)
-    batch: Sequence[JsonObject] = records
+    records: Sequence[JsonObject] = sampler.tick()
+    # the sinks' kills are the shown cgroups' (the exposition makes no series of a kill
+    # elsewhere); the events judge them all
+    tick = TickInfo(time.monotonic() - began, [k for k in sampler.kills if k.selected], sampler.late_counts)
     if events is not None:
-        batch = [*records, *events.observe(records, kills=sampler.kills, late=sampler.late_counts)]  # a new list: the exporter keeps the first
-    if sink is not None:
-        try:
-            sink.write(batch)
-        except SinkError as exc:
-            sampler.warner.warn("sink", str(exc))
+        records = [*records, *events.observe(records, kills=sampler.kills, late=sampler.late_counts)]
+    for sink in sinks:
+        _write(sampler, sink, records, tick)
+
+
+def _write(sampler: Sampler, sink: Sink, records: Iterable[JsonObject], tick: TickInfo) -> None:
+    try:
+        sink.write(records, tick)
+    except SinkError as exc:
+        sampler.warner.warn("sink", str(exc))

@@ -1,7 +1,7 @@
 """The JSON-lines sink: records serialised one line each, on stdout or appended to a file.
 
-Every sink has the same small interface: `open()` (fail at start, not silently later),
-`write(records)`, `reopen()` (SIGHUP) and `close()`. Serialising is done here, one
+These are sinks (outputs/sink.py: `open()`, fail at start, not silently later;
+`write(records)`; `reopen()` on SIGHUP; `close()`). Serialising is done here, one
 `text.dumps_record` per record (orjson, then the controls orjson leaves raw escaped); a
 record that can't be serialised is dropped with a warning and the batch goes on. A batch
 is serialised and written in chunks of about 256 KiB, never joined into one bytes object;
@@ -12,7 +12,9 @@ truncated back to where the batch began, so a reader never sees half a line, and
 batch is kept (bounded) and retried on the next tick. On stdout, which can't be cut back,
 what did not go out is kept, so the line begun is completed first on the next tick.
 SIGHUP makes a file sink reopen its path (logrotate's move-and-create). A closed stdout
-(`cgstat stream | head`) ends the stream quietly.
+(`cgstat stream | head`) ends the stream quietly. A stdout that is a pipe, socket or
+terminal can block (a reader that stops reading): `stream` writes it from its own thread
+(outputs/queued.py), so the tick never waits for it.
 
 The output file is opened the safe way for a root process writing where others may
 write: O_NOFOLLOW (a symlink at the path is refused, never followed), O_NONBLOCK and
@@ -28,8 +30,9 @@ import os
 import stat
 from typing import TYPE_CHECKING, Callable, Deque, Iterable, Iterator, List, Optional
 
-from cgstat.errors import CgstatError, file_kind, os_reason
+from cgstat.errors import file_kind, os_reason
 from cgstat.kernel.hostfs import close_quietly
+from cgstat.outputs.sink import NO_INFO, ChunkSink, ReaderGone, SinkError, TickInfo
 from cgstat.text import dumps_record, quote
 
 if TYPE_CHECKING:  # the record types are for the type checker only
@@ -40,14 +43,6 @@ _PENDING_MAX_BYTES = 16 * 1024 * 1024
 # batch's bytes never in memory whole (the peak RSS of a tick at 1,000 cgroups was the
 # joined batch, ~3.7 MB, with its lines and the copies made to join them).
 _CHUNK_BYTES = 256 * 1024
-
-
-class ReaderGone(Exception):
-    """stdout's reader went away (EPIPE): stop, successfully."""
-
-
-class SinkError(CgstatError):
-    """The output could not be opened or written this time; the batch is kept for the next try."""
 
 
 _FLAGS = (os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK
@@ -83,8 +78,10 @@ def open_output(path: str, mode: int = 0o600) -> int:
     return fd
 
 
-class JsonLinesSink:
+class JsonLinesSink(ChunkSink):
     """The batching, backlog and serialising shared by the stdout and file sinks."""
+
+    streams = True
 
     def __init__(self, warn: Optional[Callable[[str, str], None]] = None):
         self.warn = warn
@@ -92,15 +89,6 @@ class JsonLinesSink:
         self._pending_bytes = 0
         self._head_continues = False  # _pending[0] is the rest of a line stdout began
         self.dropped_lines = 0
-
-    def open(self) -> None:
-        """Open the output now (at start), so a path that can't be used fails the run at once."""
-
-    def reopen(self) -> None:
-        """After logrotate moved the file away: write to a new file at the same path."""
-
-    def close(self) -> None:
-        pass
 
     def chunks(self, records: Iterable[JsonObject], quiet: bool = False) -> Iterator[bytes]:
         """The batch as whole lines, in pieces of about _CHUNK_BYTES; `quiet`: no warning
@@ -129,7 +117,7 @@ class JsonLinesSink:
         """The batch as one bytes object of whole lines (for tests and callers that want it)."""
         return b"".join(self.chunks(list(records)))
 
-    def write(self, records: Iterable[JsonObject]) -> None:
+    def write(self, records: Iterable[JsonObject], tick: TickInfo = NO_INFO) -> None:
         """Write this batch, after whatever earlier batches failed to go out.
 
         The batch is serialised and written a chunk at a time (about 256 KiB), so its bytes
@@ -150,6 +138,11 @@ class JsonLinesSink:
     def write_bytes(self, batch: bytes) -> None:
         """Write already serialised whole lines (the same rules as write())."""
         self._send(iter((batch,) if batch else ()), lambda: batch)
+
+    def write_chunks(self, chunks: Iterator[bytes]) -> None:
+        """Write one batch given as the pieces chunks() made (the same rules as write());
+        QueuedSink's thread writes what the tick's thread serialised this way."""
+        self._send(chunks, None)
 
     def _send(self, chunks: Iterator[bytes], whole: Optional[Callable[[], bytes]]) -> None:
         if self._pending:
@@ -213,9 +206,20 @@ def _write_all(fd: int, data: bytes) -> None:
 class StdoutSink(JsonLinesSink):
     """Lines on stdout (or another descriptor we were given); a reader gone ends the run."""
 
+    label = "stdout"
+
     def __init__(self, warn: Optional[Callable[[str, str], None]] = None, fd: int = 1):
         super().__init__(warn)
         self.fd = fd
+
+    def may_block(self) -> bool:
+        """A pipe, socket or terminal: a reader that stops reading stops our write (a
+        regular file or /dev/null never waits on anyone)."""
+        try:
+            mode = os.fstat(self.fd).st_mode
+        except OSError:
+            return False
+        return stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode) or os.isatty(self.fd)
 
     def _write_batch(self, chunks: Iterator[bytes], whole: Optional[Callable[[], bytes]],
                      keep: Callable[[bytes], None]) -> None:
@@ -243,6 +247,7 @@ class FileSink(JsonLinesSink):
     def __init__(self, path: str, mode: int = 0o600, warn: Optional[Callable[[str, str], None]] = None):
         super().__init__(warn)
         self.path = path
+        self.label = path
         self.mode = mode
         self.fd: Optional[int] = None
 

@@ -5,8 +5,10 @@ bytes to the HTTP server (cgstat/outputs/http.py), which serves the latest ones 
 scrape. A scrape never triggers a read of the kernel and never waits for a tick; a tick
 never waits for a scraper.
 
-- `Exporter(listen)`: the server plus the renderer; `publish(records, tick_seconds)`
-  once per tick, `close()` at the end. `stream --listen` uses it beside its sink.
+- `Exporter(listen)`: the server plus the renderer, a Sink (outputs/sink.py): `open()`
+  serves the exporter's own metrics before the first tick, `write(records, tick)` (or
+  `publish(records, tick_seconds)`) once per tick, `close()` at the end. `stream --listen`
+  has it beside its other sink.
 `cgstat serve` is app/stream.run_stream with no sink: bind (a bad address fails now,
 exit 1), warm up, READY=1, then a tick per interval with WATCHDOG=1 after each;
 SIGTERM/SIGINT end it with exit 0.
@@ -15,7 +17,7 @@ SIGTERM/SIGINT end it with exit 0.
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, Any, Dict, Iterable, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Dict, Iterable, Optional, Sequence, cast
 
 from cgstat import __version__
 from cgstat.errors import CgstatError
@@ -23,13 +25,14 @@ from cgstat.outputs import prometheus
 from cgstat.outputs.http import DEFAULT_LISTEN, MetricsServer, address_note
 from cgstat.outputs.prometheus_labels import LabelCache
 from cgstat.outputs.prometheus_retention import OomRetention
+from cgstat.outputs.sink import NO_INFO, Sink, TickInfo
 from cgstat.pipeline.diagnostics import Warner
 
 if TYPE_CHECKING:  # the record types are for the type checker only
-    from cgstat.records import Sampled
+    from cgstat.records import JsonObject, Sampled
 
 
-class Exporter:
+class Exporter(Sink):
     """Renders each tick's records and serves them on `listen` ('ADDR:PORT').
 
     Raises CgstatError (one line) when the address is malformed or cannot be bound.
@@ -58,6 +61,16 @@ class Exporter:
         if note:
             self.warner.once("listen", note)
         self.address = "[%s]:%d" % (host, port) if ":" in host else "%s:%d" % (host, port)
+
+    uses_kills = True  # gone cgroups' OOM-kill counters are kept a while
+
+    def open(self) -> None:
+        self.publish([], None)  # /metrics answers (self-metrics) before the first tick
+
+    def write(self, records: Iterable[JsonObject], tick: TickInfo = NO_INFO) -> None:
+        """One tick: its records (its events are skipped) and what reading it took."""
+        batch = records if isinstance(records, (list, tuple)) else list(records)
+        self.publish(cast("Sequence[Sampled]", batch), tick.seconds, tick.kills, tick.late)
 
     def publish(self, records: Sequence[Sampled], tick_seconds: Optional[float] = None,
                 kills: Iterable[Any] = (), late: Iterable[Any] = ()) -> None:

@@ -176,7 +176,7 @@ def test_slow_tick_warns_once_and_skips_missed_slots(monkeypatch, capfd):
             SlowAgent.ticks += 1
 
     monkeypatch.setattr(modes.Schedule, "install_signals", lambda self: self)  # pytest keeps its own
-    assert modes.run_stream(SlowAgent(), StdoutSink(), 0.1, 4) == 0
+    assert modes.run_stream(SlowAgent(), [StdoutSink()], 0.1, 4) == 0
     out, err = capfd.readouterr()
     assert [json.loads(x)["n"] for x in out.splitlines()] == [2, 3, 4, 5]  # every batch out
     assert err.count("longer than the 0.1 s interval") == 1

@@ -1,0 +1,263 @@
+"""A sink that can block (stdout into a pipe, a push over the network) written from its own
+thread, so a slow reader never stalls the tick, nor with it the systemd watchdog.
+
+The tick's thread serialises the tick (ChunkSink.chunks: the records may be made as they
+are taken) and puts its pieces in a queue; the sink's thread takes them and writes them in
+order (ChunkSink.write_chunks), with the inner sink's own rules (whole lines, a backlog on
+failure). Nothing here waits for the writer: the queue is bounded by its bytes, and a tick
+that begins while the queue is over the bound is dropped whole (its records are still made:
+rates, events and every other sink go on). So what goes out is whole ticks of whole lines,
+in order, with gaps; a tick once begun is never cut. The drops are said on stderr once per
+episode (from the first tick dropped to the next one written), when it ends or at close,
+with the count.
+
+- SIGHUP: `reopen()` is queued, so it happens between two ticks, after those before it.
+- A reader gone (EPIPE): the writer stops; the next write (or close) ends the run with
+  exit 0 (ReaderGone), as without a thread.
+- close(): everything queued is written, in order, before it returns (the last lines of a
+  --count run or a Ctrl-C are not lost). A reader that takes nothing for `close_stall_s`
+  is not waited for longer: what was still queued is counted on stderr and the run ends.
+- What the writer's thread has to say (a write that failed) is said by the tick's thread
+  at its next write: the diagnostics channel is used from one thread only.
+"""
+
+from __future__ import annotations
+
+import collections
+import threading
+import time
+from typing import TYPE_CHECKING, Callable, Deque, Iterable, Iterator, Optional, Union
+
+from cgstat.outputs.sink import NO_INFO, ChunkSink, ReaderGone, Sink, SinkError, TickInfo
+
+if TYPE_CHECKING:  # the record types are for the type checker only
+    from cgstat.records import JsonObject
+
+# A reader may pause this long before ticks are dropped: at 100 cgroups a tick is about
+# 0.2 MB (about 40 s of ticks), at 1,000 about 2 MB. A tick already begun may go past it.
+QUEUE_MAX_BYTES = 8 * 1024 * 1024
+CLOSE_STALL_S = 5.0
+
+
+class _Mark:
+    def __init__(self, name: str):
+        self.name = name
+
+    def __repr__(self) -> str:
+        return self.name
+
+
+_END = _Mark("end of tick")
+_ABORT = _Mark("tick abandoned")  # the records stopped coming (an exception in the tick's thread)
+_REOPEN = _Mark("reopen")
+_CLOSE = _Mark("close")
+_Item = Union[bytes, _Mark]
+
+
+class _Aborted(Exception):
+    pass
+
+
+class QueuedSink(Sink):
+    """`inner` written from a thread of its own, through a queue of at most `max_bytes`."""
+
+    streams = True
+
+    def __init__(self, inner: ChunkSink, warn: Optional[Callable[[str, str], None]] = None,
+                 max_bytes: int = QUEUE_MAX_BYTES, close_stall_s: float = CLOSE_STALL_S):
+        self.inner = inner
+        self.warn = warn
+        self.max_bytes = max_bytes
+        self.close_stall_s = close_stall_s
+        self.uses_kills = inner.uses_kills
+        self._cond = threading.Condition()
+        self._queue: Deque[_Item] = collections.deque()
+        self._queued_bytes = 0
+        self._taken = 0  # items the writer took: progress, for close()
+        self._gone = False  # the writer met ReaderGone
+        self._said: Deque[str] = collections.deque()  # the writer's messages, said by the tick's thread
+        self._thread: Optional[threading.Thread] = None
+        # drops: the episode in progress, and all of them
+        self._episode_ticks = 0
+        self._episode_lines = 0
+        self._episode_began = 0.0
+        self.ticks_dropped = 0
+        self.lines_dropped = 0
+        self.ticks_written = 0  # ticks handed to the writer (not dropped)
+
+    # -- the tick's thread ---------------------------------------------------------------
+
+    def open(self) -> None:
+        self.inner.open()
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name="cgstat-sink", daemon=True)
+            self._thread.start()
+
+    def write(self, records: Iterable[JsonObject], tick: TickInfo = NO_INFO) -> None:
+        """Queue the tick, or drop it whole when the queue is full; never waits."""
+        self._say()
+        if self._gone:
+            raise ReaderGone()
+        if self._thread is None:
+            self.open()
+        with self._cond:
+            full = self._queued_bytes >= self.max_bytes
+        if full:
+            self._drop(records)
+            return
+        self._end_episode()
+        self.ticks_written += 1
+        try:
+            for chunk in self.inner.chunks(records):
+                self._put(chunk)
+        except BaseException:
+            self._put(_ABORT)
+            raise
+        self._put(_END)
+
+    def reopen(self) -> None:
+        self._put(_REOPEN)
+
+    def close(self) -> None:
+        """Write what is queued (see the module docstring), then close the inner sink."""
+        thread = self._thread
+        self._thread = None
+        if thread is not None:
+            self._put(_CLOSE)
+            while True:
+                before = self._taken
+                thread.join(self.close_stall_s)
+                if not thread.is_alive():
+                    break
+                if self._taken == before:  # the reader took nothing for close_stall_s
+                    self._abandon()
+                    return  # the writer still holds the inner sink: not closed under it
+        self._say()
+        self._end_episode()
+        self.dropped_lines = self.inner.dropped_lines
+        self.inner.close()
+
+    def _drop(self, records: Iterable[JsonObject]) -> None:
+        lines = 0
+        for _ in records:  # made all the same: the tick goes on everywhere else
+            lines += 1
+        if not self._episode_ticks:
+            self._episode_began = time.monotonic()
+        self._episode_ticks += 1
+        self._episode_lines += lines
+        self.ticks_dropped += 1
+        self.lines_dropped += lines
+
+    def _end_episode(self) -> None:
+        if not self._episode_ticks:
+            return
+        took = time.monotonic() - self._episode_began
+        total = f"; {self.ticks_dropped} ticks in all" if self.ticks_dropped > self._episode_ticks else ""
+        self._warn("dropped", f"{self.inner.label}: the reader did not keep up: {self._episode_ticks} ticks "
+                   f"({self._episode_lines} lines) dropped whole over {took:.0f} s, the lines written are "
+                   f"complete{total}")
+        self._episode_ticks = self._episode_lines = 0
+
+    def _abandon(self) -> None:
+        with self._cond:
+            lines = sum(item.count(b"\n") for item in self._queue if isinstance(item, bytes))
+            self._queue.clear()
+            self._queued_bytes = 0
+        self._end_episode()
+        self._warn("dropped", f"{self.inner.label}: the reader took nothing for {self.close_stall_s:g} s: "
+                   f"{lines} lines not written at the end")
+
+    def _say(self) -> None:
+        while self._said:
+            self._warn("sink", self._said.popleft())
+
+    def _warn(self, key: str, message: str) -> None:
+        if self.warn is not None:
+            self.warn(key, message)
+
+    def _put(self, item: _Item) -> None:
+        with self._cond:
+            if self._gone and item is not _CLOSE:
+                return  # nobody reads any more
+            self._queue.append(item)
+            if isinstance(item, bytes):
+                self._queued_bytes += len(item)
+            self._cond.notify()
+
+    # -- the writer's thread -------------------------------------------------------------
+
+    def _take(self) -> _Item:
+        with self._cond:
+            while not self._queue:
+                self._cond.wait()
+            item = self._queue.popleft()
+            if isinstance(item, bytes):
+                self._queued_bytes -= len(item)
+            self._taken += 1
+            return item
+
+    def _untake(self, item: _Item) -> None:
+        with self._cond:
+            self._queue.appendleft(item)
+
+    def _run(self) -> None:
+        while True:
+            item = self._take()
+            if item is _CLOSE:
+                return
+            if item is _REOPEN:
+                self._guarded(self.inner.reopen)
+            elif isinstance(item, bytes):
+                rest = _Tick(self, item)
+                self._guarded(lambda: self.inner.write_chunks(iter(rest)))
+                rest.skip()
+
+    def _guarded(self, job: Callable[[], None]) -> None:
+        try:
+            job()
+        except ReaderGone:
+            with self._cond:
+                self._gone = True
+                self._queue = collections.deque(x for x in self._queue if x is _CLOSE)
+                self._queued_bytes = 0
+        except _Aborted:
+            pass
+        except SinkError as exc:
+            self._said.append(str(exc))
+        except Exception as exc:  # never a writer dead in silence: said, and the next tick is tried
+            self._said.append(f"{self.inner.label}: {exc.__class__.__name__}: {exc}")
+
+
+class _Tick:
+    """One tick's pieces as the writer takes them: the first, then the queue's up to the
+    tick's end."""
+
+    def __init__(self, sink: QueuedSink, first: bytes):
+        self.sink = sink
+        self.first: Optional[bytes] = first
+        self.done = False
+
+    def __iter__(self) -> Iterator[bytes]:
+        if self.first is not None:
+            first, self.first = self.first, None
+            yield first
+        while not self.done:
+            item = self.sink._take()
+            if item is _END:
+                self.done = True
+            elif item is _ABORT:
+                self.done = True
+                raise _Aborted()
+            elif isinstance(item, bytes):
+                yield item
+            else:  # close (after a reader gone: the tick's end was not queued); taken next
+                self.sink._untake(item)
+                self.done = True
+
+    def skip(self) -> None:
+        """Take what is left of the tick (a writer that stopped early: the reader gone)."""
+        try:
+            for _ in self:
+                pass
+        except _Aborted:
+            pass
