@@ -1,7 +1,8 @@
 """What a cgroup path says about its workload: container, pod, runtime monitor, systemd unit.
 
 Pure functions over the path alone (no I/O). The patterns, by runtime and cgroup
-driver: classify()'s docstring.
+driver: classify()'s docstring; each runtime's own are declared in its module
+(naming/runtimes/registry.py gathers them).
 """
 
 from __future__ import annotations
@@ -9,23 +10,10 @@ from __future__ import annotations
 import re
 from typing import NamedTuple, Optional
 
+from cgstat.naming.runtimes.registry import CONTAINER_PATTERNS, ID_PARENTS, MONITOR_PATTERNS, NAMED_PARENTS
+
 _HEX64 = r"[0-9a-f]{64}"
-_CONTAINER_PATTERNS = (
-    (re.compile(rf"^docker-({_HEX64})\.scope$"), "docker"),
-    (re.compile(rf"^cri-containerd-({_HEX64})\.scope$"), "containerd"),
-    (re.compile(rf"^nerdctl-({_HEX64})\.scope$"), "containerd"),
-    (re.compile(rf"^crio-({_HEX64})(?:\.scope)?$"), "cri-o"),
-    (re.compile(rf"^libpod-({_HEX64})(?:\.scope)?$"), "podman"),
-)
-_MONITOR_PATTERNS = (
-    re.compile(rf"^crio-conmon-{_HEX64}(?:\.scope)?$"),
-    re.compile(rf"^libpod-conmon-{_HEX64}(?:\.scope)?$"),
-    re.compile(r"^lxc\.monitor\..+$"),
-    re.compile(r"^conmon$"),  # podman with the cgroupfs manager: <cgroup-parent>/conmon
-)
-_PARENT_RUNTIME = {"docker": "docker", "nerdctl": "containerd", "libpod_parent": "podman"}
 _BARE_ID = re.compile(rf"^({_HEX64})$")
-_LXC = re.compile(r"^lxc\.payload\.(.+)$")
 _POD_SYSTEMD = re.compile(r"^kubepods(?:-(burstable|besteffort))?-pod([0-9a-f_]{32,36})\.slice$")
 _POD_CGROUPFS = re.compile(r"^pod([0-9a-f-]{32,36})$")
 _QOS = {"burstable": "burstable", "besteffort": "besteffort"}
@@ -92,18 +80,16 @@ def _pod(component: str, parent: str):
 
 
 def _container(component: str, parent: str, under_pod: bool):
-    for pattern, runtime in _CONTAINER_PATTERNS:
+    for pattern, runtime in CONTAINER_PATTERNS:
         m = pattern.match(component)
         if m:
             return runtime, m.group(1)
     m = _BARE_ID.match(component)
-    if m and (parent in _PARENT_RUNTIME or under_pod):
-        return _PARENT_RUNTIME.get(parent), m.group(1)
-    m = _LXC.match(component)
-    if m:
-        return "lxc", m.group(1)
-    if parent == "lxc" and component:
-        return "lxc", component
+    if m and (parent in ID_PARENTS or under_pod):
+        return ID_PARENTS.get(parent), m.group(1)
+    named = NAMED_PARENTS.get(parent)
+    if named and component:
+        return named, component
     return None
 
 
@@ -162,7 +148,7 @@ def _classify(path: str) -> PathInfo:
     for i, comp in enumerate(parts):
         parent = parts[i - 1] if i else ""
         last = i == len(parts) - 1
-        if any(p.match(comp) for p in _MONITOR_PATTERNS):
+        if any(p.match(comp) for p in MONITOR_PATTERNS):
             if last:
                 return PathInfo("monitor", unit=_unit(comp), pod_uid=pod_uid, qos=qos)
             return PathInfo(None, unit=_unit(parts[-1]), inside_container=True)

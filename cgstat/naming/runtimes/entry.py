@@ -8,7 +8,8 @@ from __future__ import annotations
 import re
 from typing import Any, Dict, NamedTuple, Optional, Tuple
 
-HEX64 = re.compile(r"^[0-9a-f]{64}$")  # a full container ID: the only IDs looked up
+ID_PATTERN = r"[0-9a-f]{64}"  # a full container ID, in the runtimes' path patterns
+HEX64 = re.compile(rf"^{ID_PATTERN}$")  # a full container ID: the only IDs looked up
 Key = Tuple[Optional[int], str]  # (uid of the user subtree or None for the system, container ID)
 
 

@@ -1,17 +1,18 @@
-"""The container identity cache: which live container IDs to look up, in which stores, and
-the record's `container` and `pod` objects from what was found.
+"""The container identity cache: which live container IDs to look up, and the record's
+`container` and `pod` objects from what was found.
 
 Looks up, only for the 64-hex IDs of live cgroups not named yet, in the runtimes' state
-(docker.py, cri.py, storage.py, kubelet.py, under the trust rules of trust.py, in the
-places daemons.py finds), then the Docker API (dockerapi.py) for a system container still
-unnamed. A bare 64-hex folder under no runtime's known parent (paths.py's "candidate") is
-a container only when one of these knows its ID (`promote`). An ID seen for the first time
-is looked up at once (a container that lives 1.5 s is named); one still unknown is retried
-every _RETRY_UNKNOWN_S; a pass stops reading after _BUDGET_S (said once). When Docker's
-own cgroups (docker-<id>.scope, /docker/<id>) get no name on a host with Docker (a data
-root or socket exists), one warning says where cgstat looked and what to set. A Docker entry is re-read when its config.v2.json changes (a
-rename; watch.py tells which, on each tick, without reading them). Entries of containers that are gone are forgotten (retain). Reads itself
-only /proc/<pid>/comm of a pod's members and their cgroup.procs (pause detection).
+in the one order registry.py gives (each runtime a module: docker.py, containerd.py,
+crio.py, podman.py; then kubelet.py; then each runtime's last resort, the Docker API),
+under the trust rules of trust.py, in the places daemons.py finds. A bare 64-hex folder
+under no runtime's known parent (paths.py's "candidate") is a container only when one of
+these knows its ID (`promote`). An ID seen for the first time is looked up at once (a
+container that lives 1.5 s is named); one still unknown is retried every
+_RETRY_UNKNOWN_S; a pass stops reading after _BUDGET_S (said once). An entry is re-read
+when the runtime says its state changed (Docker: a rename; `recheck`, each tick, reads
+nothing on a steady host). Entries of containers that are gone are forgotten (retain).
+Reads itself only /proc/<pid>/comm of a pod's members and their cgroup.procs (pause
+detection).
 """
 
 from __future__ import annotations
@@ -23,13 +24,12 @@ from typing import TYPE_CHECKING, Callable, Dict, Iterable, List, Optional, Set,
 from cgstat.kernel import parse
 from cgstat.kernel.hostfs import HostFS, ReadError, read_text
 from cgstat.naming.paths import PathInfo
-from cgstat.naming.runtimes import cri, docker, kubelet, storage
-from cgstat.naming.runtimes.daemons import CONTAINERD_TASKS, Daemons
-from cgstat.naming.runtimes.dockerapi import BUDGET_S as API_BUDGET_S
-from cgstat.naming.runtimes.dockerapi import DockerAPI
+from cgstat.naming.runtimes import kubelet
+from cgstat.naming.runtimes.daemons import Daemons
 from cgstat.naming.runtimes.entry import HEX64, ContainerEntry, Key
+from cgstat.naming.runtimes.registry import make_runtimes
+from cgstat.naming.runtimes.runtime import SYSTEM, USER, Pass, Runtime
 from cgstat.naming.runtimes.trust import Budget, LookupPass, homes_of, owners_for, passwd_homes
-from cgstat.naming.runtimes.watch import StateWatch
 
 if TYPE_CHECKING:  # the record types are for the type checker only
     from cgstat.records import Container, Pod
@@ -42,7 +42,8 @@ class Identities:
     """Fills the `container` object of records; caches what the state files said per ID."""
 
     def __init__(self, fs: HostFS, warn: Optional[Callable[[str, str], None]] = None,
-                 read_state: bool = True, daemons: Optional[Daemons] = None):
+                 read_state: bool = True, daemons: Optional[Daemons] = None,
+                 runtimes: Optional[List[Runtime]] = None):
         self.fs = fs
         self.daemons = daemons or Daemons(fs)
         self.warn = warn
@@ -52,11 +53,9 @@ class Identities:
         self._pods: Dict[str, Tuple[str, str]] = {}  # system pod uid -> (namespace, name)
         self._pod_dirs: Dict[str, List[str]] = {}  # pod uid -> kubelet container log folders
         self._pods_tried: Dict[str, float] = {}
-        self._api = DockerAPI(fs, self._sockets)
-        # Docker entries read from a config.v2.json: key -> <data root>/containers (a
-        # local path), and the watch that says when one changes (docker rename)
-        self._docker_files: Dict[Key, str] = {}
-        self._watch: StateWatch[Key] = StateWatch(docker.signature)
+        self.runtimes = runtimes if runtimes is not None else make_runtimes(fs, self.daemons)  # in lookup order
+        self._system = [rt for rt in self.runtimes if SYSTEM in rt.trusts]
+        self._user = [rt for rt in self.runtimes if USER in rt.trusts]
         self._asked_daemons: Set[str] = set()  # IDs the running daemons were looked at for
         self._pause: Dict[Key, bool] = {}
         # (uid of the subtree, pod uid) -> this tick's application container IDs: a pod-like
@@ -97,51 +96,35 @@ class Identities:
         return info._replace(kind="container", runtime=entry.runtime)
 
     def recheck(self) -> None:
-        """Re-read the Docker entries whose config.v2.json changed (docker rename, a label
-        update) since the last tick."""
-        if not self.read_state or not self._docker_files:
+        """Re-read the entries whose state changed since the last tick (docker rename, a
+        label update), as the runtimes that follow their files say."""
+        if not self.read_state:
             return
-        changed = [key for key in self._watch.changed() if key in self._docker_files]
-        if not changed:
-            return
-        lookup = LookupPass(Budget(_BUDGET_S))
-        for key in changed:
-            self._read_docker(lookup, key, self._docker_files[key])
-        self._report(lookup)
+        ctx = None
+        for rt in self.runtimes:
+            changed = rt.changed()
+            if not changed:
+                continue
+            ctx = ctx or self._pass()
+            for key, entry in rt.reread(ctx, changed).items():
+                if key in self._names and self._names[key].runtime == rt.name:
+                    self._names[key] = entry
+        if ctx is not None:
+            self._report(ctx.lookup)
 
-    def _read_docker(self, lookup: LookupPass, key: Key, containers: str) -> Optional[ContainerEntry]:
-        """The entry in <containers>/<id>/config.v2.json, then followed for changes (the
-        watch is set before the read: a change after it is seen on the next tick)."""
-        folder = containers + "/" + key[1]
-        self._watch.watch(key, folder, docker.CONFIG, docker.signature(folder))
-        entry = docker.system_entry(lookup, containers, key[1])
-        if entry is None:
-            self._watch.forget(key)
-            return None
-        self._docker_files[key] = containers
-        if key in self._names and self._names[key].runtime == "docker":
-            self._names[key] = entry
-        return entry
+    def _pass(self) -> Pass:
+        return Pass(LookupPass(Budget(_BUDGET_S)), self.fs, self.daemons, self.warn)
 
     def close(self) -> None:
         """Release the watches."""
-        self._watch.close()
-        self._docker_files.clear()
-
-    def _docker_present(self) -> bool:
-        """A Docker data root or socket exists (the ones known or found, or the given ones)."""
-        roots = [self.fs.path(root) for root in self.daemons.docker_roots()]
-        return any(os.path.exists(p) for p in roots + self._sockets())
-
-    def _sockets(self) -> List[str]:
-        given = self.daemons.config.docker_host is not None
-        return [s if given else self.fs.path(s) for s in self.daemons.docker_sockets()]
+        for rt in self.runtimes:
+            rt.close()
 
     def refresh(self) -> None:
         """Forget every answer: the next refresh_if_new looks everything up again."""
         self._names.clear()
-        self._docker_files.clear()
-        self._watch.retain(lambda k: False)
+        for rt in self.runtimes:
+            rt.forget()
         self._tried.clear()
         self._pods.clear()
         self._pod_dirs.clear()
@@ -152,10 +135,13 @@ class Identities:
         return tried_at is None or now - tried_at >= _RETRY_UNKNOWN_S
 
     def _lookup(self, todo: Dict[Key, Optional[str]], pods: Set[str], now: float) -> None:
-        lookup = LookupPass(Budget(_BUDGET_S))
+        """One pass, in registry.py's order: the runtimes' state for the system IDs, the
+        kubelet's folders, the users' own stores, then the runtimes' last resorts."""
+        ctx = self._pass()
+        lookup = ctx.lookup
         system = {cid: runtime for (uid, cid), runtime in todo.items() if uid is None}
         if system:
-            self._lookup_system(lookup, system)
+            self._lookup_system(ctx, system)
         if pods or system:
             self._lookup_kubelet(lookup, set(system), pods)
         users = sorted({uid for uid, _ in todo if uid is not None})
@@ -164,24 +150,10 @@ class Identities:
             for uid in users:
                 if not lookup.budget.left():
                     break
-                self._lookup_user(lookup, uid, {cid for u, cid in todo if u == uid}, passwd)
-        api_deadline = time.monotonic() + API_BUDGET_S
-        for cid, runtime in sorted(system.items()):
-            # Only Docker's own cgroups (docker-<id>.scope, /docker/<id>) and bare IDs
-            # outside users' subtrees: those are the only IDs dockerd can know.
-            if runtime in ("docker", None) and (None, cid) not in lookup.found:
-                entry = self._api.lookup(cid, api_deadline)
-                if entry:
-                    lookup.found[(None, cid)] = entry
-        unnamed = sorted(cid for cid, runtime in system.items() if runtime == "docker" and (None, cid) not in lookup.found)
-        # (only where Docker is there at all: a host without it, or a recording of one,
-        # has nothing to set; a bare runc container at /docker/<id> is not Docker's)
-        if unnamed and self.warn is not None and self._docker_present():
-            some = "1 Docker container" if len(unnamed) == 1 else f"{len(unnamed)} Docker containers"
-            self.warn("docker-state", f"{some} (e.g. {unnamed[0][:12]}) {'has' if len(unnamed) == 1 else 'have'} no "
-                      f"readable state ({self.daemons.where()}): their names, images and labels are "
-                      "missing; give dockerd's data root with --docker-data-root, or its socket with "
-                      "--docker-host or DOCKER_HOST")
+                self._lookup_user(ctx, uid, {cid for u, cid in todo if u == uid}, passwd)
+        if system:
+            for rt in self._system:
+                rt.finish(ctx, system)
         for key in todo:
             if key in lookup.found:
                 self._names[key] = lookup.found[key]
@@ -204,8 +176,9 @@ class Identities:
                       "stopped there, some container names will be missing (looked up again "
                       f"after {_RETRY_UNKNOWN_S:g} s)")
 
-    def _lookup_system(self, lookup: LookupPass, ids: Dict[str, Optional[str]]) -> None:
-        self._lookup_system_in(lookup, set(ids))
+    def _lookup_system(self, ctx: Pass, ids: Dict[str, Optional[str]]) -> None:
+        lookup = ctx.lookup
+        self._lookup_system_in(ctx, set(ids))
         missing = {cid for cid in ids if (None, cid) not in lookup.found}
         # Not where the fixed places and daemon.json say: the running daemons' command
         # lines may name another data root or containerd state. Looked at for IDs not
@@ -215,67 +188,49 @@ class Identities:
         if new and lookup.budget.left() and self.daemons.due():
             self._asked_daemons |= missing
             if self.daemons.find():
-                self._lookup_system_in(lookup, missing)
+                self._lookup_system_in(ctx, missing)
 
-    def _lookup_system_in(self, lookup: LookupPass, ids: Set[str]) -> None:
-        fs = self.fs
-        roots = [fs.path(root + "/containers") for root in self.daemons.docker_roots()]
-        tasks = [fs.path(state + "/" + CONTAINERD_TASKS) for state in self.daemons.containerd_states()]
-        store = fs.path(storage.STORAGE)
-        # No exists()/isdir() first: they say False on EACCES (a 0700 /var/lib/containers
-        # as a non-root user), which hid the missing names; the open says "denied".
-        namespaces = [(t, lookup.subdirs(t, [], "containerd")) for t in tasks]
-        drivers = storage.driver_folders(lookup.subdirs(store, [], "Podman and CRI-O"))
+    def _lookup_system_in(self, ctx: Pass, ids: Set[str]) -> None:
+        """The system runtimes' state of `ids`: per ID in order (a later runtime's entry
+        replaces an earlier one's where it says so), then the stores scanned for all."""
+        lookup = ctx.lookup
+        places = [(rt, rt.begin(ctx)) for rt in self._system]
+        places = [(rt, p) for rt, p in places if p is not None]
         for cid in sorted(ids):
             if not lookup.budget.left():
                 return
-            # Later sources win, as CRI annotations say more than Docker's config; a plain
-            # containerd entry (no CRI annotations) only names what nothing else does.
             entry = None
-            for containers in roots:
-                entry = self._read_docker(lookup, (None, cid), containers)
-                if entry:
-                    break
-            for t, names in namespaces:
-                found = cri.containerd_entry(lookup, t, names, cid)
-                if found and (entry is None or found.k8s_pod is not None):
+            for rt, p in places:
+                found = rt.system_entry(ctx, p, cid)
+                if found and rt.replaces(entry, found):
                     entry = found
-            entry = cri.crio_entry(lookup, store, drivers, cid) or entry
             if entry:
                 lookup.found[(None, cid)] = entry
         missing = {cid for cid in ids if (None, cid) not in lookup.found}
-        for d in drivers:  # rootful Podman
+        for rt, p in places:
             if not missing:
                 break
-            for cid, entry in storage.scan(lookup, store, [d, "containers.json"], missing, None).items():
+            for cid, entry in rt.system_scan(ctx, p, set(missing)).items():
                 lookup.found[(None, cid)] = entry
                 missing.discard(cid)
 
-    def _lookup_user(self, lookup: LookupPass, uid: int, ids: Set[str],
+    def _lookup_user(self, ctx: Pass, uid: int, ids: Set[str],
                      passwd: Optional[Dict[int, List[str]]]) -> None:
-        """Rootless Podman and Docker of user uid, from that user's own home only."""
+        """A user's own containers (rootless Docker and Podman), from that user's own
+        home only."""
+        lookup = ctx.lookup
         owners = owners_for(uid)
         for home in homes_of(self.fs, uid, passwd):
             local = self.fs.path(home)
             missing = {cid for cid in ids if (uid, cid) not in lookup.found}
-            for cid in sorted(missing):
-                if not lookup.budget.left():
-                    return
-                entry = docker.rootless_entry(lookup, local, cid, owners)
-                if entry:
-                    lookup.found[(uid, cid)] = entry
-                    missing.discard(cid)
-            if not missing:
-                continue
-            listing = lookup.subdirs(local, storage.ROOTLESS_STORAGE, "rootless Podman", owners)
-            for d in sorted(storage.driver_folders(listing)):
-                found = storage.scan(lookup, local, list(storage.ROOTLESS_STORAGE) + [d, "containers.json"],
-                                     missing, owners)
-                for cid, entry in found.items():
-                    lookup.found[(uid, cid)] = entry
-                    missing.discard(cid)
+            for rt in self._user:
                 if not missing:
                     break
+                if not lookup.budget.left():
+                    return
+                for cid, entry in rt.user_entries(ctx, local, set(missing), owners).items():
+                    lookup.found[(uid, cid)] = entry
+                    missing.discard(cid)
 
     def _lookup_kubelet(self, lookup: LookupPass, ids: Set[str], pods: Set[str]) -> None:
         """Container names and pod folders of the system IDs and pods asked."""
@@ -313,8 +268,8 @@ class Identities:
         live = set(live_ids)
         self._pause = {k: v for k, v in self._pause.items() if k[1] in live}
         self._names = {k: v for k, v in self._names.items() if k[1] in live}
-        self._docker_files = {k: v for k, v in self._docker_files.items() if k[1] in live}
-        self._watch.retain(lambda k: k[1] in live)
+        for rt in self.runtimes:
+            rt.retain(live)
         self._asked_daemons &= live
         self._tried = {k: v for k, v in self._tried.items() if k[1] in live}
         self._pods = {k: v for k, v in self._pods.items() if k in live}

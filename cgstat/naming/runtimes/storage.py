@@ -10,13 +10,16 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Any, Collection, Dict, List, Optional, Set
+from typing import TYPE_CHECKING, Any, Collection, Dict, List, Optional, Set, Tuple
 
 import orjson
 
 from cgstat.kernel.hostfs import ReadError, open_dir_under, open_untrusted
 from cgstat.naming.runtimes.entry import ContainerEntry
 from cgstat.naming.runtimes.trust import Budget, LookupPass
+
+if TYPE_CHECKING:
+    from cgstat.naming.runtimes.runtime import Pass
 
 STORAGE = "/var/lib/containers/storage"
 ROOTLESS_STORAGE = (".local", "share", "containers", "storage")  # below a user's home
@@ -30,6 +33,13 @@ SCAN_CHUNK = 1024 * 1024
 _OBJ_BACK = 64 * 1024  # how far before an ID's hit its object may start
 _OBJ_MAX = 256 * 1024  # the largest containers.json entry decoded
 _OBJ_TRIES = 16  # '{' candidates tried before an ID hit
+
+
+def system_store(ctx: Pass) -> Tuple[str, List[str]]:
+    """The host's store (local path) and its driver folders (listed once a pass: CRI-O and
+    rootful Podman share it)."""
+    store = ctx.fs.path(STORAGE)
+    return store, driver_folders(ctx.subdirs(store, (), "Podman and CRI-O"))
 
 
 def driver_folders(listing: List[str]) -> List[str]:
