@@ -21,6 +21,9 @@ from cgstat.outputs.jsonl import StdoutSink
 from cgstat.outputs.queued import QueuedSink
 from cgstat.outputs.sink import ChunkSink, SinkError
 from cgstat.pipeline.diagnostics import Warner
+from tests.helpers.contract import ROOT
+
+FIXTURE = os.path.join(ROOT, "tests", "fixtures", "v2-systemd", "t1")
 
 F_SETPIPE_SZ = getattr(fcntl, "F_SETPIPE_SZ", 1031)
 LINES_PER_TICK = 10
@@ -240,8 +243,7 @@ def test_the_report_sink_makes_the_page_cgstat_report_makes(tmp_path):
     from cgstat.pipeline.sampler import Sampler
     from cgstat.text import dumps_record
 
-    fixture = os.path.join(os.path.dirname(__file__), "fixtures", "v2-systemd", "t1")
-    sampler = Sampler(fixture, all=True, warner=Warner(stream=io.StringIO()))
+    sampler = Sampler(FIXTURE, all=True, warner=Warner(stream=io.StringIO()))
     sampler.warm_up()
     ticks = [sampler.tick() for _ in range(3)]
     sampler.close()
