@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Set, Tuple, Type
 
+from cgstat.fieldkeys import Cgroup as C
+from cgstat.fieldkeys import Gpu as G
 from cgstat.gpu.xid import meaning
 from cgstat.kernel.kmsg import XidReport, same_pci_device
 from cgstat.pipeline.events.event import Episode, cap, duration, make_event
@@ -27,15 +29,29 @@ if TYPE_CHECKING:  # the record types are for the type checker only
 # not a setting or idleness
 HARDWARE_REASONS = ("hw_slowdown", "hw_thermal_slowdown", "hw_power_brake_slowdown", "sw_thermal_slowdown")
 
+# the GPU record's keys read here (cgstat/fieldkeys.py); a device's are in its `gpu` object
+_GPU, _PROCESSES, _TS = G.GPU[0], G.PROCESSES[0], G.TS[0]
+_INDEX, _UUID, _PARENT, _PCI = G.GPU_INDEX[-1], G.GPU_UUID[-1], G.GPU_PARENT_UUID[-1], G.GPU_PCI_BUS_ID[-1]
+_XIDS, _REASONS = G.GPU_RECENT_XIDS[-1], G.GPU_CLOCKS_EVENT_REASONS[-1]
+_SM_MHZ, _SM_MAX_MHZ, _TEMPERATURE = G.GPU_SM_CLOCK_MHZ[-1], G.GPU_SM_CLOCK_MAX_MHZ[-1], G.GPU_TEMPERATURE_CELSIUS[-1]
+_POWER, _POWER_LIMIT = G.GPU_POWER_WATTS[-1], G.GPU_POWER_LIMIT_WATTS[-1]
+_P_PID, _P_NAME, _P_CGROUP, _P_CONTAINER = (G.PROCESSES_ITEM_PID[-1], G.PROCESSES_ITEM_NAME[-1],
+                                            G.PROCESSES_ITEM_CGROUP[-1], G.PROCESSES_ITEM_CONTAINER[-1])
+_P_MEMORY, _P_SM = G.PROCESSES_ITEM_MEMORY_BYTES, G.PROCESSES_ITEM_SM_PERCENT[-1]
+# a process's container is the cgroup record's container object
+_C_ID, _C_NAME, _C_SHORT_ID, _C_POD = (C.CONTAINER_ID[-1], C.CONTAINER_NAME[-1], C.CONTAINER_SHORT_ID[-1],
+                                       C.CONTAINER_POD[-1])
+_POD_NAME, _POD_NAMESPACE = C.POD_NAME[-1], C.POD_NAMESPACE[-1]
+
 
 def _gpu(r: Mapping[str, Any]) -> Mapping[str, Any]:
-    g = r.get("gpu")
+    g = r.get(_GPU)
     return g if isinstance(g, dict) else {}
 
 
 def _key(r: Mapping[str, Any]) -> str:
     g = _gpu(r)
-    return str(g.get("uuid") or g.get("index"))
+    return str(g.get(_UUID) or g.get(_INDEX))
 
 
 def _int(value: Any) -> Optional[int]:
@@ -44,12 +60,12 @@ def _int(value: Any) -> Optional[int]:
 
 def _since(ts: Any, r: Mapping[str, Any]) -> float:
     """Seconds from an episode's start (its ts) to record r's."""
-    start, now = parse_ts(ts), parse_ts(r.get("ts"))
+    start, now = parse_ts(ts), parse_ts(r.get(_TS))
     return 0.0 if start is None or now is None else round(max(now - start, 0.0), 3)
 
 
 def _name(g: Mapping[str, Any]) -> str:
-    return "GPU %s (%s)" % (g.get("index"), g.get("uuid") or "no UUID")
+    return "GPU %s (%s)" % (g.get(_INDEX), g.get(_UUID) or "no UUID")
 
 
 GPU_RULES: List[Type["GpuRule"]] = []
@@ -94,28 +110,28 @@ class GpuProcessOutsideContainer(GpuRule):
     def judge(self, gpu_records: List[Mapping[str, Any]], events: List[EventRecord]) -> None:
         present: Dict[Tuple[str, int], Tuple[Mapping[str, Any], Mapping[str, Any]]] = {}
         for g in gpu_records:
-            dev: Mapping[str, Any] = g["gpu"] if isinstance(g.get("gpu"), dict) else {}
-            uuid = str(dev.get("uuid") or dev.get("index"))
-            for p in g.get("processes") or ():
-                if not isinstance(p, dict) or p.get("container") is not None:
+            dev: Mapping[str, Any] = g[_GPU] if isinstance(g.get(_GPU), dict) else {}
+            uuid = str(dev.get(_UUID) or dev.get(_INDEX))
+            for p in g.get(_PROCESSES) or ():
+                if not isinstance(p, dict) or p.get(_P_CONTAINER) is not None:
                     continue
-                pid = p.get("pid")
+                pid = p.get(_P_PID)
                 if isinstance(pid, int):
                     present[(uuid, pid)] = (g, p)
         for key, (g, p) in present.items():
             if key in self.open:
                 continue
-            dev = g.get("gpu") or {}
-            where = ("in cgroup %s" % p.get("cgroup")) if p.get("cgroup") else "whose cgroup is unknown (another PID namespace, or gone)"
+            dev = g.get(_GPU) or {}
+            where = ("in cgroup %s" % p.get(_P_CGROUP)) if p.get(_P_CGROUP) else "whose cgroup is unknown (another PID namespace, or gone)"
             msg = ("GPU process %s (%s) on GPU %s runs outside any container, %s, using %s of GPU memory: "
                    "it competes with the containers' jobs unseen by their limits." % (
-                       p.get("pid"), p.get("name") or "?", dev.get("index"), where, mib(number_at(p, "memory_bytes"))))
+                       p.get(_P_PID), p.get(_P_NAME) or "?", dev.get(_INDEX), where, mib(number_at(p, *_P_MEMORY))))
             ev = make_event(g, self.kind, "warning", cap(msg),
-                            {"pid": p.get("pid"), "name": p.get("name"), "gpu_index": dev.get("index"),
-                             "gpu_uuid": dev.get("uuid"), "memory_bytes": p.get("memory_bytes"),
-                             "sm_percent": p.get("sm_percent")},
-                            cgroup=p.get("cgroup"), container=None)
-            self.open[key] = Episode(g.get("ts"), 0.0, ev["evidence"])
+                            {"pid": p.get(_P_PID), "name": p.get(_P_NAME), "gpu_index": dev.get(_INDEX),
+                             "gpu_uuid": dev.get(_UUID), "memory_bytes": p.get(_P_MEMORY[-1]),
+                             "sm_percent": p.get(_P_SM)},
+                            cgroup=p.get(_P_CGROUP), container=None)
+            self.open[key] = Episode(g.get(_TS), 0.0, ev["evidence"])
             events.append(ev)
         for key in [k for k in self.open if k not in present]:
             ep = self.open.pop(key)
@@ -136,7 +152,7 @@ class _DeviceRule(GpuRule):
     def _raise(self, r: Mapping[str, Any], severity: str, message: str, evidence: Dict[str, Any],
                events: List[EventRecord], cgroup: Any = None, container: Any = None) -> None:
         ev = make_event(r, self.kind, severity, cap(message), evidence, cgroup=cgroup, container=container)
-        self.open[_key(r)] = {"ts": r.get("ts"), "evidence": evidence}
+        self.open[_key(r)] = {"ts": r.get(_TS), "evidence": evidence}
         events.append(ev)
 
     def _resolve(self, r: Mapping[str, Any], message: str, evidence: Dict[str, Any],
@@ -163,16 +179,16 @@ class GpuXid(_DeviceRule):
         on_gpu: Dict[str, List[Mapping[str, Any]]] = {}
         for r in gpu_records:
             g = _gpu(r)
-            parent = g.get("parent_uuid") or g.get("uuid")
-            on_gpu.setdefault(str(parent or g.get("index")), []).extend(
-                p for p in r.get("processes") or () if isinstance(p, dict))
+            parent = g.get(_PARENT) or g.get(_UUID)
+            on_gpu.setdefault(str(parent or g.get(_INDEX)), []).extend(
+                p for p in r.get(_PROCESSES) or () if isinstance(p, dict))
         seen_now = set()
         for r in gpu_records:
             g = _gpu(r)
-            if g.get("parent_uuid") is not None:
+            if g.get(_PARENT) is not None:
                 continue  # XIDs arrive on the GPU, never on one of its MIG devices
-            t = parse_ts(r.get("ts"))
-            codes = [c for c in g.get("recent_xids") or () if _int(c) is not None]
+            t = parse_ts(r.get(_TS))
+            codes = [c for c in g.get(_XIDS) or () if _int(c) is not None]
             for code in dict.fromkeys(codes):  # each code once, in the order they came
                 key = "%s/%d" % (_key(r), code)
                 seen_now.add(key)
@@ -191,14 +207,14 @@ class GpuXid(_DeviceRule):
             if rec is None:
                 del self.open[key]  # the GPU left the list: silently
                 continue
-            t = parse_ts(rec.get("ts"))
+            t = parse_ts(rec.get(_TS))
             if t is not None and ep["last"] is not None and t - ep["last"] >= self.th.window_s:
                 ep = self.open.pop(key)
                 r = rec
                 events.append(make_event(
                     r, "resolved", "info", "XID %d on %s: none for %s (%d in all)." % (
                         ep["code"], _name(_gpu(r)), duration(self.th.window_s), ep["count"]),
-                    {"gpu_index": _gpu(r).get("index"), "gpu_uuid": _gpu(r).get("uuid"), "xid": ep["code"],
+                    {"gpu_index": _gpu(r).get(_INDEX), "gpu_uuid": _gpu(r).get(_UUID), "xid": ep["code"],
                      "count": ep["count"], "duration_s": _since(ep["ts"], r)}, cgroup=None, container=None, resolves=self.kind, since=ep["ts"]))
 
     def judge_runs(self, gpu_records: List[Mapping[str, Any]], xids: List[XidReport], stamp: Mapping[str, Any],
@@ -210,8 +226,8 @@ class GpuXid(_DeviceRule):
         for x in xids:
             by.setdefault((x.pci_bus_id, x.xid), []).append(x)
         for (pci, code), seen in by.items():
-            rec = next((r for r in gpu_records if _gpu(r).get("parent_uuid") is None
-                        and same_pci_device(pci, _gpu(r).get("pci_bus_id"))), None)
+            rec = next((r for r in gpu_records if _gpu(r).get(_PARENT) is None
+                        and same_pci_device(pci, _gpu(r).get(_PCI))), None)
             g = _gpu(rec) if rec is not None else {"index": None, "uuid": None}
             m = meaning(code)
             pids = sorted({x.pid for x in seen if x.pid is not None})
@@ -224,7 +240,7 @@ class GpuXid(_DeviceRule):
             msg = "XID %d on %s, %d time%s since the last run: %s.%s %s." % (
                 code, where, len(seen), "" if len(seen) == 1 else "s", m.meaning, blamed,
                 m.action[0].upper() + m.action[1:])
-            evidence = {"gpu_index": g.get("index"), "gpu_uuid": g.get("uuid"), "pci_bus_id": pci, "xid": code,
+            evidence = {"gpu_index": g.get(_INDEX), "gpu_uuid": g.get(_UUID), "pci_bus_id": pci, "xid": code,
                         "meaning": m.meaning, "count": len(seen), "pids": pids, "processes": names,
                         "detail": seen[-1].detail, "source": "kernel_log", "kernel_seq": seen[0].seq}
             events.append(make_event(rec if rec is not None else stamp, self.kind, m.severity, cap(msg), evidence,
@@ -232,7 +248,7 @@ class GpuXid(_DeviceRule):
 
     @staticmethod
     def _record_of(gpu_records: List[Mapping[str, Any]], key: str) -> Optional[Mapping[str, Any]]:
-        return next((r for r in gpu_records if _key(r) == key and _gpu(r).get("parent_uuid") is None), None)
+        return next((r for r in gpu_records if _key(r) == key and _gpu(r).get(_PARENT) is None), None)
 
     def _raise_xid(self, r: Mapping[str, Any], g: Mapping[str, Any], code: int, count: int,
                    processes: List[Mapping[str, Any]], t: Optional[float], key: str,
@@ -242,18 +258,18 @@ class GpuXid(_DeviceRule):
         containers: List[Dict[str, Any]] = []
         pids: List[int] = []
         for p in processes:
-            pid = _int(p.get("pid"))
+            pid = _int(p.get(_P_PID))
             if pid is not None:
                 pids.append(pid)
-            cg = p.get("cgroup")
+            cg = p.get(_P_CGROUP)
             if isinstance(cg, str) and cg not in cgroups:
                 cgroups.append(cg)
-                c = p.get("container")
+                c = p.get(_P_CONTAINER)
                 if isinstance(c, dict):
                     containers.append(c)
-        names = [c.get("name") or c.get("short_id") or c.get("id") for c in containers]
-        pods = sorted({"%s/%s" % (c["pod"].get("namespace"), c["pod"].get("name")) for c in containers
-                       if isinstance(c.get("pod"), dict) and c["pod"].get("name")})
+        names = [c.get(_C_NAME) or c.get(_C_SHORT_ID) or c.get(_C_ID) for c in containers]
+        pods = sorted({"%s/%s" % (c[_C_POD].get(_POD_NAMESPACE), c[_C_POD].get(_POD_NAME)) for c in containers
+                       if isinstance(c.get(_C_POD), dict) and c[_C_POD].get(_POD_NAME)})
         if names:
             whose = "container%s %s" % ("s" if len(names) > 1 else "", ", ".join(str(n) for n in names))
         elif cgroups:
@@ -263,14 +279,14 @@ class GpuXid(_DeviceRule):
         msg = "XID %d on %s: %s. On the GPU: %s%s. %s." % (
             code, _name(g), m.meaning, whose, (" (pods %s)" % ", ".join(pods)) if pods else "",
             m.action[0].upper() + m.action[1:])
-        evidence = {"gpu_index": g.get("index"), "gpu_uuid": g.get("uuid"), "xid": code, "meaning": m.meaning,
+        evidence = {"gpu_index": g.get(_INDEX), "gpu_uuid": g.get(_UUID), "xid": code, "meaning": m.meaning,
                     "count": count, "pids": sorted(set(pids)), "cgroups": cgroups,
-                    "containers": [{"id": c.get("id"), "name": c.get("name")} for c in containers],
+                    "containers": [{"id": c.get(_C_ID), "name": c.get(_C_NAME)} for c in containers],
                     "pods": pods}
         one = len(cgroups) == 1
         ev = make_event(r, self.kind, m.severity, cap(msg), evidence, cgroup=cgroups[0] if one else None,
                         container=containers[0] if one and containers else None)
-        self.open[key] = {"ts": r.get("ts"), "gpu": _key(r), "code": code, "count": count, "last": t}
+        self.open[key] = {"ts": r.get(_TS), "gpu": _key(r), "code": code, "count": count, "last": t}
         events.append(ev)
 
 
@@ -287,11 +303,11 @@ class GpuThrottled(_DeviceRule):
     def judge(self, gpu_records: List[Mapping[str, Any]], events: List[EventRecord]) -> None:
         for r in gpu_records:
             g = _gpu(r)
-            if g.get("parent_uuid") is not None:
+            if g.get(_PARENT) is not None:
                 continue
             key = _key(r)
-            t = parse_ts(r.get("ts"))
-            reasons = g.get("clocks_event_reasons")
+            t = parse_ts(r.get(_TS))
+            reasons = g.get(_REASONS)
             if t is None or not isinstance(reasons, list):
                 continue  # unknown: neither raises nor ends anything
             hard = [x for x in reasons if x in HARDWARE_REASONS]
@@ -299,7 +315,7 @@ class GpuThrottled(_DeviceRule):
                 self.since.pop(key, None)
                 if key in self.open:
                     self._resolve(r, "%s: the hardware slowdown is over (SM clock %s MHz)." % (
-                        _name(g), g.get("sm_clock_mhz")), {"gpu_index": g.get("index"), "gpu_uuid": g.get("uuid"),
+                        _name(g), g.get(_SM_MHZ)), {"gpu_index": g.get(_INDEX), "gpu_uuid": g.get(_UUID),
                                                            "reasons": reasons}, events)
                 continue
             since, seen = self.since.setdefault(key, (t, set()))
@@ -310,13 +326,13 @@ class GpuThrottled(_DeviceRule):
             msg = ("%s has been slowed by %s for %s (SM clock %s of %s MHz, %s °C, %s W of %s W): the hardware "
                    "protects itself from heat or a power excursion; check cooling, airflow and the power "
                    "supply, and whether jobs on it run slower." % (
-                       _name(g), " and ".join(sorted(seen)), duration(held), g.get("sm_clock_mhz"),
-                       g.get("sm_clock_max_mhz"), g.get("temperature_celsius"), g.get("power_watts"),
-                       g.get("power_limit_watts")))
+                       _name(g), " and ".join(sorted(seen)), duration(held), g.get(_SM_MHZ),
+                       g.get(_SM_MAX_MHZ), g.get(_TEMPERATURE), g.get(_POWER),
+                       g.get(_POWER_LIMIT)))
             self._raise(r, "warning", msg, {
-                "gpu_index": g.get("index"), "gpu_uuid": g.get("uuid"), "reasons": sorted(seen),
-                "duration_s": round(held, 3), "sm_clock_mhz": g.get("sm_clock_mhz"),
-                "temperature_celsius": g.get("temperature_celsius"), "power_watts": g.get("power_watts")}, events)
+                "gpu_index": g.get(_INDEX), "gpu_uuid": g.get(_UUID), "reasons": sorted(seen),
+                "duration_s": round(held, 3), "sm_clock_mhz": g.get(_SM_MHZ),
+                "temperature_celsius": g.get(_TEMPERATURE), "power_watts": g.get(_POWER)}, events)
         present = {_key(r) for r in gpu_records}
         for key in [k for k in self.since if k not in present]:
             del self.since[key]
@@ -339,7 +355,7 @@ class _CounterRule(_DeviceRule):
             if value is None:
                 continue
             key = _key(r)
-            evidence = {"gpu_index": g.get("index"), "gpu_uuid": g.get("uuid"), "count": value}
+            evidence = {"gpu_index": g.get(_INDEX), "gpu_uuid": g.get(_UUID), "count": value}
             if value > 0 and key not in self.open:
                 self._raise(r, self.severity, self.text % {"gpu": _name(g), "count": value}, evidence, events)
             elif value == 0 and key in self.open:
