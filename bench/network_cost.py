@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""What reading network per workload costs a tick (issue 13): files read and CPU time.
+"""What reading network per workload costs a tick: files read and CPU time.
 
 Makes NS network namespaces (`ip netns add cgstat-bench-net-<rand>-<i>`, default 4), starts
 `sleep` processes inside them (`ip netns exec`), one per workload key, spread round-robin,

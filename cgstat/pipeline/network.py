@@ -94,7 +94,7 @@ def network_rates(prev: Optional[NetworkCounters], cur: Optional[NetworkCounters
 
 
 def network_record(result: Optional[NetworkResult], rates: NetworkRates = NO_NETWORK_RATES) -> Optional[Network]:
-    """The record's `network` object (issue 13's shape), or None. When None, the caller
+    """The record's `network` object (docs/network.md), or None. When None, the caller
     adds result.problem to the record's `errors`."""
     if result is None or result.network is None:
         return None

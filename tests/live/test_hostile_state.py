@@ -1,4 +1,4 @@
-"""Container naming against hostile runtime state (issue 14 items 2-4, 8; issue 7 items 7-8).
+"""Container naming against hostile runtime state, and state folders a user may not enter.
 
 Each test builds a fake host root from the recorded v2-systemd tree (tests/fixtures/
 v2-systemd/t1: Docker, containerd, CRI-O, and a rootless Podman store in home/podman for
@@ -411,7 +411,7 @@ def _dependency_tops():
 
 
 def test_permission_denied_on_state_folders_is_said_once(tmp_path):
-    """Issue 7 item 7: as a user who can't enter /var/lib/containers (0700), the missing
+    """As a user who can't enter /var/lib/containers (0700), the missing
     Podman/CRI-O names are said, once."""
     if not shutil.which("setpriv"):
         pytest.skip("needs setpriv")

@@ -1,4 +1,4 @@
-"""NetnsReader against real network namespaces made by this test (issue 13).
+"""NetnsReader against real network namespaces made by this test.
 
 Rules kept (see the machine notes): only namespaces this test makes (`ip netns add
 cgstat-test-net-<rand>-*`), a veth pair created with both ends inside them (it never exists

@@ -1,4 +1,4 @@
-"""Network per workload through `cgstat` itself (issue 13): a process in a test cgroup and
+"""Network per workload through `cgstat` itself: a process in a test cgroup and
 its own network namespace sends 8 MiB over a veth to a receiver in another; the cgroup's
 record carries that namespace's counters. Namespaces, veth and traffic as in
 test_netns_real.py: only ours, both veth ends inside them, bounded, cleaned up."""

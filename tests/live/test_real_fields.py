@@ -1,4 +1,4 @@
-"""Issue 23's fields on this machine's real v1 hierarchy: peak_bytes, failcnt and cpu.weight
+"""Peaks, fail counts and weights on this machine's real v1 hierarchy: peak_bytes, failcnt and cpu.weight
 equal the v1 files (memory.max_usage_in_bytes, memory.failcnt, cpu.shares converted) of a
 cgroup the test makes, and a long-running stream follows failcnt from frozen (no limit: the
 value is kept, not read) to moving (a limit set, charges refused) as the kernel counts it."""

@@ -68,7 +68,7 @@ typedef struct {
     char uuid[96], name[96];
     val_t mem_total, mem_used, mem_reserved, util_gpu, util_mem, temp, power_mw, mig, procutil;
     val_t compute_err, graphics_err, mps_err;
-    /* device health (issue 22): numbers, or an error the call returns */
+    /* device health: numbers, or an error the call returns */
     val_t sm_clock, mem_clock, sm_clock_max, mem_clock_max, reasons, viol_power, viol_thermal,
           energy_mj, power_limit_mw, mem_temp, pcie_tx_kbs, pcie_rx_kbs, pcie_tx_bytes, pcie_rx_bytes,
           replay, nvlink_tx_kib, nvlink_rx_kib, enc, dec, ecc_cor, ecc_unc, remap_cor, remap_unc,
@@ -779,7 +779,7 @@ EXPORT nvmlReturn_t nvmlDeviceGetProcessesUtilizationInfo(nvmlDevice_t h, pui_t 
 }
 #endif
 
-/* ---- MPS clients (issue 22) ---------------------------------------------------------- */
+/* ---- MPS clients --------------------------------------------------------------------- */
 
 /* Clients of an MPS server (proc ... type=mps): listed only by this call, never by the
  * compute list, which holds the server. */

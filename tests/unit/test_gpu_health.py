@@ -1,4 +1,4 @@
-"""Issue 22 through the real pynvml and the NVML double: every device-health field equals its
+"""Device health through the real pynvml and the NVML double: every device-health field equals its
 scenario value (or is null with an "unsupported" entry), older drivers' symbols, what is
 read how often, XIDs drained without waiting, GPM supported and not, MPS clients, and the
 energy split (Kepler's way) on a fake clock."""

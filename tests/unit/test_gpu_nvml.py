@@ -23,8 +23,8 @@ GiB = 1 << 30
 
 
 def run_reads(*args, **kw):
-    """run_reads with the snapshots as issue 9 made them: device health, XIDs and versions
-    (issue 22) are tested in test_gpu_health.py."""
+    """run_reads with the per-process snapshots only: device health, XIDs and versions are
+    tested in test_gpu_health.py."""
     r = _run_reads(*args, **kw)
     for snap in r["snapshots"]:
         for key in ("xids", "driver_version", "cuda_version"):

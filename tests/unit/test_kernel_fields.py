@@ -1,4 +1,4 @@
-"""The memory, CPU, pids and IO fields of issue 23 (peaks, memory events, reclaim, swap,
+"""The memory, CPU, pids and IO fields beyond the basics (peaks, memory events, reclaim, swap,
 weights, cpusets, IO limits): the parsers table by table, and every field of every record
 of every recorded tree against its file, read here independently (v2: the new v2-fields
 recording has them all; v1 and hybrid: the older recordings). A file the kernel doesn't

@@ -263,7 +263,7 @@ def test_record_shape(fake):
 
 
 def test_a_parent_over_several_namespaces_has_none_of_them(fake):
-    """Issue 21: a --cgroup-parent over containers in their own namespaces showed one
+    """A --cgroup-parent over containers in their own namespaces showed one
     child's traffic (a different one each run). Its PIDs come one per cgroup below it."""
     fake.netns("a", dev(eth0=(1000, 10, 2000, 20)))
     fake.netns("b", dev(eth0=(5, 1, 6, 1)))

@@ -1,4 +1,4 @@
-"""The Prometheus series of issue 23 from real records (the v2-fields recording): their
+"""The Prometheus series of peaks, limits, weights, memory events and reclaim from real records (the v2-fields recording): their
 values are the record fields, their names cAdvisor's where it has them, and promtool's
 `check metrics` finds nothing to say."""
 

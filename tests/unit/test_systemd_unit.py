@@ -196,7 +196,7 @@ READ_PATHS = (
     "/var/log/cgstat",
 )
 
-# Secrets the agent never needs (issue 14): all of them listed in InaccessiblePaths=.
+# Secrets the agent never needs (docs/security.md): all of them listed in InaccessiblePaths=.
 SECRETS = (
     "/etc/shadow",
     "/etc/shadow-",
