@@ -17,7 +17,7 @@ from typing import Callable, Dict, Iterable, NamedTuple, Optional
 from cgstat import text
 from cgstat.kernel import parse
 from cgstat.kernel.hierarchy import Layout
-from cgstat.kernel.hostfs import Gone, HostFS, Malformed, ReadError, classify, close_quietly, read_bytes
+from cgstat.kernel.hostfs import Gone, HostFS, Malformed, ReadError, close_quietly, read_bytes, read_error
 from cgstat.kernel.procs import pid_paths
 
 
@@ -163,7 +163,7 @@ class PidMapper:
         try:
             fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
         except OSError as exc:
-            raise classify(exc, path) from None
+            raise read_error(exc, path) from None
         try:
             found = read_pid(self.fs, self.layout, pid)
             comm = self._pread(fd)  # after: the file is of the process read_pid saw
