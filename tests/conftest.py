@@ -1,5 +1,6 @@
 # real-cgroup fixtures (see helpers/realcg.py); each skips itself where the host can't run them
 from tests.helpers.realcg import (  # noqa: F401
+    _realcg_hier,
     make_container,
     make_group,
     realcg_env,

@@ -1,4 +1,4 @@
-"""Real-cgroup test harness for cgstat (hybrid / v1 hosts, also works where cgroup2 exists).
+"""Real-cgroup test harness for cgstat: v1 and hybrid hosts, and pure cgroup v2 hosts.
 
 Rules this module keeps (see the project's machine notes):
 
@@ -8,6 +8,15 @@ Rules this module keeps (see the project's machine notes):
 * only cgroups created here are ever written to; only processes started here are moved or
   killed;
 * everything is removed deepest-first, also when a test fails (fixtures + an atexit net).
+
+On a pure cgroup v2 host the tests need a cgroup of their own with the controllers delegated
+(systemd: a unit with Delegate=yes, e.g. ``systemd-run -p Delegate=yes --pipe --wait pytest``,
+which is how tests/guest runs them). v2 forbids processes in a cgroup that hands controllers
+to its children, so the harness moves its own process (only when it is alone there) into a
+leaf ``cgstat-test-runner`` and enables cpu, memory, io and pids for the test groups beside it;
+at exit it moves itself back and removes the leaf. Modules that read v1-only files say so with
+``REALCG_V1_ONLY = "why"`` and skip on v2 with that reason; modules ported to both set
+``REALCG_V2 = True``.
 
 Public pieces:
 
@@ -41,6 +50,8 @@ import pytest
 # apart from another's beside it (tests/leftovers.py).
 RUN = os.environ.setdefault("CGSTAT_TEST_RUN", secrets.token_hex(3))
 PREFIX = "cgstat-test-%s-" % RUN
+RUNNER = PREFIX + "runner"  # pure v2: the leaf the test process moves itself into
+V2_CONTROLLERS = ("cpu", "memory", "io", "pids")
 CGROOT = "/sys/fs/cgroup"
 TESTS = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 REPO = os.path.dirname(TESTS)
@@ -98,6 +109,8 @@ class Hierarchies:
                     continue
                 _, ctrls, path = line.split(":", 2)
                 if ctrls == "":
+                    if os.path.basename(path) == RUNNER:  # our own leaf (see the docstring)
+                        path = os.path.dirname(path)
                     self.own["unified"] = path
                     continue
                 for c in ctrls.split(","):
@@ -106,6 +119,15 @@ class Hierarchies:
     @property
     def v1(self) -> bool:
         return any(k != "unified" for k in self.mounts)
+
+    @property
+    def v2(self) -> bool:
+        """Pure cgroup v2: one hierarchy, every controller in it."""
+        return not self.v1 and "unified" in self.mounts
+
+    def key(self, key: str) -> str:
+        """The hierarchy holding controller ``key`` here (on pure v2: the one there is)."""
+        return "unified" if self.v2 else key
 
     def has(self, key: str) -> bool:
         return key in self.mounts and key in self.own
@@ -139,6 +161,26 @@ class Hierarchies:
 def read(path: str) -> str:
     with open(path) as f:
         return f.read()
+
+
+def flat_keyed(text: str) -> Dict[str, int]:
+    """A flat-keyed cgroup file ("key value" lines: cpu.stat, memory.events, ...)."""
+    return {k: int(v) for k, v in (line.split() for line in text.splitlines() if line.strip())}
+
+
+def proc_cgroups(pid: int, hier: "Hierarchies") -> Dict[str, str]:
+    """controller -> path of ``pid``'s cgroup (on pure v2 every controller has the one path)."""
+    out: Dict[str, str] = {}
+    for line in read("/proc/%d/cgroup" % pid).splitlines():
+        _, ctrls, path = line.split(":", 2)
+        if ctrls == "":
+            out["unified"] = path
+        for c in filter(None, ctrls.split(",")):
+            out[c[5:] if c.startswith("name=") else c] = path
+    if hier.v2:
+        for k in DEFAULT_HIERARCHIES:
+            out[k] = out["unified"]
+    return out
 
 
 def _write(path: str, value) -> None:
@@ -290,7 +332,7 @@ class TestGroup:
     # paths ---------------------------------------------------------------
     def rel(self, key: str) -> str:
         """Path of this group inside hierarchy ``key`` as /proc/<pid>/cgroup shows it."""
-        return self.hier.rel(key, self.name)
+        return self.hier.rel(self.hier.key(key), self.name)
 
     @property
     def cgroup(self) -> str:
@@ -298,7 +340,7 @@ class TestGroup:
         return self.rel("cpu" if "cpu" in self.dirs else self.keys[0])
 
     def path(self, key: str, fname: str = "") -> str:
-        d = self.dirs[key]
+        d = self.dirs[self.hier.key(key)]
         return os.path.join(d, fname) if fname else d
 
     def read(self, key: str, fname: str) -> str:
@@ -313,22 +355,65 @@ class TestGroup:
     # limits ---------------------------------------------------------------
     def set_cpu_quota(self, quota_us: int, period_us: int = 100000) -> None:
         """The quota, and a weight that lets a busy member get it (QUOTA_SHARES)."""
+        if self.hier.v2:
+            self.set("cpu", "cpu.max", "%d %d" % (quota_us, period_us))
+            # cpu.weight is cpu.shares scaled to 1..10000 (the kernel's and runc's mapping)
+            self.set("cpu", "cpu.weight", min(10000, 1 + ((QUOTA_SHARES - 2) * 9999) // 262142))
+            return
         self.set("cpu", "cpu.cfs_period_us", period_us)
         self.set("cpu", "cpu.cfs_quota_us", quota_us)
         self.set("cpu", "cpu.shares", QUOTA_SHARES)
 
     def set_memory_limit(self, nbytes: int) -> int:
-        self.set("memory", "memory.limit_in_bytes", nbytes)
-        return int(self.read("memory", "memory.limit_in_bytes"))
+        fname = "memory.max" if self.hier.v2 else "memory.limit_in_bytes"
+        self.set("memory", fname, nbytes)
+        if self.hier.v2:
+            self.set("memory", "memory.swap.max", 0)  # a limit that holds without swap
+        return int(self.read("memory", fname))
 
     def set_pids_max(self, n) -> None:
         self.set("pids", "pids.max", n)
 
     def set_blkio_rule(self, majmin: Optional[str] = None, bps: int = 107374182400) -> str:
-        """A harmless, very high write throttle so that v1 throttle statistics count."""
+        """A harmless, very high write throttle so that v1 throttle statistics count (v2's
+        io.stat counts without one: nothing is written there)."""
         majmin = majmin or root_disk()
-        self.set("blkio", "blkio.throttle.write_bps_device", "%s %d" % (majmin, bps))
+        if not self.hier.v2:
+            self.set("blkio", "blkio.throttle.write_bps_device", "%s %d" % (majmin, bps))
         return majmin
+
+    # the kernel's own figures, from whichever files this layout has ---------------------
+    def cpu_usage_seconds(self) -> float:
+        if self.hier.v2:
+            return flat_keyed(self.read("cpu", "cpu.stat"))["usage_usec"] / 1e6
+        return int(self.read("cpuacct", "cpuacct.usage")) / 1e9
+
+    def cpu_throttling(self) -> Dict[str, float]:
+        """nr_periods, nr_throttled and throttled_seconds from cpu.stat."""
+        st = flat_keyed(self.read("cpu", "cpu.stat"))
+        secs = st["throttled_usec"] / 1e6 if self.hier.v2 else st["throttled_time"] / 1e9
+        return {"nr_periods": st["nr_periods"], "nr_throttled": st["nr_throttled"],
+                "throttled_seconds": secs}
+
+    def memory_usage_bytes(self) -> int:
+        return int(self.read("memory", "memory.current" if self.hier.v2 else "memory.usage_in_bytes"))
+
+    def oom_kills(self) -> int:
+        text = self.read("memory", "memory.events" if self.hier.v2 else "memory.oom_control")
+        return flat_keyed(text).get("oom_kill", 0)
+
+    def io_write_bytes(self, majmin: str) -> int:
+        if self.hier.v2:
+            for line in self.read("io", "io.stat").splitlines():
+                p = line.split()
+                if p and p[0] == majmin:
+                    return int(dict(kv.split("=", 1) for kv in p[1:]).get("wbytes", 0))
+            return 0
+        for line in self.read("blkio", "blkio.throttle.io_service_bytes").splitlines():
+            p = line.split()
+            if len(p) == 3 and (p[0], p[1]) == (majmin, "Write"):
+                return int(p[2])
+        return 0
 
     # processes ------------------------------------------------------------
     def start(self, argv: List[str], stdout=subprocess.PIPE, **kw) -> Proc:
@@ -402,6 +487,9 @@ _workload_cache: Dict[str, str] = {}
 def build_workload(outdir: Optional[str] = None) -> str:
     """Compile tests/tools/workload.c (static if possible); returns the binary path."""
     src = os.path.join(TOOLS, "workload.c")
+    prebuilt = os.environ.get("CGSTAT_TEST_WORKLOAD")  # the guest harness builds it on the host
+    if prebuilt and os.access(prebuilt, os.X_OK):
+        return prebuilt
     if src in _workload_cache and os.path.exists(_workload_cache[src]):
         return _workload_cache[src]
     gcc = shutil.which("gcc") or shutil.which("cc")
@@ -486,6 +574,10 @@ class RuncContainer:
         self.parent = parent or PREFIX + secrets.token_hex(4)
         assert self.parent.startswith(PREFIX)
         self.cgroups_path = "%s/docker/%s" % (self.parent, self.id)
+        if hier.v2:
+            # runc joins a relative path to its own cgroup: on v2 that is our runner leaf,
+            # which holds a process and so can't have children with controllers
+            self.cgroups_path = hier.rel("unified", self.cgroups_path)
         self.limits = dict(memory=memory_limit, pids=pids_limit, quota=cpu_quota, period=cpu_period)
         self.bundle = os.path.join(rt.workdir, "bundle-" + self.id[:12])
         self.started = False
@@ -545,9 +637,13 @@ class RuncContainer:
         return json.loads(out.strip().splitlines()[-1])
 
     def rel(self, key: str) -> str:
+        if self.hier.v2:
+            return self.cgroups_path
         return self.hier.rel(key, self.cgroups_path)
 
     def dir(self, key: str) -> str:
+        if self.hier.v2:
+            return os.path.normpath(self.hier.mounts["unified"] + "/" + self.cgroups_path)
         return os.path.join(self.hier.own_dir(key), self.cgroups_path)
 
     def destroy(self) -> None:
@@ -599,6 +695,52 @@ def find(records: List[dict], cgroup: str) -> dict:
 # --------------------------------------------------------------------------- fixtures
 
 
+def _v2_prepare(h: Hierarchies) -> Optional[str]:
+    """Pure v2: controllers for the test groups below our own cgroup (see the docstring);
+    returns why not, or None."""
+    base = h.own_dir("unified")
+    have = set(read(os.path.join(base, "cgroup.controllers")).split())
+    missing = [c for c in V2_CONTROLLERS if c not in have]
+    if missing:
+        return ("cgroup v2: our cgroup %s has no %s controller delegated (run the tests in a "
+                "unit with Delegate=yes, e.g. systemd-run -p Delegate=yes --pipe --wait ...)"
+                % (h.own["unified"], ",".join(missing)))
+    enabled = set(read(os.path.join(base, "cgroup.subtree_control")).split())
+    if set(V2_CONTROLLERS) <= enabled:
+        return None
+    leaf = os.path.join(base, RUNNER)
+    if not os.path.isdir(leaf):
+        others = [int(x) for x in read(os.path.join(base, "cgroup.procs")).split()
+                  if int(x) != os.getpid()]
+        if others:
+            return ("cgroup v2: our cgroup %s holds processes this test run did not start (%s); "
+                    "run the tests in a delegated unit of their own (systemd-run -p Delegate=yes)"
+                    % (h.own["unified"], others[:5]))
+        os.mkdir(leaf)
+    _write(os.path.join(leaf, "cgroup.procs"), os.getpid())
+    _write(os.path.join(base, "cgroup.subtree_control"),
+           " ".join("+" + c for c in V2_CONTROLLERS if c not in enabled))
+    _v2_undo.append((base, leaf, [c for c in V2_CONTROLLERS if c not in enabled]))
+    return None
+
+
+_v2_undo: List[tuple] = []
+
+
+def _v2_restore() -> None:
+    for base, leaf, enabled in _v2_undo:
+        try:
+            _write(os.path.join(base, "cgroup.subtree_control"), " ".join("-" + c for c in enabled))
+            _write(os.path.join(base, "cgroup.procs"), os.getpid())
+            os.rmdir(leaf)
+        except OSError as e:  # other test groups still there: their cleanup failed before
+            print("realcg: could not undo the v2 runner leaf: %r" % (e,), file=sys.stderr)
+    del _v2_undo[:]
+
+
+atexit.register(_v2_restore)
+
+
 def skip_reason() -> Optional[str]:
     if not sys.platform.startswith("linux"):
         return "not Linux"
@@ -610,12 +752,22 @@ def skip_reason() -> Optional[str]:
         h = Hierarchies()
     except OSError as e:
         return "cannot read mountinfo/cgroup: %s" % e
-    if not h.v1:
-        return "no cgroup v1 hierarchies mounted (these tests target v1/hybrid hosts)"
-    for k in ("cpu", "cpuacct", "memory", "pids", "blkio"):
-        if not h.has(k):
-            return "cgroup v1 controller %s not mounted" % k
-    probe = os.path.join(h.own_dir("cpu"), PREFIX + "probe-" + secrets.token_hex(3))
+    if h.v2:
+        try:
+            why = _v2_prepare(h)
+        except OSError as e:
+            why = "cgroup v2: cannot set up our test cgroups: %s" % e
+        if why:
+            return why
+        h = Hierarchies()
+        probe = os.path.join(h.own_dir("unified"), PREFIX + "probe-" + secrets.token_hex(3))
+    else:
+        if not h.v1:
+            return "no cgroup hierarchy mounted"
+        for k in ("cpu", "cpuacct", "memory", "pids", "blkio"):
+            if not h.has(k):
+                return "cgroup v1 controller %s not mounted" % k
+        probe = os.path.join(h.own_dir("cpu"), PREFIX + "probe-" + secrets.token_hex(3))
     try:
         os.mkdir(probe)
         os.rmdir(probe)
@@ -624,16 +776,33 @@ def skip_reason() -> Optional[str]:
     return None
 
 
+V2_UNPORTED = ("written for cgroup v1 files (memory.limit_in_bytes, cpuacct.usage, "
+               "memory.oom_control, blkio.*); not ported to pure v2")
+
+
+def _v1_only(request, hier: Hierarchies) -> None:
+    """Skip a test of a module that is not written for pure v2 there, saying why."""
+    mod = getattr(request, "module", None)
+    if hier.v2 and not getattr(mod, "REALCG_V2", False):
+        pytest.skip("pure cgroup v2 host: " + getattr(mod, "REALCG_V1_ONLY", V2_UNPORTED))
+
+
 @pytest.fixture(scope="session")
-def realcg_env() -> Hierarchies:
+def _realcg_hier() -> Hierarchies:
     why = skip_reason()
     if why:
         pytest.skip(why)
     return Hierarchies()
 
 
+@pytest.fixture
+def realcg_env(request, _realcg_hier) -> Hierarchies:
+    _v1_only(request, _realcg_hier)
+    return _realcg_hier
+
+
 @pytest.fixture(scope="session")
-def workload_bin(realcg_env, tmp_path_factory) -> str:
+def workload_bin(_realcg_hier, tmp_path_factory) -> str:
     try:
         return build_workload(str(tmp_path_factory.mktemp("workload")))
     except RuntimeError as e:
@@ -655,7 +824,7 @@ def make_group(realcg_env):
 
 
 @pytest.fixture(scope="session")
-def runc_tool(realcg_env, tmp_path_factory) -> Runc:
+def runc_tool(_realcg_hier, tmp_path_factory) -> Runc:
     try:
         path = ensure_runc()
     except (RuntimeError, subprocess.TimeoutExpired, OSError) as e:

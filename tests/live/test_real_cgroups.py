@@ -1,4 +1,4 @@
-"""Integration tests: the cgstat CLI against REAL cgroups of this host (v1 / hybrid).
+"""Integration tests: the cgstat CLI against REAL cgroups of this host (v1, hybrid, pure v2).
 
 Every test creates its own ``cgstat-test-<rand>`` group(s) below this process's own cgroup in
 each hierarchy (memory is nested on the dev machines), starts known workloads directly inside,
@@ -25,6 +25,7 @@ from tests.helpers import realcg as R
 # through conftest.py
 
 pytestmark = pytest.mark.realcg
+REALCG_V2 = True  # every test reads the kernel's figures through realcg's layout-aware helpers
 
 MIB = 1 << 20
 
@@ -92,20 +93,6 @@ def approx(actual, expected, rel=0.0, abs_=0.0):
     assert abs(actual - expected) <= tol, "%r not within %r of %r" % (actual, tol, expected)
 
 
-def v1_stat(text):
-    return {k: int(v) for k, v in (line.split() for line in text.splitlines() if line.strip())}
-
-
-def blkio_rows(text):
-    """blkio.throttle.io_service_bytes / io_serviced -> {(majmin, op): value}."""
-    out = {}
-    for line in text.splitlines():
-        p = line.split()
-        if len(p) == 3:
-            out[(p[0], p[1])] = int(p[2])
-    return out
-
-
 # --------------------------------------------------------------------------- basics
 
 
@@ -114,15 +101,15 @@ def test_record_contract_and_joined_paths(make_group, workload_bin, run_cgstat):
     p = g.start([workload_bin, "sleep"])
     p.wait_line("ready")
     # the member's own view of where it is: the truth cgstat must join on
-    own = dict(line.split(":", 2)[1:] for line in R.read("/proc/%d/cgroup" % p.pid).splitlines())
+    own = R.proc_cgroups(p.pid, g.hier)
     assert own["memory"] == g.rel("memory")
 
     rec = R.find(once(run_cgstat, g.name), g.cgroup)
     assert rec["cgroup"] == g.rel("cpu")
-    assert rec["paths"].get("cpu") == g.rel("cpu")
+    assert rec["paths"].get(g.hier.key("cpu")) == g.rel("cpu")
     # memory is nested differently on this machine: read from where the process really is
-    assert rec["paths"].get("memory") == g.rel("memory")
-    if g.hier.own["memory"] != g.hier.own["cpu"]:
+    assert rec["paths"].get(g.hier.key("memory")) == g.rel("memory")
+    if not g.hier.v2 and g.hier.own["memory"] != g.hier.own["cpu"]:
         assert rec["paths"]["memory"] != rec["paths"]["cpu"]
     for key in ("blkio", "pids"):
         if key in rec["paths"]:
@@ -150,7 +137,7 @@ def test_cpu_usage_of_known_burner(make_group, workload_bin, run_cgstat):
     g = make_group()
     p = g.start([workload_bin, "burn", "1.0"])
     p.wait_line("done", timeout=60)  # has used 1.0 s of CPU, now paused
-    usage_file = int(g.read("cpuacct", "cpuacct.usage")) / 1e9
+    usage_file = g.cpu_usage_seconds()
 
     rec = R.find(once(run_cgstat, g.name), g.cgroup)
     cpu = rec["cpu"]
@@ -171,14 +158,14 @@ def test_cpu_quota_percent_and_throttling(make_group, workload_bin, run_cgstat):
     p = g.start([workload_bin, "spin"])
     p.wait_line("ready")
     time.sleep(0.5)  # let it run into the quota a few times
-    before = v1_stat(g.read("cpu", "cpu.stat"))
-    usage_before = int(g.read("cpuacct", "cpuacct.usage")) / 1e9
+    before = g.cpu_throttling()
+    usage_before = g.cpu_usage_seconds()
 
     # window 2: quota edges can move a 1 s sample by up to one quota (50 ms = 5 points)
     rec = R.find(once(run_cgstat, g.name, window=2), g.cgroup)
 
-    after = v1_stat(g.read("cpu", "cpu.stat"))
-    usage_after = int(g.read("cpuacct", "cpuacct.usage")) / 1e9
+    after = g.cpu_throttling()
+    usage_after = g.cpu_usage_seconds()
     cpu = rec["cpu"]
     assert cpu["limit_cores"] == 0.5 and (cpu["quota_us"], cpu["period_us"]) == (50000, 100000)
     approx(cpu["percent"], 50.0, rel=0.10)
@@ -186,8 +173,8 @@ def test_cpu_quota_percent_and_throttling(make_group, workload_bin, run_cgstat):
     assert before["nr_throttled"] <= cpu["throttled_periods_total"] <= after["nr_throttled"]
     assert before["nr_periods"] <= cpu["periods_total"] <= after["nr_periods"]
     assert cpu["throttled_periods_total"] <= cpu["periods_total"]
-    assert before["throttled_time"] / 1e9 - 1e-6 <= cpu["throttled_seconds_total"] \
-        <= after["throttled_time"] / 1e9 + 1e-6
+    assert before["throttled_seconds"] - 1e-6 <= cpu["throttled_seconds_total"] \
+        <= after["throttled_seconds"] + 1e-6
     assert usage_before - 1e-6 <= cpu["usage_seconds_total"] <= usage_after + 1e-6
     # throttled time shows up as CPU pressure in the cgroup2 hierarchy (seen on this kernel)
     if "unified" in g.dirs:
@@ -201,7 +188,7 @@ def test_memory_working_set_of_held_anon(make_group, workload_bin, run_cgstat):
     g = make_group()
     p = g.start([workload_bin, "hold", "64"])
     p.wait_line("ready")
-    usage_file = int(g.read("memory", "memory.usage_in_bytes"))
+    usage_file = g.memory_usage_bytes()
 
     rec = R.find(once(run_cgstat, g.name), g.cgroup)
     mem = rec["memory"]
@@ -236,8 +223,7 @@ def test_oom_kill_is_counted(make_group, workload_bin, run_cgstat):
     hog = g.start([workload_bin, "alloc", "128"])
     rc = hog.wait(timeout=60)
     assert rc == -9, "allocator was expected to be OOM-killed, rc=%r" % rc
-    oom = v1_stat(g.read("memory", "memory.oom_control"))
-    assert oom.get("oom_kill") == 1
+    assert g.oom_kills() == 1
 
     rec = R.find(once(run_cgstat, g.name), g.cgroup)
     assert rec["memory"]["oom_kills_total"] == 1
@@ -277,8 +263,7 @@ def test_direct_io_write_bytes(make_group, workload_bin, run_cgstat, tmp_path):
     dd = g.start(["dd", "if=/dev/zero", "of=%s" % target, "bs=1M", "count=16", "oflag=direct"],
                  stderr=subprocess.PIPE)
     assert dd.wait(timeout=120) == 0
-    rows = blkio_rows(g.read("blkio", "blkio.throttle.io_service_bytes"))
-    file_write = rows.get((dev, "Write"), 0)
+    file_write = g.io_write_bytes(dev)
     approx(file_write, 16 * MIB, rel=0.05)
 
     rec = R.find(once(run_cgstat, g.name), g.cgroup)
@@ -353,7 +338,7 @@ def test_runc_container_with_relative_cgroups_path(make_container, run_cgstat):
         time.sleep(0.1)
     time.sleep(0.5)
     # runc placed it relative to its own (= our) cgroup in every hierarchy
-    own = dict(line.split(":", 2)[1:] for line in R.read("/proc/%d/cgroup" % c.pid).splitlines())
+    own = R.proc_cgroups(c.pid, c.hier)
     assert own["cpu"] == c.rel("cpu")
     assert own["memory"] == c.rel("memory")
 
@@ -361,7 +346,7 @@ def test_runc_container_with_relative_cgroups_path(make_container, run_cgstat):
     ref = c.stats()["data"]
     rec = R.find(recs, c.rel("cpu"))
     assert rec["cgroup"].endswith("/docker/" + c.id)
-    assert rec["paths"].get("memory") == c.rel("memory")
+    assert rec["paths"].get(c.hier.key("memory")) == c.rel("memory")
     assert rec["container"] is not None
     assert c.id in json.dumps(rec["container"])
     assert rec["errors"] == []
@@ -399,6 +384,6 @@ def test_runc_container_found_by_default_and_pid_maps_to_it(make_container, run_
     assert out.returncode == 0
     answers = [json.loads(line) for line in out.stdout.splitlines()]
     for a in answers[:-2]:
-        assert a["container"]["id"] == c.id and a["paths"]["memory"] == c.rel("memory")
+        assert a["container"]["id"] == c.id and a["paths"][c.hier.key("memory")] == c.rel("memory")
     assert answers[-2]["container"] is None
     assert answers[-1]["error"] == "no such process"

@@ -1,0 +1,121 @@
+"""Docker 26 with its systemd cgroup driver, live in the guest, side by side with `docker
+stats`; a container OOM-killed then removed, named in its event."""
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+
+from tests.live.test_docker_real import _mismatches  # the host test's comparison, as is
+
+IMAGE = "cgstat-live-busybox:1"
+APPLETS = "sh sleep dd cat head true ls mkdir"
+
+
+def records(text):
+    return [json.loads(line) for line in text.splitlines() if line.startswith("{")]
+
+
+@pytest.fixture(scope="module")
+def docker(guest):
+    t0 = time.monotonic()
+    guest.run(["systemctl", "start", "docker.service"], timeout_s=300, check=True)
+    info = json.loads(guest.run(["docker", "info", "--format", "{{json .}}"], timeout_s=60, check=True).out)
+    guest.sh("set -e; d=$(mktemp -d); mkdir -p $d/bin $d/tmp $d/proc $d/sys $d/dev $d/etc; "
+             "cp /bin/busybox $d/bin/; for a in %s; do ln -s busybox $d/bin/$a; done; "
+             "tar -C $d -c . | docker import - %s >/dev/null; rm -rf $d" % (APPLETS, IMAGE),
+             timeout_s=180, check=True)
+    guest.times["docker_start_s"] = round(time.monotonic() - t0, 1)
+    yield guest, info
+    guest.sh("docker rm -f $(docker ps -aq) >/dev/null 2>&1; true", timeout_s=120)
+
+
+def test_docker_uses_the_systemd_driver_on_v2(docker):
+    g, info = docker
+    assert info["CgroupDriver"] == "systemd" and info["CgroupVersion"] == "2", info
+    assert info["ServerVersion"].startswith("26."), info["ServerVersion"]
+
+
+def test_side_by_side_with_docker_stats(docker):
+    g, _ = docker
+    runs = {
+        "cpu": "--cpus 0.5 --pids-limit 32 %s sh -c 'while :; do :; done'",
+        "mem": "--memory 128m %s sh -c 'dd if=/dev/zero of=/dev/shm/f bs=1M count=32 2>/dev/null; sleep 100000'",
+        "pids": "%s sh -c 'sleep 100000 & sleep 100000 & sleep 100000 & wait'",
+    }
+    ids = {}
+    for role, args in runs.items():
+        r = g.sh("docker run -d --name live-%s --label role=%s %s" % (role, role, args % IMAGE),
+                 timeout_s=180, check=True)
+        ids[role] = r.out.strip()
+    time.sleep(3)  # the dd done, the burner at its quota (not a timing assertion)
+    last = None
+    for attempt in range(5):
+        # as the host test: cgstat streams half-second ticks over the time docker stats
+        # takes its two samples; the CPU windows must agree within 15 % (TCG is jittery)
+        r = g.sh("cgstat stream --interval 0.5 --count 7 --no-events > /tmp/s.jsonl & "
+                 "docker stats --no-stream --format '{{json .}}' > /tmp/d.jsonl; wait",
+                 timeout_s=180, check=True)
+        ticks = records(g.get("/tmp/s.jsonl").decode())
+        stats = {row["ID"]: row for row in records(g.get("/tmp/d.jsonl").decode())}
+        by_id = {t["container"]["id"]: t for t in ticks if t.get("container")}
+        problems = {}
+        for role, cid in ids.items():
+            rec = by_id.get(cid)
+            assert rec is not None, (role, sorted(t["cgroup"] for t in ticks))
+            bad = [b for b in _mismatches(rec, stats[cid[:12]]) if not b.startswith("net")]
+            if role == "cpu":
+                theirs = float(stats[cid[:12]]["CPUPerc"].rstrip("%"))
+                ours = [t["cpu"]["percent"] for t in ticks if t.get("container") and t["container"]["id"] == cid]
+                windows = [(a + b) / 2 for a, b in zip(ours, ours[1:]) if a is not None and b is not None]
+                if not any(abs(w - theirs) <= 0.15 * theirs for w in windows):
+                    bad.append("cpu %s vs %s" % (windows, theirs))
+            if bad:
+                problems[role] = bad
+        last = problems
+        if not problems:
+            break
+    side = {role: {"cgstat": {"cpu%": by_id[cid]["cpu"]["percent"], "mem": by_id[cid]["memory"]["working_set_bytes"],
+                              "pids": by_id[cid]["pids"]["current"]},
+                   "docker": {k: stats[cid[:12]][k] for k in ("CPUPerc", "MemUsage", "PIDs")}}
+            for role, cid in ids.items()}
+    g.side_by_side = side
+    print(json.dumps(side, indent=1))
+    assert not last, (last, side)
+    for role, cid in ids.items():
+        rec = by_id[cid]
+        c = rec["container"]
+        assert c["runtime"] == "docker" and c["name"] == "live-" + role
+        assert c["image"] == IMAGE and c["labels"] == {"role": role}
+        # the systemd driver's layout: a scope per container in system.slice
+        assert rec["cgroup"] == "/system.slice/docker-%s.scope" % cid, rec["cgroup"]
+    assert by_id[ids["cpu"]]["cpu"]["limit_cores"] == 0.5
+    assert by_id[ids["cpu"]]["pids"]["limit"] == 32
+    assert by_id[ids["mem"]]["memory"]["limit_bytes"] == 128 << 20
+    assert by_id[ids["mem"]]["memory"]["working_set_bytes"] >= 30 << 20
+    assert by_id[ids["pids"]]["pids"]["current"] == 4
+
+
+def test_oom_killed_and_removed_container_is_named(docker):
+    g, _ = docker
+    g.run(["systemctl", "start", "cgstat.service"], timeout_s=180)  # the shipped unit, if installed
+    active = g.run(["systemctl", "is-active", "cgstat.service"]).out.strip() == "active"
+    if not active:
+        g.sh("install -m 0644 /opt/job/src/systemd/cgstat.service /opt/job/src/systemd/cgstat-kmsg.socket "
+             "/etc/systemd/system/ && systemctl daemon-reload && systemctl start cgstat.service",
+             timeout_s=180, check=True)
+    mark = g.run(["journalctl", "-n", "0", "--show-cursor", "--no-pager"]).out.strip().rsplit("cursor: ", 1)[-1]
+    r = g.sh("docker run --name live-oom --memory 32m --memory-swap 32m %s "
+             "sh -c 'dd if=/dev/zero of=/dev/shm/f bs=1M count=200'; echo rc=$?; docker rm live-oom" % IMAGE,
+             timeout_s=180)
+    assert "rc=137" in r.out, r
+    deadline = time.monotonic() + 60
+    ours = []
+    while time.monotonic() < deadline and not ours:
+        out = g.run(["journalctl", "-u", "cgstat.service", "--after-cursor", mark, "-o", "cat", "--no-pager"]).out
+        ours = [e for e in records(out) if e.get("kind") == "oom_kill" and "live-oom" in json.dumps(e)]
+        time.sleep(2)
+    g.run(["systemctl", "stop", "cgstat.service"], timeout_s=120)
+    assert len(ours) == 1, out[-4000:]
+    assert ours[0]["container"]["name"] == "live-oom", ours[0]
