@@ -36,7 +36,7 @@ def test_once_reports_systemd_services_with_v2_figures(guest):
     assert journald["container"] is None or isinstance(journald["container"], dict)
 
 
-REAL_CGROUP_TESTS = ["tests/live/test_real_cgroups.py"]
+REAL_CGROUP_TESTS = ["tests/live/test_real_cgroups.py", "tests/live/test_events_runs.py"]
 
 
 def test_real_cgroup_tests_pass_in_the_guest(guest):
