@@ -17,7 +17,8 @@ from typing import Callable, Dict, List, Optional, Tuple
 
 from cgstat.kernel.delegated import MAX_USER_CGROUPS, capped_message
 from cgstat.kernel.follow import Follower
-from cgstat.kernel.handles import KeptFiles, is_cgroupfs
+from cgstat.kernel.handles import KeptFiles
+from cgstat.kernel.statfs import is_cgroupfs
 from cgstat.kernel.hierarchy import Layout
 from cgstat.kernel.hostfs import HostFS
 from cgstat.kernel.join import Joins, join_trees

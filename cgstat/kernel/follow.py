@@ -17,7 +17,8 @@ from typing import Callable, Dict, Iterable, List, Optional, Tuple
 
 from cgstat.kernel import inotify
 from cgstat.kernel.delegated import DELEGATED
-from cgstat.kernel.handles import SLOW_FILES, KeptFiles
+from cgstat.kernel.cachekeys import SLOW
+from cgstat.kernel.handles import KeptFiles
 from cgstat.kernel.hierarchy import Hierarchy
 from cgstat.kernel.inotify import Event, Inotify
 from cgstat.kernel.tree import Folder
@@ -136,7 +137,7 @@ class Follower:
                 if mask & inotify.IN_MODIFY:
                     if name == "cgroup.subtree_control":
                         self._refresh_children_files(f, path)
-                    elif name in SLOW_FILES:
+                    elif name in SLOW:
                         self.kept.modified(parent, name)
                 continue
             text = decode_name(name)

@@ -4,64 +4,28 @@ A cgroupfs file is a seq_file: a read at offset 0 regenerates it, so an open des
 be read again and again, saving the path lookup, open and close of every file every tick.
 `KeptFiles` owns every descriptor (its rules: its docstring): made by the sampler, passed
 to the readers (kernel/cgroups.py) and to the discoverer, which says when folders go.
-Reads the cgroup files it is asked for, and statfs(2) of mount points.
+What it keeps as a value instead of a descriptor is declared in kernel/cachekeys.py; only
+on a live cgroupfs (kernel/statfs.py). Reads the cgroup files it is asked for.
 """
 
 from __future__ import annotations
 
-import ctypes
 import os
-import resource
 import time
 import weakref
 from typing import TYPE_CHECKING, Any, Callable, Dict, Iterator, List, Optional, Tuple, TypeVar
 
+from cgstat.kernel.cachekeys import KEYS, SLOW, Key
 from cgstat.kernel.hostfs import read_bytes, read_error
+from cgstat.kernel.rlimits import nofile_soft_limit
+from cgstat.kernel.statfs import is_cgroupfs
 
 if TYPE_CHECKING:
     from cgstat.kernel.tree import Folder
 
-# statfs(2) f_type of the two cgroup filesystems (linux/magic.h)
-CGROUP_SUPER_MAGIC = 0x27E0EB
-CGROUP2_SUPER_MAGIC = 0x63677270
-
 _READ = 65536  # one pread; a cgroup file larger than this is read the slow way
 DEFAULT_CAP = 16384
 PIN_ESTIMATE = 4608  # bytes of kernel memory per kept descriptor (file, kernfs/seq_file, one page)
-
-# Files whose value only a write changes (and a write shows as IN_MODIFY): limits,
-# protections and weights. Then v2 event counters the kernel notifies on every change
-# (cgroup_file_notify: "a value change in this file generates a file modified event",
-# cgroup-v2.rst), for which IN_MODIFY comes without a write. And the effective cpusets,
-# which a parent's write or CPU hotplug changes without an event on the file: kept until
-# the folder's rescan (a minute at most). The FROZEN names are no files: the kept value of
-# a counter while the cgroup's state keeps it from changing (cgroups.py: pids.events and
-# pids.peak with no task, v1 memory.failcnt with no limit), which v1 does not notify.
-SLOW_FILES = frozenset({
-    "cpu.cfs_quota_us", "cpu.cfs_period_us", "memory.limit_in_bytes", "pids.max",
-    "cpu.max", "memory.max",
-    "cpu.weight", "cpu.max.burst", "memory.high", "memory.low", "memory.min", "memory.swap.max",
-    "memory.oom.group", "io.max", "cpu.shares", "cpu.cfs_burst_us", "memory.soft_limit_in_bytes",
-    "blkio.throttle.read_bps_device", "blkio.throttle.write_bps_device",
-    "blkio.throttle.read_iops_device", "blkio.throttle.write_iops_device",
-    "memory.events.local", "memory.swap.events",
-    "cpuset.cpus.effective", "cpuset.mems.effective",
-    "pids.events (frozen)", "pids.peak (frozen)", "memory.failcnt (frozen)",
-})
-FROZEN = {name: name + " (frozen)" for name in ("pids.events", "pids.peak", "memory.failcnt")}
-# Values made from several slow files of one folder, kept as one (one lookup a tick, not
-# one per file): no files either; a write to any file they are made from drops them.
-DERIVED = {
-    "cpu settings (kept)": ("cpu.cfs_quota_us", "cpu.cfs_period_us", "cpu.shares", "cpu.cfs_burst_us"),
-    "blkio limits (kept)": ("blkio.throttle.read_bps_device", "blkio.throttle.write_bps_device",
-                            "blkio.throttle.read_iops_device", "blkio.throttle.write_iops_device"),
-    "memory settings (kept)": ("memory.high", "memory.low", "memory.min", "memory.swap.max", "memory.oom.group"),
-}
-SLOW_FILES = SLOW_FILES | frozenset(DERIVED)
-_DERIVED_FROM: Dict[str, Tuple[str, ...]] = {}
-for _key, _files in DERIVED.items():
-    for _file in _files:
-        _DERIVED_FROM[_file] = _DERIVED_FROM.get(_file, ()) + (_key,)
 
 T = TypeVar("T")
 _FLAGS = os.O_RDONLY | os.O_CLOEXEC
@@ -75,75 +39,8 @@ def default_cap() -> int:
     env = os.environ.get("CGSTAT_MAX_KEPT_FDS")
     if env is not None and env.strip().isdigit():
         return int(env)
-    try:
-        soft, _hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    except (OSError, ValueError):
-        soft = 1024
-    if soft == resource.RLIM_INFINITY or soft <= 0:
-        soft = 1 << 20
+    soft = nofile_soft_limit()
     return max(0, min(DEFAULT_CAP, soft // 4 * 3 - 64, soft - 256))
-
-
-# The soft RLIMIT_NOFILE the agent raises itself to, when the hard limit allows: enough for
-# DEFAULT_CAP kept descriptors plus the last quarter for everything else.
-NOFILE_TARGET = 32768
-
-
-def raise_nofile_limit() -> int:
-    """Raise this process's soft RLIMIT_NOFILE towards NOFILE_TARGET (never above the hard
-    limit, never lower) and return the soft limit; a KeptFiles made after sizes its cap
-    from it.
-
-    systemd starts services with a soft limit of 1024 (for programs that still use
-    select(), which can't see descriptors from 1024 on) and a hard limit of 524288, and
-    systemd.exec(5) asks programs that can work with more to raise their soft limit
-    themselves. cgstat waits on descriptors only with epoll (selectors). Left at 1024, the
-    cap would be 704 kept descriptors: a tick of 1,000 cgroups would open ~16,000 files.
-    For the agent's own process only (the CLI calls it); a library user's limits are theirs.
-    """
-    try:
-        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-        want = NOFILE_TARGET if hard == resource.RLIM_INFINITY else min(hard, NOFILE_TARGET)
-        if soft != resource.RLIM_INFINITY and soft < want:
-            resource.setrlimit(resource.RLIMIT_NOFILE, (want, hard))
-            soft = want
-    except (OSError, ValueError):  # a seccomp filter or a container refusing setrlimit
-        soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
-    return soft
-
-
-class _Statfs(ctypes.Structure):
-    _fields_ = [("f_type", ctypes.c_long), ("rest", ctypes.c_char * 120)]
-
-
-_libc: Any = None  # libc, loaded on the first statfs
-
-
-def _statfs_fn() -> Any:
-    """libc's statfs: from the symbols already loaded in this process (dlopen(NULL)), which
-    needs no `ldconfig -p` run as ctypes.util.find_library does; that as the fallback."""
-    global _libc
-    if _libc is None:
-        try:
-            _libc = ctypes.CDLL(None, use_errno=True)
-            _libc.statfs  # noqa: B018 (a static binary may not export it)
-        except (OSError, AttributeError):
-            from ctypes.util import find_library
-
-            _libc = ctypes.CDLL(find_library("c") or "libc.so.6", use_errno=True)
-    return _libc.statfs
-
-
-def is_cgroupfs(path: str) -> bool:
-    """Whether `path` is on cgroupfs (v1 or v2): statfs(2) of it."""
-    result = False
-    try:
-        buf = _Statfs()
-        if _statfs_fn()(os.fsencode(path), ctypes.byref(buf)) == 0:
-            result = (buf.f_type & 0xFFFFFFFF) in (CGROUP_SUPER_MAGIC, CGROUP2_SUPER_MAGIC)
-    except (OSError, AttributeError):
-        result = False
-    return result
 
 
 MISSING = object()  # cached(): no value kept
@@ -157,17 +54,17 @@ class Kept:
 
     __slots__ = ("inode", "names", "values", "last")
 
-    def __init__(self, inode: int, names: Tuple[str, ...] = (), values: Tuple[Any, ...] = ()):
+    def __init__(self, inode: int, names: Tuple[Key, ...] = (), values: Tuple[Any, ...] = ()):
         self.inode = inode
         self.names = names
         self.values = values
-        self.last: Optional[Dict[str, Tuple[bytes, Callable[[str], Any], Any]]] = None
+        self.last: Optional[Dict[Key, Tuple[bytes, Callable[[str], Any], Any]]] = None
 
-    def value(self, name: str) -> Any:
+    def value(self, name: Key) -> Any:
         return self.values[self.names.index(name)]
 
     def fds(self) -> List[int]:
-        return [v for n, v in zip(self.names, self.values) if n not in SLOW_FILES]
+        return [v for n, v in zip(self.names, self.values) if n not in SLOW]
 
 
 class EntryView:
@@ -177,10 +74,10 @@ class EntryView:
     __slots__ = ("kept",)
 
     def __init__(self, entry: Kept):
-        self.kept: Dict[str, Any] = dict(zip(entry.names, entry.values))
+        self.kept: Dict[Key, Any] = dict(zip(entry.names, entry.values))
 
     def fds(self) -> List[int]:
-        return [v for n, v in self.kept.items() if n not in SLOW_FILES]
+        return [v for n, v in self.kept.items() if n not in SLOW]
 
 
 def _close_everything(mounts: Dict[str, Dict[str, Kept]], dirs: Dict[str, Tuple[int, float]]) -> None:
@@ -222,7 +119,7 @@ class KeptFiles:
       relative to a descriptor of its mount point; nothing is evicted (every tick reads the
       same files in the same order, where an LRU would only churn). A file no longer read
       gives its slot back (release()).
-    - Limit files (SLOW_FILES) change only when written, which shows as IN_MODIFY on a watched
+    - Slow files (kernel/cachekeys.py) change only when written, which shows as IN_MODIFY on a watched
       folder; the kernel raises IN_MODIFY itself on the v2 event counters it notifies
       (memory.events.local, memory.swap.events). For a watched folder their
       parsed value is kept instead, until modified() or drop_values() (lost events, the
@@ -242,7 +139,7 @@ class KeptFiles:
         self.keeping: Dict[str, bool] = {}
         self._mounts: Dict[str, Dict[str, Kept]] = {}  # mount_dir -> cgroup path -> entry
         self._dirs: Dict[str, Tuple[int, float]] = {}  # mount_dir -> (O_PATH descriptor, checked at)
-        self._names: Dict[Tuple[str, ...], Tuple[str, ...]] = {}  # the shared names tuples
+        self._names: Dict[Tuple[Key, ...], Tuple[Key, ...]] = {}  # the shared names tuples
         weakref.finalize(self, _close_everything, self._mounts, self._dirs)
 
     def keeps(self, mount_dir: str) -> bool:
@@ -264,7 +161,7 @@ class KeptFiles:
             return None
         return entry
 
-    def _shared(self, names: Tuple[str, ...]) -> Tuple[str, ...]:
+    def _shared(self, names: Tuple[Key, ...]) -> Tuple[Key, ...]:
         known = self._names.get(names)
         if known is None:
             if len(self._names) >= 1024:  # odd file sets can't grow this for ever
@@ -272,7 +169,7 @@ class KeptFiles:
             known = self._names[names] = names
         return known
 
-    def _put(self, folder: Folder, name: str, value: Any) -> None:
+    def _put(self, folder: Folder, name: Key, value: Any) -> None:
         """Keep name -> value for this life of the folder; a new inode closes the old one's."""
         tree = self._mounts.get(folder.hierarchy.mount_dir)
         if tree is None:
@@ -290,7 +187,7 @@ class KeptFiles:
             entry.names = self._shared(names + (name,))
             entry.values = entry.values + (value,)
 
-    def _drop(self, folder: Folder, entry: Kept, name: str) -> None:
+    def _drop(self, folder: Folder, entry: Kept, name: Key) -> None:
         """Keep nothing more for `name` (its descriptor, if any, is the caller's to close)."""
         names = entry.names
         i = names.index(name)
@@ -312,7 +209,7 @@ class KeptFiles:
         if entry is None or entry.inode != folder.inode:
             return None
         names = entry.names
-        if name not in names or name in SLOW_FILES:
+        if name not in names or name in SLOW:
             return None
         try:
             data = os.pread(entry.values[names.index(name)], _READ, 0)
@@ -350,7 +247,7 @@ class KeptFiles:
         return value
 
     def _open(self, folder: Folder, name: str) -> bytes:
-        if name in SLOW_FILES:
+        if name in SLOW:
             return read_bytes(folder.local + "/" + name)
         if self.count >= self.cap:
             self.overflowed += 1
@@ -419,7 +316,7 @@ class KeptFiles:
     def release(self, folder: Folder, name: str) -> None:
         """Close the descriptor kept for one file of `folder`, if any (no longer read)."""
         entry = self._lookup(folder)
-        if entry is not None and name in entry.names and name not in SLOW_FILES:
+        if entry is not None and name in entry.names and name not in SLOW:
             fd = entry.value(name)
             self._drop(folder, entry, name)
             self.count -= 1
@@ -427,16 +324,16 @@ class KeptFiles:
 
     # -- slow files ------------------------------------------------------------------
 
-    def cached(self, folder: Folder, name: str) -> Any:
+    def cached(self, folder: Folder, name: Key) -> Any:
         """The kept value of a slow file of a watched folder, or MISSING (read it)."""
-        if not folder.watched or name not in SLOW_FILES:
+        if not folder.watched or name not in SLOW:
             return MISSING
         entry = self._lookup(folder)
         if entry is None or name not in entry.names:
             return MISSING
         return entry.value(name)
 
-    def slow_value(self, folder: Folder, name: str) -> Any:
+    def slow_value(self, folder: Folder, name: Key) -> Any:
         """cached() for a name known to be a slow file of a watched folder (the readers'
         inner loop: the same answer with fewer checks)."""
         tree = self._mounts.get(folder.hierarchy.mount_dir)
@@ -448,16 +345,17 @@ class KeptFiles:
                     return entry.values[names.index(name)]
         return MISSING
 
-    def keep(self, folder: Folder, name: str, value: Any) -> None:
-        if folder.watched and name in SLOW_FILES:
+    def keep(self, folder: Folder, name: Key, value: Any) -> None:
+        if folder.watched and name in SLOW:
             self._put(folder, name, value)
 
-    def modified(self, folder: Folder, name: str) -> None:
+    def modified(self, folder: Folder, name: Key) -> None:
         """IN_MODIFY: slow file `name` of that folder was written; read it again (and the
-        values made from it: DERIVED)."""
-        if name not in SLOW_FILES:
+        values made from it: its cachekeys.Derived keys)."""
+        if name not in SLOW:
             return
-        for kept_as in (name,) + _DERIVED_FROM.get(name, ()):
+        made_from = KEYS.derived_from.get(name, ()) if isinstance(name, str) else ()
+        for kept_as in (name,) + made_from:
             entry = self._lookup(folder)  # again: dropping its last name removes the entry
             if entry is not None and kept_as in entry.names:
                 self._drop(folder, entry, kept_as)
@@ -468,9 +366,9 @@ class KeptFiles:
         trees = self._mounts.values() if mount_dir is None else [self._mounts.get(mount_dir, {})]
         for tree in trees:
             for path, entry in list(tree.items()):
-                if not any(n in SLOW_FILES for n in entry.names):
+                if not any(n in SLOW for n in entry.names):
                     continue
-                kept = [(n, v) for n, v in zip(entry.names, entry.values) if n not in SLOW_FILES]
+                kept = [(n, v) for n, v in zip(entry.names, entry.values) if n not in SLOW]
                 if kept:
                     entry.names = self._shared(tuple(n for n, _ in kept))
                     entry.values = tuple(v for _, v in kept)

@@ -13,6 +13,7 @@ import pytest
 
 from cgstat.kernel import handles, inotify
 from cgstat.kernel.discover import Discoverer
+from cgstat.kernel.cachekeys import KEYS, SLOW
 from cgstat.kernel.handles import KeptFiles
 from cgstat.kernel.hierarchy import Hierarchy, detect
 from cgstat.kernel.hostfs import HostFS, ReadError
@@ -217,7 +218,7 @@ def test_limit_written_between_ticks_is_read_next_tick(group):
         group.set("cpu", "cpu.cfs_quota_us", -1)
         rec = [r for r in s.tick() if r["cgroup"] == group.cgroup][0]
         assert rec["cpu"]["limit_cores"] is None
-        # the v1 cpu settings and io limits are kept as one value each (kernel/handles.DERIVED):
+        # the v1 cpu settings and io limits are kept as one value each (cachekeys.Derived):
         # a write to any one of their files is seen the next tick
         group.set("cpu", "cpu.shares", 512)
         rec = [r for r in s.tick() if r["cgroup"] == group.cgroup][0]
@@ -308,19 +309,21 @@ def test_a_file_read_the_same_is_not_parsed_again(group):
 
 
 def test_a_write_to_any_file_of_a_kept_setting_drops_it(tmp_path):
-    """The values made from several slow files (handles.DERIVED) go with a write to any of
+    """The values made from several slow files (cachekeys.Derived) go with a write to any of
     them, and only then; the folder's other kept values stay."""
+    from cgstat.kernel.controllers.memory import SETTINGS_V2
+
     h = Hierarchy("unified", 0, frozenset({"memory"}), str(tmp_path))
     folder = Folder(h, "/a", str(tmp_path), 7, frozenset({"memory.high", "memory.max"}), watched=True)
     files = KeptFiles(cap=8)
-    for made_from in handles.DERIVED["memory settings (kept)"]:
-        files.keep(folder, "memory settings (kept)", (1, 2, 3, 4, True))
+    for made_from in SETTINGS_V2.files:
+        files.keep(folder, SETTINGS_V2, (1, 2, 3, 4, True))
         files.keep(folder, "memory.max", 5)
         files.modified(folder, "memory.max")  # not one of its files
-        assert files.slow_value(folder, "memory settings (kept)") == (1, 2, 3, 4, True)
+        assert files.slow_value(folder, SETTINGS_V2) == (1, 2, 3, 4, True)
         files.keep(folder, "memory.max", 5)
         files.modified(folder, made_from)
-        assert files.slow_value(folder, "memory settings (kept)") is handles.MISSING
+        assert files.slow_value(folder, SETTINGS_V2) is handles.MISSING
         assert files.slow_value(folder, "memory.max") == 5
     files.modified(folder, "memory.max")  # its last value: the folder's entry goes
     assert list(files.entries()) == []
@@ -342,8 +345,8 @@ def test_each_kept_setting_is_made_from_the_files_it_is_dropped_with():
                           (memory.SETTINGS_V2, memory._settings_v2)):
         spy = Spy()
         make(None, spy)
-        assert sorted(spy.names) == sorted(handles.DERIVED[kept_as]), kept_as
-    assert set(handles.DERIVED) == {cpu.CPU_SETTINGS_V1, io.LIMITS_V1, memory.SETTINGS_V2}
+        assert sorted(spy.names) == sorted(kept_as.files), kept_as
+    assert set(KEYS.derived_keys()) == {cpu.CPU_SETTINGS_V1, io.LIMITS_V1, memory.SETTINGS_V2}
 
 
 def test_inotify_event_parsing():
@@ -384,7 +387,7 @@ def test_processes_of_an_empty_cgroup_without_reading_cgroup_procs(group):
         # limit files are read once a minute or on IN_MODIFY: never through a kept slot
         kept_names = [os.readlink(f"/proc/self/fd/{fd}").rsplit("/", 1)[1]
                       for _m, _p, e in s.kept.entries() for fd in e.fds()]
-        assert kept_names and not set(kept_names) & handles.SLOW_FILES
+        assert kept_names and not set(kept_names) & SLOW
         assert s.kept.count == sum(len(e.fds()) for _m, _p, e in s.kept.entries())
     finally:
         s.close()

@@ -225,9 +225,9 @@ def test_agent_raises_a_systemd_soft_fd_limit_and_sizes_its_kept_descriptors():
     """systemd starts services at soft 1024 / hard 524288: the agent raises its own soft
     limit (never past the hard one), and the kept-descriptor cap follows."""
     probe = ("import resource\n"
-             "from cgstat.kernel import handles\n"
+             "from cgstat.kernel import handles, rlimits\n"
              "before = handles.KeptFiles().cap\n"
-             "soft = handles.raise_nofile_limit()\n"
+             "soft = rlimits.raise_nofile_limit()\n"
              "print(before, soft, resource.getrlimit(resource.RLIMIT_NOFILE)[0], handles.KeptFiles().cap)")
     env = dict(os.environ)
     env.pop("CGSTAT_MAX_KEPT_FDS", None)

@@ -10,9 +10,18 @@ from __future__ import annotations
 from typing import Optional, Tuple
 
 from cgstat.kernel import parse
+from cgstat.kernel.cachekeys import KEYS
 from cgstat.kernel.controllers.files import NS, US, USER_HZ, FileReader, key, scaled
 from cgstat.kernel.sample import CpuSample
 from cgstat.kernel.tree import Folder
+
+# Kept as values (kernel/cachekeys.py): limits and weights change only when written; the
+# effective cpusets until the folder's rescan.
+KEYS.slow_files("cpu.max", "cpu.weight", "cpu.max.burst", "cpuset.cpus.effective", "cpuset.mems.effective",
+                "cpu.cfs_quota_us", "cpu.cfs_period_us", "cpu.shares", "cpu.cfs_burst_us")
+# the files _settings_v1 reads, kept as one value
+CPU_SETTINGS_V1 = KEYS.derived("cpu settings", ("cpu.cfs_quota_us", "cpu.cfs_period_us", "cpu.shares",
+                                                "cpu.cfs_burst_us"))
 
 
 def cpu_v2(folder: Folder, r: FileReader) -> CpuSample:
@@ -71,8 +80,6 @@ def cpu_v1(acct: Optional[Folder], cpu: Optional[Folder], unified: Optional[Fold
     return CpuSample(usage, user, system, limit, periods, throttled, throttled_s, quota_us, period,
                      weight, shares, burst)
 
-
-CPU_SETTINGS_V1 = "cpu settings (kept)"  # kernel/handles.DERIVED: the files _settings_v1 reads
 
 
 def _settings_v1(cpu: Folder, r: FileReader) -> Tuple[Optional[float], Optional[int], Optional[int],

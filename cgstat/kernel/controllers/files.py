@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from typing import Any, Callable, Dict, List, Optional, TypeVar
 
-from cgstat.kernel.handles import FROZEN, MISSING, SLOW_FILES, KeptFiles
+from cgstat.kernel.cachekeys import SLOW, Derived, Frozen
+from cgstat.kernel.handles import MISSING, KeptFiles
 from cgstat.kernel.hostfs import Gone, ReadError, read_text
 from cgstat.kernel.sample import Problem
 from cgstat.kernel.tree import Folder
@@ -40,7 +41,7 @@ class FileReader:
         keeps = self.keeping.get(folder.hierarchy.mount_dir)
         if keeps is None:
             keeps = self.kept.keeps(folder.hierarchy.mount_dir)
-        if name in SLOW_FILES:
+        if name in SLOW:
             if keeps and folder.watched:
                 # Most ticks: the kept value, in one lookup (what _uncached would find).
                 known = self.kept.slow_value(folder, name)
@@ -70,18 +71,19 @@ class FileReader:
             return None
         return self.get(folder, name, parser)
 
-    def counter(self, folder: Folder, name: str, parser: Callable[[str], Optional[int]],
+    def counter(self, folder: Folder, kept_as: Frozen, parser: Callable[[str], Optional[int]],
                 state: Any) -> Optional[int]:
-        """A counter file (absent: None, no problem) that can't move while the cgroup stays
-        in the state `state` names (None: it may move). The value read in a state is kept
+        """Counter file `kept_as.file` (absent: None, no problem) that can't move while the
+        cgroup stays in the state `state` names (None: it may move). The value read in a state is kept
         and served while the cgroup is found in that same state, read again when it is not.
         v1 raises no IN_MODIFY on these files, so they can't be slow files; this spares
         their read on most ticks."""
+        name = kept_as.file
         if name not in folder.files:
             return None
         if not self.keeping.get(folder.hierarchy.mount_dir):
             return self.get(folder, name, parser)
-        kept, kept_as = self.kept, FROZEN[name]
+        kept = self.kept
         if state is None:
             kept.modified(folder, kept_as)  # it may move now: what was kept is stale
             return self.get(folder, name, parser)
@@ -94,8 +96,8 @@ class FileReader:
             kept.keep(folder, kept_as, (state, value))
         return value
 
-    def derived(self, folder: Folder, kept_as: str, make: Callable[[], T]) -> T:
-        """make(), a value made from slow files of `folder` only (DERIVED names them),
+    def derived(self, folder: Folder, kept_as: Derived, make: Callable[[], T]) -> T:
+        """make(), a value made from slow files of `folder` only (`kept_as.files`),
         kept as one like a slow file's value while none of them is written, so that a tick
         looks it up once instead of once per file. Kept only when made without a problem:
         a file that fails is read, and reported, again next tick."""
@@ -114,7 +116,7 @@ class FileReader:
         """A slow file (its value kept while the folder is watched, read with
         open/read/close when due: it never holds a descriptor), or any file of a recorded
         tree (no descriptor kept: tests and users replace its files by rename)."""
-        slow = keeps and name in SLOW_FILES
+        slow = keeps and name in SLOW
         if slow:
             known = self.kept.cached(folder, name)
             if known is not MISSING:

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Optional, Tuple
 
 from cgstat.kernel import parse
+from cgstat.kernel.cachekeys import KEYS
 from cgstat.kernel.controllers.files import FileReader
 from cgstat.kernel.sample import DeviceIo, DeviceLimit, IoSample, Problem
 from cgstat.kernel.tree import Folder
@@ -41,7 +42,12 @@ _BLKIO_LIMIT_FILES = ("blkio.throttle.read_bps_device", "blkio.throttle.write_bp
                       "blkio.throttle.read_iops_device", "blkio.throttle.write_iops_device")
 
 
-LIMITS_V1 = "blkio limits (kept)"  # kernel/handles.DERIVED: the files _limits_v1 reads
+# Kept as values (kernel/cachekeys.py): limits change only when written.
+KEYS.slow_files("io.max", "blkio.throttle.read_bps_device", "blkio.throttle.write_bps_device",
+                "blkio.throttle.read_iops_device", "blkio.throttle.write_iops_device")
+# the files _limits_v1 reads, kept as one value
+LIMITS_V1 = KEYS.derived("blkio limits", ("blkio.throttle.read_bps_device", "blkio.throttle.write_bps_device",
+                                          "blkio.throttle.read_iops_device", "blkio.throttle.write_iops_device"))
 
 
 def _io_limits_v1(folder: Folder, r: FileReader) -> Optional[Tuple[DeviceLimit, ...]]:

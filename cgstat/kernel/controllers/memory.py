@@ -15,6 +15,7 @@ from typing import Dict, Optional, Tuple
 
 from cgstat.fieldkeys import MemoryStat
 from cgstat.kernel import parse
+from cgstat.kernel.cachekeys import KEYS
 from cgstat.kernel.controllers.files import FileReader, key
 from cgstat.kernel.sample import MemoryEvents, MemorySample, Problem, SwapEvents
 from cgstat.kernel.tree import Folder
@@ -120,7 +121,15 @@ def memory_v2(folder: Folder, r: FileReader) -> MemorySample:
     )
 
 
-SETTINGS_V2 = "memory settings (kept)"  # kernel/handles.DERIVED: the files _settings_v2 reads
+# Kept as values (kernel/cachekeys.py): limits and protections change only when written;
+# the kernel notifies memory.events.local and memory.swap.events on every change.
+KEYS.slow_files("memory.max", "memory.high", "memory.low", "memory.min", "memory.swap.max", "memory.oom.group",
+                "memory.events.local", "memory.swap.events", "memory.limit_in_bytes", "memory.soft_limit_in_bytes")
+# the files _settings_v2 reads, kept as one value
+SETTINGS_V2 = KEYS.derived("memory settings", ("memory.high", "memory.low", "memory.min", "memory.swap.max",
+                                               "memory.oom.group"))
+# v1 memory.failcnt while the cgroup has no limit: nothing can fail a charge
+FAILCNT_FROZEN = KEYS.frozen("memory.failcnt")
 
 
 def _settings_v2(folder: Folder, r: FileReader) -> Tuple[Optional[int], Optional[int], Optional[int],
@@ -167,7 +176,7 @@ def memory_v1(folder: Folder, r: FileReader) -> MemorySample:
         low_bytes=_max_bytes(r.opt(folder, "memory.soft_limit_in_bytes", parse.parse_uint)),
         # A charge is refused (failcnt) only at this cgroup's own limit (page_counter_try_charge
         # counts the failure on the counter whose max it hit): it can't move without a limit.
-        failcnt=r.counter(folder, "memory.failcnt", parse.parse_uint,
+        failcnt=r.counter(folder, FAILCNT_FROZEN, parse.parse_uint,
                           "no limit" if limit is not None and parse.limit_bytes(limit) is None else None),
         # the hierarchical total_* twins (total_workingset_refault_* since 5.9: older kernels
         # lack them, None); "" for a counter v1 does not have

@@ -9,9 +9,15 @@ from __future__ import annotations
 from typing import Optional
 
 from cgstat.kernel import parse
+from cgstat.kernel.cachekeys import KEYS
 from cgstat.kernel.controllers.files import FileReader
 from cgstat.kernel.sample import PidsSample
 from cgstat.kernel.tree import Folder
+
+KEYS.slow_files("pids.max")  # a limit: changes only when written (kernel/cachekeys.py)
+# counters that can't move while the cgroup is empty and idle (v1 raises no event on them)
+PEAK_FROZEN = KEYS.frozen("pids.peak")
+EVENTS_FROZEN = KEYS.frozen("pids.events")
 
 
 def pids_sample(folder: Folder, r: FileReader, cpu_seconds: Optional[float]) -> PidsSample:
@@ -35,8 +41,8 @@ def pids_sample(folder: Folder, r: FileReader, cpu_seconds: Optional[float]) -> 
     # the value was read, found empty then too, no task has forked there in between (a
     # fork runs): an idle empty cgroup, as most are, costs no read of either.
     idle = cpu_seconds if current == 0 else None
-    return PidsSample(current, limit, processes, r.counter(folder, "pids.peak", parse.parse_uint, idle),
-                      r.counter(folder, "pids.events", _pids_events, idle))
+    return PidsSample(current, limit, processes, r.counter(folder, PEAK_FROZEN, parse.parse_uint, idle),
+                      r.counter(folder, EVENTS_FROZEN, _pids_events, idle))
 
 
 def _pids_events(text: str) -> Optional[int]:
