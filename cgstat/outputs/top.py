@@ -155,7 +155,7 @@ class Model:
                     self.open.get(cg, {}).pop(str(e.get("resolves")), None)
                 else:
                     self.open.setdefault(cg, {})[kind] = str(e.get("severity"))
-            line = event_line(e)
+            line = log_line(e)
             self.tick_events.append(line)
             self.log.append("%s %s" % (stamp, line))
         self.rows = [make_row(r, self.open.get(r["cgroup"], {})) for r in workloads]
@@ -171,8 +171,10 @@ class Model:
             self.host or "--", when, interval_s, len(self.rows), self.sort)
 
 
-def event_line(e: EventRecord) -> str:
-    """'! severity kind name: message', as `--format table` lists events; controls escaped."""
+def log_line(e: EventRecord) -> str:
+    """An event in top's log: '! severity kind name: message' like table.event_line, but a
+    resolved notice names what it resolves ('resolved cpu_throttled') and there is no
+    newline (the screen lays the lines out); controls escaped."""
     container = e["container"]
     who = (container["name"] if container is not None else None) or e["cgroup"] or "--"
     kind = e.get("kind")
