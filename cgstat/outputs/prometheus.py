@@ -135,7 +135,10 @@ def _item_series(table: Tuple[fields.Field, ...], array: str) -> Tuple[Tuple[int
                  for m in f.metrics)
 
 
-_SCALARS = _series(fields.RECORD)
+# (key, key below it or None, series): a cgroup record's objects are at most two deep
+_SCALARS = tuple((keys[0], keys[1] if len(keys) > 1 else None, series) for keys, series in _series(fields.RECORD))
+if any(len(keys) > 2 for keys, _ in _series(fields.RECORD)):
+    raise ValueError("a cgroup series three objects deep: _cgroup_samples reads two")
 _IO_DEVICE = _item_series(fields.RECORD, "io.devices")
 _NETWORK = _item_series(fields.RECORD, "network.interfaces")
 _GPU_SCALARS = _series(fields.GPU_RECORD)
@@ -203,9 +206,11 @@ def _cgroup_samples(record: CgroupRecord, out: List[List[bytes]], fmt: str, time
 
     if millis is not None:
         add(F_LAST_SEEN, millis // 1000)
-    for keys, series in _SCALARS:  # most series: add() written out
-        obj = record.get(keys[0]) if len(keys) == 1 else _object(record, keys)
-        if not isinstance(obj, dict):
+    for top, inner, series in _SCALARS:  # most series: add() written out
+        obj: Any = record.get(top)
+        if inner is not None and obj.__class__ is dict:
+            obj = obj.get(inner)
+        if obj.__class__ is not dict:
             continue
         get = obj.get
         for family, key, labels in series:
