@@ -63,6 +63,8 @@ def run_stream(sampler: Sampler, sinks: Sequence[Sink], interval_s: float, count
         _close(opened)
         raise
     schedule = Schedule(interval_s, sampler.warner, watchdog_heartbeat_s()).install_signals()
+    for sink in sinks:
+        sink.watch_stop(lambda: schedule.stop)
     # OOM kills: the kernel log from now on, v2 counters read as they change (events and
     # the exporter's kept counters)
     if events is not None or any(sink.uses_kills for sink in sinks):

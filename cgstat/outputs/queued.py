@@ -15,8 +15,12 @@ with the count.
 - A reader gone (EPIPE): the writer stops; the next write (or close) ends the run with
   exit 0 (ReaderGone), as without a thread.
 - close(): everything queued is written, in order, before it returns (the last lines of a
-  --count run or a Ctrl-C are not lost). A reader that takes nothing for `close_stall_s`
-  is not waited for longer: what was still queued is counted on stderr and the run ends.
+  --count run or a Ctrl-C are not lost). At the end of a --count run the reader is waited
+  for as long as it takes (`| less`, read a screen at a time, gets every line, as with a
+  blocking write). After a stop signal (watch_stop: SIGTERM, Ctrl-C) a reader that takes
+  nothing for `close_stall_s` is not waited for longer: what was still queued is counted
+  on stderr and the run ends; the line the writer was in may then be cut, as a SIGKILL
+  of a write blocked on that reader would cut it.
 - What the writer's thread has to say (a write that failed) is said by the tick's thread
   at its next write: the diagnostics channel is used from one thread only.
 """
@@ -37,6 +41,7 @@ if TYPE_CHECKING:  # the record types are for the type checker only
 # 0.2 MB (about 40 s of ticks), at 1,000 about 2 MB. A tick already begun may go past it.
 QUEUE_MAX_BYTES = 8 * 1024 * 1024
 CLOSE_STALL_S = 5.0
+_CLOSE_POLL_S = 0.25  # how often close() looks whether the writer moved or a stop came
 
 
 class _Mark:
@@ -77,6 +82,8 @@ class QueuedSink(Sink):
         self._gone = False  # the writer met ReaderGone
         self._said: Deque[str] = collections.deque()  # the writer's messages, said by the tick's thread
         self._thread: Optional[threading.Thread] = None
+        self._stop_asked: Callable[[], bool] = lambda: False
+        self.waiting = threading.Event()  # close() is waiting on a reader that takes nothing
         # drops: the episode in progress, and all of them
         self._episode_ticks = 0
         self._episode_lines = 0
@@ -118,19 +125,27 @@ class QueuedSink(Sink):
     def reopen(self) -> None:
         self._put(_REOPEN)
 
+    def watch_stop(self, asked: Callable[[], bool]) -> None:
+        self._stop_asked = asked
+
     def close(self) -> None:
         """Write what is queued (see the module docstring), then close the inner sink."""
         thread = self._thread
         self._thread = None
         if thread is not None:
             self._put(_CLOSE)
+            seen, moved = self._taken, time.monotonic()
             while True:
-                before = self._taken
-                thread.join(self.close_stall_s)
+                thread.join(_CLOSE_POLL_S)
                 if not thread.is_alive():
                     break
-                if self._taken == before:  # the reader took nothing for close_stall_s
-                    self._abandon()
+                now = time.monotonic()
+                if self._taken != seen:
+                    seen, moved = self._taken, now
+                    continue
+                self.waiting.set()
+                if self._stop_asked() and now - moved >= self.close_stall_s:
+                    self._abandon()  # stopped, and the reader took nothing for close_stall_s
                     return  # the writer still holds the inner sink: not closed under it
         self._say()
         self._end_episode()
@@ -162,6 +177,7 @@ class QueuedSink(Sink):
         with self._cond:
             lines = sum(item.count(b"\n") for item in self._queue if isinstance(item, bytes))
             self._queue.clear()
+            self._queue.append(_CLOSE)  # should the reader wake, the writer ends after the piece it is in
             self._queued_bytes = 0
         self._end_episode()
         self._warn("dropped", f"{self.inner.label}: the reader took nothing for {self.close_stall_s:g} s: "

@@ -72,6 +72,10 @@ class Sink:
     def reopen(self) -> None:
         """After SIGHUP: start again on the same path (a file logrotate moved away)."""
 
+    def watch_stop(self, asked: Callable[[], bool]) -> None:
+        """How to know that a stop signal came (SIGTERM, Ctrl-C): close() then waits for no
+        peer that takes nothing (a stuck reader, a receiver that is down)."""
+
     def close(self) -> None:
         """Everything written is out; release what the sink holds. Never raises."""
 

@@ -156,6 +156,36 @@ def test_the_end_of_a_run_writes_every_queued_line_in_order(no_signals):
     assert "dropped" not in err.getvalue()
 
 
+@pytest.mark.parametrize("stopped", [False, True])
+def test_close_waits_for_a_paused_reader_unless_a_stop_came(stopped):
+    err = io.StringIO()
+    warner = Warner(stream=err)
+    r, w = _small_pipe()
+    sink = QueuedSink(StdoutSink(warner.warn, fd=w), warner.warn, close_stall_s=0)
+    sink.watch_stop(lambda: stopped)
+    sink.open()
+    for n in range(1, 4):
+        sink.write([{"tick": n, "i": i, "pad": PAD} for i in range(LINES_PER_TICK)])
+    holder = {}
+
+    def reader():  # a `| less` that reads only once close() has found it taking nothing
+        assert sink.waiting.wait(60)
+        holder["d"] = _read_all(r)
+
+    t = threading.Thread(target=reader, daemon=True)
+    t.start()
+    sink.close()
+    os.close(w)
+    t.join(60)
+    os.close(r)
+    lost = [x for x in err.getvalue().splitlines() if "took nothing" in x]
+    if stopped:  # not waited for: said, with what was left
+        assert len(lost) == 1 and "lines not written at the end" in lost[0]
+    else:  # every line, though the reader took nothing for longer than close_stall_s
+        assert lost == []
+        assert sorted(_ticks_of(holder["d"])) == [1, 2, 3]
+
+
 def test_a_reader_gone_ends_the_stream_with_0(no_signals):
     warner = Warner(stream=io.StringIO())
     sampler = FakeSampler(warner)
