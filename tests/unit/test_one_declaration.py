@@ -90,7 +90,9 @@ def test_the_schema_and_the_typeddicts_have_it(copy):
         "type": ["integer", "null"], "minimum": 0, "description": "pages moved to the active LRU lists"}
     assert "pgactivate_total" in memory["required"]
     check = ("from cgstat import records, fieldkeys; "
-             "hint = lambda cls: getattr(cls.__annotations__['pgactivate_total'], '__forward_arg__', None); "
+             # a string on Python 3.7 (its TypedDict stand-in is a plain class), a ForwardRef later
+             "a = lambda cls: cls.__annotations__['pgactivate_total']; "
+             "hint = lambda cls: a(cls) if isinstance(a(cls), str) else getattr(a(cls), '__forward_arg__', None); "
              "print(hint(records.Memory), hint(records.MemoryStatCounters), "
              "'.'.join(fieldkeys.Cgroup.MEMORY_PGACTIVATE_TOTAL), fieldkeys.MemoryStat.V1[-1])")
     assert _run(copy, "-c", check).split() == ["Optional[int]", "Optional[int]", "memory.pgactivate_total",
