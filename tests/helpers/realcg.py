@@ -851,3 +851,26 @@ def run_cgstat():
     if not os.path.exists(os.path.join(REPO, "cgstat", "__main__.py")):
         pytest.skip("cgstat package not present")
     return cgstat
+
+
+# Forks until the kernel refuses (EAGAIN) `n` times once the trigger file appears, then waits
+# (its children sleep: they stay in the cgroup, at the limit, until the group is destroyed).
+FORK_BOMB = r"""
+import os, sys, time
+trigger, n = sys.argv[1], int(sys.argv[2])
+print("ready", flush=True)
+while not os.path.exists(trigger):
+    time.sleep(0.05)
+refused = 0
+while refused < n:
+    try:
+        pid = os.fork()
+    except BlockingIOError:
+        refused += 1
+        continue
+    if pid == 0:
+        time.sleep(3600)
+        os._exit(0)
+print("refused", flush=True)
+time.sleep(3600)
+"""

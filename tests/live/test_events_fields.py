@@ -7,29 +7,9 @@ import sys
 
 import pytest
 
+from tests.helpers import realcg as R
 from tests.helpers.contract import ROOT, validate
 
-# Forks until the kernel refuses (EAGAIN) `n` times once the trigger file appears, then waits.
-_BOMB = r"""
-import os, sys, time
-trigger, n = sys.argv[1], int(sys.argv[2])
-print("ready", flush=True)
-while not os.path.exists(trigger):
-    time.sleep(0.05)
-children, refused = [], 0
-while refused < n:
-    try:
-        pid = os.fork()
-    except BlockingIOError:
-        refused += 1
-        continue
-    if pid == 0:
-        time.sleep(3600)
-        os._exit(0)
-    children.append(pid)
-print("refused", flush=True)
-time.sleep(3600)
-"""
 
 
 @pytest.mark.realcg
@@ -37,7 +17,7 @@ def test_fork_bomb_under_a_pids_limit_raises_pids_limit_hit(make_group, tmp_path
     g = make_group(("pids", "cpu", "cpuacct", "memory"))
     g.set_pids_max(4)
     trigger = str(tmp_path / "go")
-    bomb = g.start([sys.executable, "-c", _BOMB, trigger, "5"])
+    bomb = g.start([sys.executable, "-c", R.FORK_BOMB, trigger, "5"])
     bomb.wait_line("ready")
     env = dict(os.environ, PYTHONPATH=ROOT)
     stream = subprocess.Popen([sys.executable, "-m", "cgstat", "stream", "--interval", "0.5", "--count", "12",

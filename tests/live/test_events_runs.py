@@ -25,28 +25,6 @@ pytestmark = [pytest.mark.realcg]
 REALCG_V2 = True  # ported to pure cgroup v2 as well (tests/guest runs it there)
 MiB = 1024 * 1024
 
-# Forks until the kernel refuses (EAGAIN) `n` times once the trigger file appears, then waits
-# (its children sleep: they stay in the cgroup, at the limit, until the group is destroyed).
-BOMB = r"""
-import os, sys, time
-trigger, n = sys.argv[1], int(sys.argv[2])
-print("ready", flush=True)
-while not os.path.exists(trigger):
-    time.sleep(0.05)
-refused = 0
-while refused < n:
-    try:
-        pid = os.fork()
-    except BlockingIOError:
-        refused += 1
-        continue
-    if pid == 0:
-        time.sleep(3600)
-        os._exit(0)
-print("refused", flush=True)
-time.sleep(3600)
-"""
-
 
 def _ours(records, g):
     return [e for e in records if e.get("type") == "event" and e.get("cgroup") == g.cgroup]
@@ -62,7 +40,7 @@ def test_two_runs_around_a_fork_bomb_under_pids_max_give_one_pids_limit_hit(real
         pytest.skip("no pids controller here")
     g.set_pids_max(4)
     trigger = str(tmp_path / "go")
-    bomb = g.start([sys.executable, "-c", BOMB, trigger, "5"])
+    bomb = g.start([sys.executable, "-c", R.FORK_BOMB, trigger, "5"])
     bomb.wait_line("ready")
     state = str(tmp_path / "state.json")
     run = ("once", "--state", state, "--all", "--match", g.name)
