@@ -323,10 +323,10 @@ def test_a_flat_window_is_not_fitted_but_still_resolves_an_open_growth():
 
 
 def test_the_window_holds_unchanged_values_once_and_gives_back_each_sample_as_it_was():
-    from cgstat.pipeline.events.window import Sample, Window
+    from cgstat.pipeline.events.window import WindowSample, Window
 
     def sample(ws, limit, kills, usage):
-        return Sample(ws, limit, kills, usage, None, None, None, None, None)
+        return WindowSample(ws, limit, kills, usage, None, None, None, None, None)
 
     window = Window()
     samples = [(0.0, sample(5, None, 0, 0.0)), (1.0, sample(5, None, 0, 0.0)), (2.0, sample(5.0, None, 0, 0.0)),

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Tuple
 
 from cgstat.pipeline.events.event import Episode, duration, make_event, who
 from cgstat.pipeline.events.kills import Rise
-from cgstat.pipeline.events.window import Sample, Window
+from cgstat.pipeline.events.window import WindowSample, Window
 
 if TYPE_CHECKING:  # the record types are for the type checker only
     from cgstat.records import EventRecord
@@ -22,7 +22,7 @@ class History:
 
     def __init__(self) -> None:
         self.samples = Window()
-        self.last: Optional[Sample] = None  # the newest sample, named
+        self.last: Optional[WindowSample] = None  # the newest sample, named
         self.t = 0.0
         self.open: Dict[str, Episode] = {}
         self.ws: Optional[float] = None  # the last working set seen (not None)...
@@ -36,7 +36,7 @@ class Case:
     __slots__ = ("record", "t", "sample", "before", "window", "history", "events", "oom_rises", "hierarchical",
                  "first_totals")
 
-    def __init__(self, record: Mapping[str, Any], t: float, sample: Sample, before: Optional[Sample],
+    def __init__(self, record: Mapping[str, Any], t: float, sample: WindowSample, before: Optional[WindowSample],
                  window: Optional[Window], history: History, events: List[EventRecord],
                  oom_rises: List[Rise], hierarchical: List[Tuple[str, EventRecord]],
                  first_totals: Dict[str, float]):

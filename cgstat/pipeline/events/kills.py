@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any, Dict, List, Mapping, NamedTuple, Optional
 
 from cgstat.naming.kills import NamedKill
 from cgstat.pipeline.events.event import cap, deepest_only, make_event, who
-from cgstat.pipeline.events.window import Sample
+from cgstat.pipeline.events.window import WindowSample
 from cgstat.units import mib
 
 if TYPE_CHECKING:  # the record types are for the type checker only
@@ -48,7 +48,7 @@ class Rise(NamedTuple):
     exists: bool = True  # False: read as it changed, the cgroup gone by the tick (kernel/memevents.py)
 
     @classmethod
-    def between(cls, record: Mapping[str, Any], before: Optional[Sample], total: Optional[float],
+    def between(cls, record: Mapping[str, Any], before: Optional[WindowSample], total: Optional[float],
                 working_set_bytes: Optional[float], limit_bytes: Optional[float], exists: bool = True,
                 path: Optional[str] = None) -> Optional["Rise"]:
         """The counter's rise from `before` (the cgroup's sample before, of the same life) to

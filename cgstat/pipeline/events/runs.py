@@ -1,7 +1,7 @@
 """Events between two separate runs (`once --state`): each rule's own `judge_runs` over
 this run's records against what the previous run kept, and the kernel log since then.
 
-A run keeps, per cgroup, its named sample (state_extras: window.Sample by name, small and
+A run keeps, per cgroup, its named sample (state_extras: window.WindowSample by name, small and
 JSON-able); the next run judges every cgroup record that has one of the same life of the
 cgroup (a non-null `interval_s`) as a window of those two samples, the time between them
 its span (rules.py, gpu.py). So a cron run reports each counter event since the last run
@@ -21,7 +21,7 @@ from cgstat.pipeline.events.event import deepest_only
 from cgstat.pipeline.events.kills import OomLedger, Rise
 from cgstat.pipeline.events.rules import CGROUP_RULES, GPU_RULES
 from cgstat.pipeline.events.thresholds import Thresholds
-from cgstat.pipeline.events.window import Sample, Window, sample_of
+from cgstat.pipeline.events.window import WindowSample, Window, sample_of
 from cgstat.numbers import finite
 from cgstat.timestamps import rfc3339
 
@@ -40,11 +40,11 @@ def state_extras(records: Iterable[Mapping[str, Any]]) -> Dict[str, Dict[str, An
     return {r["cgroup"]: sample_of(r)._asdict() for r in _cgroup_records(records)}
 
 
-def _kept(p: Any) -> Optional[Sample]:
+def _kept(p: Any) -> Optional[WindowSample]:
     """The previous run's sample: as state_extras kept it, or a whole record."""
     if not isinstance(p, Mapping):
         return None
-    return sample_of(p) if "memory" in p or "cpu" in p else Sample.from_dict(p)
+    return sample_of(p) if "memory" in p or "cpu" in p else WindowSample.from_dict(p)
 
 
 def judge_runs(previous: Mapping[str, Mapping[str, Any]], records: Iterable[Mapping[str, Any]],

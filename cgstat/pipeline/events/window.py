@@ -14,7 +14,7 @@ from cgstat.fieldkeys import Cgroup as C
 from cgstat.numbers import finite
 
 
-class Sample(NamedTuple):
+class WindowSample(NamedTuple):
     """The values the rules read from one cgroup record (its time is kept by the Window).
     None where the record has no finite number."""
 
@@ -32,8 +32,8 @@ class Sample(NamedTuple):
     pids_limit_failures: Optional[float] = None  # pids.events max
 
     @classmethod
-    def from_dict(cls, kept: Mapping[str, Any]) -> "Sample":
-        """A sample kept by name (a `once --state` file: Sample._asdict()); a field it lacks
+    def from_dict(cls, kept: Mapping[str, Any]) -> "WindowSample":
+        """A sample kept by name (a `once --state` file: WindowSample._asdict()); a field it lacks
         (a state an older version wrote) or that is no finite number is None."""
         values: Dict[str, Any] = {name: finite(kept.get(name)) for name in cls._fields}
         return cls(**values)
@@ -50,7 +50,7 @@ _CPU, _USAGE_S, _PERIODS_N, _THROTTLED_N, _CORES = (C.CPU[0], C.CPU_USAGE_SECOND
 _PIDS, _FORKS_REFUSED = C.PIDS[0], C.PIDS_EVENTS_MAX_TOTAL[-1]
 
 
-def sample_of(r: Mapping[str, Any]) -> Sample:
+def sample_of(r: Mapping[str, Any]) -> WindowSample:
     """The named sample of one cgroup record: a finite number, else None (number_at's rules)."""
     gpu, mem, cpu, pids = r.get(_GPU), r.get(_MEM), r.get(_CPU), r.get(_PIDS)
     sm = gprocs = None
@@ -69,16 +69,16 @@ def sample_of(r: Mapping[str, Any]) -> Sample:
     if isinstance(cpu, dict):
         usage, periods, throttled, cores = (finite(cpu.get(_USAGE_S)), finite(cpu.get(_PERIODS_N)),
                                             finite(cpu.get(_THROTTLED_N)), finite(cpu.get(_CORES)))
-    return Sample(working_set_bytes=ws, limit_bytes=limit, oom_kills_total=kills, cpu_usage_seconds_total=usage,
+    return WindowSample(working_set_bytes=ws, limit_bytes=limit, oom_kills_total=kills, cpu_usage_seconds_total=usage,
                   cpu_periods_total=periods, cpu_throttled_periods_total=throttled, cpu_limit_cores=cores,
                   gpu_sm_percent=sm, gpu_processes=gprocs, memory_high_events=high, memory_high_bytes=high_bytes,
                   pids_limit_failures=finite(pids.get(_FORKS_REFUSED)) if isinstance(pids, dict) else None)
 
 
-# A stored sample's values are a plain tuple in Sample's order: a tuple subclass costs 8
+# A stored sample's values are a plain tuple in WindowSample's order: a tuple subclass costs 8
 # bytes more a sample and stays tracked by the garbage collector (a tuple of numbers is
 # untracked), ~1 MiB and a longer full collection per 1,000 cgroups' minute of 1 s ticks.
-_FIELD = {name: i for i, name in enumerate(Sample._fields)}
+_FIELD = {name: i for i, name in enumerate(WindowSample._fields)}
 _USAGE = _FIELD["cpu_usage_seconds_total"]
 _PERIODS = _FIELD["cpu_periods_total"]
 _THROTTLED = _FIELD["cpu_throttled_periods_total"]
@@ -96,14 +96,14 @@ class Window:
         self.vs: List[tuple] = []
 
     @classmethod
-    def of(cls, samples: Iterable[Tuple[float, Sample]]) -> "Window":
+    def of(cls, samples: Iterable[Tuple[float, WindowSample]]) -> "Window":
         """A window of these (time, sample) pairs, oldest first (two `once --state` runs)."""
         w = cls()
         for t, s in samples:
             w.append(t, s)
         return w
 
-    def append(self, t: float, sample: Sample) -> None:
+    def append(self, t: float, sample: WindowSample) -> None:
         vs = self.vs
         # kept as a plain tuple (see above), the one before when the values are the same
         values = vs[-1] if vs and _same(vs[-1], sample) else tuple(sample)
@@ -127,12 +127,12 @@ class Window:
         return self.ts[-1] - self.ts[0]
 
     def ends(self, field: str) -> Tuple[Any, Any]:
-        """One Sample field of the oldest and of the newest sample."""
+        """One WindowSample field of the oldest and of the newest sample."""
         i = _FIELD[field]
         return self.vs[0][i], self.vs[-1][i]
 
     def column(self, field: str) -> List[Any]:
-        """One Sample field of every sample, oldest first."""
+        """One WindowSample field of every sample, oldest first."""
         i = _FIELD[field]
         return [v[i] for v in self.vs]
 
@@ -144,8 +144,8 @@ class Window:
     def __len__(self) -> int:
         return len(self.ts)
 
-    def __iter__(self) -> Iterator[Tuple[float, Sample]]:
-        return ((t, Sample._make(v)) for t, v in zip(self.ts, self.vs))
+    def __iter__(self) -> Iterator[Tuple[float, WindowSample]]:
+        return ((t, WindowSample._make(v)) for t, v in zip(self.ts, self.vs))
 
     # -- what the sustained rules measure over the window -------------------------------------
 
