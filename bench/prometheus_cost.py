@@ -37,7 +37,7 @@ from tests.helpers import synth  # noqa: E402
 
 from cgstat.outputs import prometheus as prom  # noqa: E402
 from cgstat.outputs.serve import Exporter  # noqa: E402
-from cgstat.pipeline.diagnostics import Warner  # noqa: E402
+from cgstat.pipeline.warner import Warner  # noqa: E402
 from cgstat.pipeline.sampler import Sampler  # noqa: E402
 
 

@@ -29,7 +29,7 @@ from cgstat import __version__
 from cgstat.errors import CgstatError
 from cgstat.outputs import DEFAULT_LISTEN
 from cgstat.outputs.formats import FORMATS
-from cgstat.pipeline.diagnostics import say
+from cgstat.pipeline.warner import say
 
 # The run modes are imported by the command that runs them, so that --help, --version,
 # report and a usage error don't load the sampler (cron start-up).

@@ -639,7 +639,7 @@ EVENT: Tuple[Field, ...] = (
     _f("cgroup", "str?", "the cgroup path (null for a GPU process whose cgroup is unknown)"),
     _f("container", "object?", "the container object of the cgroup record, or null"),
     _f("message", "str", "one plain sentence with the hint"),
-    _f("evidence", "object", "the figures behind the event; keys per kind in docs/diagnostics.md", closed=False),
+    _f("evidence", "object", "the figures behind the event; keys per kind in docs/events.md", closed=False),
     _f("evidence.kills", "int", required=False, minimum=1),
     _f("evidence.oom_kills_total", "float?", required=False),
     _f("evidence.limit_bytes", "float?", required=False),
@@ -658,7 +658,7 @@ EVENT: Tuple[Field, ...] = (
     _f("evidence.high_bytes", "float?", required=False),
     _f("evidence.failures", "int", required=False, minimum=1),
     _f("evidence.pids_events_max_total", "float?", required=False),
-    # oom_kill from the kernel log (cgstat/kernel/kmsg.py, docs/diagnostics.md)
+    # oom_kill from the kernel log (cgstat/kernel/kmsg.py, docs/events.md)
     _f("evidence.pid", "int", "the process killed (oom_kill), or the GPU process", required=False, minimum=0),
     _f("evidence.process", "str", "the killed process's name (its comm, at most 15 bytes)", required=False),
     _f("evidence.uid", "int?", "the killed process's user ID", required=False, minimum=0),
@@ -708,7 +708,7 @@ SCHEMA_FILES: Dict[str, Tuple[Tuple[Field, ...], Dict[str, Any]]] = {
         "$id": "https://cgstat.invalid/event.schema.json",
         "title": "cgstat diagnostics event (schema 1)",
         "description": "One line of the stream with type \"event\": a condition raised once per episode, or "
-                       "the notice (kind \"resolved\") that ends one. docs/diagnostics.md has every rule.",
+                       "the notice (kind \"resolved\") that ends one. docs/events.md has every rule.",
         "allOf": [{"if": {"properties": {"kind": {"const": "resolved"}}},
                    "then": {"properties": {"resolves": {"type": "string"}, "severity": {"const": "info"}}},
                    "else": {"properties": {"resolves": {"type": "null"}}}}],

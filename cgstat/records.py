@@ -19,7 +19,7 @@ else:  # pragma: no cover - Python 3.7
         def __init_subclass__(cls, total: bool = True, **kwargs: object) -> None:
             super().__init_subclass__(**kwargs)
 
-# An event's figures: keys per kind (docs/diagnostics.md), open to new kinds' keys; the
+# An event's figures: keys per kind (docs/events.md), open to new kinds' keys; the
 # schema types the common ones (fields.EVENT, evidence.*).
 Evidence = Dict[str, Any]
 

@@ -26,7 +26,7 @@ from cgstat.outputs.http import DEFAULT_LISTEN, MetricsServer, address_note
 from cgstat.outputs.prometheus_labels import LabelCache
 from cgstat.outputs.prometheus_retention import OomRetention
 from cgstat.outputs.sink import NO_INFO, Sink, TickInfo
-from cgstat.pipeline.diagnostics import Warner
+from cgstat.pipeline.warner import Warner
 
 if TYPE_CHECKING:  # the record types are for the type checker only
     from cgstat.records import JsonObject, Sampled

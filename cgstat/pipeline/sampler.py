@@ -40,7 +40,7 @@ from cgstat.naming.paths import PathInfo, classify
 from cgstat.naming.runtimes.daemons import DaemonConfig
 from cgstat.naming.pids import pid_namespace_note
 from cgstat.naming.workload import Namer, Workload
-from cgstat.pipeline.diagnostics import Warner
+from cgstat.pipeline.warner import Warner
 from cgstat.pipeline.rates import Counters, counters, derive
 from cgstat.pipeline.record import build, build_gpu
 from cgstat.pipeline.select import Selected, Shown, compile_match, select, would_select

@@ -156,7 +156,7 @@ def test_host_without_gpu_or_runtimes_has_no_names_and_no_errors_about_them():
 def test_slow_tick_warns_once_and_skips_missed_slots(monkeypatch, capfd):
     from cgstat.app import stream as modes
     from cgstat.outputs.jsonl import StdoutSink
-    from cgstat.pipeline.diagnostics import Warner
+    from cgstat.pipeline.warner import Warner
 
     class SlowAgent:
         ticks = 0

@@ -246,7 +246,7 @@ def test_v2_memory_events_read_as_it_changes_before_the_cgroup_goes(tmp_path):
 def test_a_recorded_host_root_has_no_kernel_log_and_says_nothing():
     import io
 
-    from cgstat.pipeline.diagnostics import Warner
+    from cgstat.pipeline.warner import Warner
     from cgstat.pipeline.sampler import Sampler
 
     err = io.StringIO()

@@ -12,7 +12,7 @@ import pytest
 import cgstat
 from cgstat import fields
 from cgstat.outputs import prometheus as prom
-from cgstat.pipeline.diagnostics import Warner
+from cgstat.pipeline.warner import Warner
 from tests.helpers.contract import ROOT
 from tests.helpers.fieldtable import example
 

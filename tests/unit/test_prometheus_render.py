@@ -257,7 +257,7 @@ def test_real_records_parse(tmp_path):
     import io
 
     import cgstat
-    from cgstat.pipeline.diagnostics import Warner
+    from cgstat.pipeline.warner import Warner
 
     root = os.path.join(os.path.dirname(os.path.dirname(__file__)), "fixtures", "v2-systemd", "t1")
     sampler = cgstat.Sampler(host_root=root, all=True, warner=Warner(io.StringIO()))

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from cgstat.naming.runtimes import cri, docker
 from cgstat.naming.runtimes.entry import ContainerEntry
 from cgstat.outputs import jsonl as sinks
-from cgstat.pipeline.diagnostics import Warner
+from cgstat.pipeline.warner import Warner
 from cgstat.pipeline.sampler import Sampler
 from tests.helpers.contract import roundtrip, validate
 from tests.helpers.synth import v1_cgroup, v1_host, v2_cgroup, v2_host, write

@@ -1,5 +1,5 @@
 """Diagnostics events: the rules of thumb people apply to `docker stats` beside `nvidia-smi`,
-turned into `type: "event"` records (docs/diagnostics.md has every rule and threshold).
+turned into `type: "event"` records (docs/events.md has every rule and threshold).
 
 `EventDetector.observe(records)` takes one tick's records (cgroup, pod and `type: "gpu"`)
 and returns that tick's events; `watch(records)` does the same for records that come one at

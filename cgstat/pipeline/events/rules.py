@@ -11,7 +11,7 @@ once per tick with that tick's `type: "gpu"` records, keeping its own state;
 A new rule is one class: defining a subclass with a `kind` registers it (CGROUP_RULES,
 GPU_RULES, in the order they are defined, which is the order a cgroup's events come in);
 its thresholds go in thresholds.py, its kind in cgstat/event_kinds.py (from which the event
-schema is made) and docs/diagnostics.md. The rules on a GPU's own health
+schema is made) and docs/events.md. The rules on a GPU's own health
 (XIDs, throttling, ECC, row remapping) and the GPU rules' base class are in gpu.py.
 """
 

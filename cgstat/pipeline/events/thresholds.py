@@ -1,4 +1,4 @@
-"""Every threshold of every event rule, with its default (docs/diagnostics.md)."""
+"""Every threshold of every event rule, with its default (docs/events.md)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from typing import Any, Dict, Optional
 
 
 class Thresholds:
-    """Every threshold of every rule, with its default (docs/diagnostics.md).
+    """Every threshold of every rule, with its default (docs/events.md).
 
     window_s: the window sustained conditions must hold over (`--events-window`).
     coverage: the share of the window the history must span before a sustained rule judges.
