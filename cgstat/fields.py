@@ -195,8 +195,8 @@ RECORD: Tuple[Field, ...] = (
     _f("pod.namespace", "str?"),
     _f("pod.qos", "enum", enum=["guaranteed", "burstable", "besteffort", None]),
     _f("container", "object?"),
-    _f("container.runtime", "enum", enum=["docker", "containerd", "cri-o", "podman", "lxc", None]),
-    _f("container.id", "str?", "full container ID (64 hex), or the LXC container name"),
+    _f("container.runtime", "enum", enum=["docker", "containerd", "cri-o", "podman", "lxc", "slurm", None]),
+    _f("container.id", "str?", "full container ID (64 hex), the LXC container name, or the Slurm job ID"),
     _f("container.short_id", "str?", "first 12 hex digits, as docker ps prints"),
     _f("container.name", "str?"),
     _f("container.image", "str?"),
@@ -204,6 +204,15 @@ RECORD: Tuple[Field, ...] = (
     _f("container.labels{}", "str"),
     _f("container.pod", "object?", same_as="pod"),
     _f("container.sandbox", "bool", "a pod's sandbox (pause) container, not an application container"),
+    _f("container.slurm", "object?", "the Slurm job, step and task of a cgroup slurmd made (runtime slurm), "
+                                     "else null"),
+    _f("container.slurm.job_id", "int", "the job ID (job_<J> in the path)", minimum=0),
+    _f("container.slurm.step", "str?", "the step (step_<S>: a number, batch, extern or interactive); "
+                                       "null for the job's own cgroup"),
+    _f("container.slurm.task", "str?", "the task (task_<T>: a number or special); null above the tasks"),
+    _f("container.slurm.uid", "int?", "the job's user: uid_<U> in a v1 path, else the owner of the job's "
+                                      "batch script in slurmd's spool; null when neither says", minimum=0),
+    _f("container.slurm.user", "str?", "that uid's name in the host's /etc/passwd"),
 
     _f("cpu", "object"),
     _f("cpu.usage_seconds_total", "float?", "cumulative CPU seconds", v2="cpu.stat usage_usec",
@@ -775,8 +784,9 @@ def _family(name: str, kind: str, help: str, source: str = "", scope: str = "cgr
     return Family(name, kind, help, source or field, scope, labels, field, note)
 
 
-# The labels of every cgroup series (container_label_<key>: the container's labels, bounded)
-CGROUP_LABELS = ("id", "name", "image", "namespace", "pod", "container", "container_label_*")
+# The labels of every cgroup series (container_label_<key>: the container's labels, bounded;
+# slurm_job: the Slurm job ID, one value per job whatever its steps and tasks)
+CGROUP_LABELS = ("id", "name", "image", "namespace", "pod", "container", "slurm_job", "container_label_*")
 GPU_LABELS = ("gpu", "uuid")
 _BLKIO_LABELS = ("device", "major", "minor", "operation")
 _PROCESS_LABELS = ("gpu", "uuid", "pid", "process", "type")

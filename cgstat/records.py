@@ -31,6 +31,14 @@ class Pod(TypedDict):
     qos: Optional[str]
 
 
+class ContainerSlurm(TypedDict):
+    job_id: int
+    step: Optional[str]
+    task: Optional[str]
+    uid: Optional[int]
+    user: Optional[str]
+
+
 class Container(TypedDict):
     runtime: Optional[str]
     id: Optional[str]
@@ -40,6 +48,7 @@ class Container(TypedDict):
     labels: Optional[Dict[str, str]]
     pod: Optional[Pod]
     sandbox: bool
+    slurm: Optional[ContainerSlurm]
 
 
 class Cpu(TypedDict):

@@ -10,7 +10,9 @@ from __future__ import annotations
 import re
 from typing import NamedTuple, Optional
 
-from cgstat.naming.runtimes.registry import CONTAINER_PATTERNS, ID_PARENTS, MONITOR_PATTERNS, NAMED_PARENTS
+from typing import Any
+
+from cgstat.naming.runtimes.registry import CONTAINER_PATTERNS, ID_PARENTS, MONITOR_PATTERNS, NAMED_PARENTS, WORKLOAD_PATHS
 
 _HEX64 = r"[0-9a-f]{64}"
 _BARE_ID = re.compile(rf"^({_HEX64})$")
@@ -31,6 +33,9 @@ class PathInfo(NamedTuple):
     # The uid of the systemd user manager whose delegated subtree holds this cgroup
     # (a `user@<UID>.service` component), None outside users' subtrees. See classify.
     user_uid: Optional[int] = None
+    # What a runtime's own path parser said beyond the ID (Slurm: step, task, uid), for its
+    # describe(); None for every other runtime.
+    detail: Any = None
 
 
 def unescape_unit(name: str) -> str:
@@ -132,6 +137,10 @@ def classify(path: str) -> PathInfo:
                    --cgroup, CI runners, Nomad) is only a "candidate": a user can make such
                    a folder, so it is a container only once a runtime's state knows that ID
                    (naming/workload.Namer promotes it)
+    - Slurm:       .../slurm/uid_<U>/job_<J>[/step_<S>[/task_<T>]] (v1),
+                   .../slurmstepd.scope/job_<J>[/step_<S>[/user/task_<T>]] (v2): the job
+                   folder is the container (runtime slurm, ID the job ID); its steps and
+                   tasks are containers too, inside it (naming/runtimes/slurm.py)
     - systemd:     *.service, *.scope, *.slice, *.socket, *.mount, *.swap with \\xNN escapes
                    (systemd.unit(5), "String Escaping for Inclusion in Unit Names")
     """
@@ -144,6 +153,14 @@ def classify(path: str) -> PathInfo:
 
 def _classify(path: str) -> PathInfo:
     parts = [p for p in path.split("/") if p]
+    if "job_" in path:  # the one word every runtime parsing whole paths (Slurm) needs
+        for runtime, parse in WORKLOAD_PATHS:
+            found = parse(parts)
+            if found is not None:
+                # a step or task is inside its job (not a workload of its own in the default
+                # selection) but still says which job, step and task it is
+                return PathInfo("container", runtime, found.id, unit=_unit(parts[-1]),
+                                inside_container=found.depth < len(parts) - 1, detail=found.detail)
     pod_uid = qos = None
     for i, comp in enumerate(parts):
         parent = parts[i - 1] if i else ""

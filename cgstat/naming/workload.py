@@ -147,9 +147,10 @@ class Namer:
     @staticmethod
     def owner_of(cgroup: str) -> PathInfo:
         """What a process's cgroup path says, rolled up to its container: a process in a
-        container's own sub-cgroup (rootless Podman's "container" leaf) belongs to it."""
+        container's own sub-cgroup (rootless Podman's "container" leaf) belongs to it. A
+        Slurm step or task is named as itself (its job, step and task)."""
         info = classify(cgroup)
-        if info.inside_container and info.id:
+        if info.inside_container and info.id and info.kind != "container":
             info = classify(container_root(cgroup, info.id))
         return info
 

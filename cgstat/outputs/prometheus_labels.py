@@ -17,7 +17,7 @@ import re
 from typing import TYPE_CHECKING, Any, Dict, Iterable, List, Set, Tuple, cast
 
 if TYPE_CHECKING:  # the record types are for the type checker only
-    from cgstat.records import CgroupRecord, Container, IoDevice, Pod
+    from cgstat.records import CgroupRecord, Container, ContainerSlurm, IoDevice, Pod
 
 
 MAX_CONTAINER_LABELS = 32  # container_label_* per container; the rest are left out
@@ -71,6 +71,7 @@ BLKIO_OPS = (("Read", "read_bytes_total"), ("Write", "write_bytes_total"), ("Dis
 # What a record without a container or pod object reads (never changed)
 _NO_CONTAINER = cast("Container", {})
 _NO_POD = cast("Pod", {})
+_NO_SLURM = cast("ContainerSlurm", {})
 
 
 # --------------------------------------------------------------------------- labels
@@ -86,10 +87,12 @@ def render_pairs(pairs: Iterable[Tuple[str, Any]]) -> str:
 
 
 def base_labels(record: CgroupRecord) -> str:
-    """id, name, image, namespace, pod, container, container_label_* of a cgroup record.
+    """id, name, image, namespace, pod, container, slurm_job, container_label_* of a cgroup record.
 
     As the kubelet's cAdvisor: `container` is the Kubernetes container name (empty for a
     pod-level cgroup and outside Kubernetes), `name` the runtime's name (else its ID).
+    `slurm_job` is the Slurm job ID, the same on the job's, its steps' and its tasks' series
+    (a label per job, not per step: a job's series stay one set however many steps it runs).
     Empty values are left out, which PromQL reads the same as `label=""`.
     """
     container = record.get("container") or _NO_CONTAINER
@@ -102,6 +105,7 @@ def base_labels(record: CgroupRecord) -> str:
         ("namespace", pod.get("namespace")),
         ("pod", pod.get("name")),
         ("container", container.get("name") if pod and container else None),
+        ("slurm_job", (container.get("slurm") or _NO_SLURM).get("job_id")),
     ]
     labels = container.get("labels")
     if isinstance(labels, dict) and labels:

@@ -18,7 +18,7 @@ OTHER = "b" * 64
 
 
 def test_the_registry_order_is_the_lookup_order():
-    assert [cls.name for cls in registry.RUNTIMES] == ["docker", "containerd", "cri-o", "podman", "lxc"]
+    assert [cls.name for cls in registry.RUNTIMES] == ["docker", "containerd", "cri-o", "podman", "lxc", "slurm"]
     names = [cls.name for cls in registry.RUNTIMES]
     assert len(set(names)) == len(names)
     for cls in registry.RUNTIMES:

@@ -318,6 +318,13 @@ class Identities:
         return {"uid": info.pod_uid, "name": ns_name[1] if ns_name else None,
                 "namespace": ns_name[0] if ns_name else None, "qos": info.qos}
 
+    def _describe(self, info: PathInfo):
+        """What the runtime that parsed the path says of it (slurm.py: job, step, user)."""
+        for rt in self.runtimes:
+            if rt.name == info.runtime:
+                return rt.describe(info)
+        return None
+
     def container(self, info: PathInfo) -> Optional[Container]:
         if info.kind != "container":
             return None
@@ -341,5 +348,6 @@ class Identities:
             "labels": entry.labels,
             "pod": pod,
             "sandbox": False,
+            "slurm": self._describe(info) if info.detail is not None else None,
         }
         return out

@@ -11,12 +11,15 @@ The order, for a system container's ID (one outside users' subtrees) not named y
 For a user's cgroup (in user@UID.service): only the runtimes that trust USER, in the same
 order, from that user's own home (trust.py).
 
+Slurm's jobs are named from their paths (a parser of the whole path: a job is several
+folder levels deep) and slurmd's spool (slurm.py), not by container ID.
+
 Adding a runtime: a module with a Runtime subclass (runtime.py), listed here.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, List, Pattern, Tuple, Type
+from typing import TYPE_CHECKING, Callable, List, Optional, Pattern, Sequence, Tuple, Type
 
 import re
 
@@ -25,13 +28,15 @@ from cgstat.naming.runtimes.crio import CrioRuntime
 from cgstat.naming.runtimes.docker import DockerRuntime
 from cgstat.naming.runtimes.lxc import LxcRuntime
 from cgstat.naming.runtimes.podman import PodmanRuntime
-from cgstat.naming.runtimes.runtime import Runtime
+from cgstat.naming.runtimes.runtime import Runtime, WorkloadPath
+from cgstat.naming.runtimes.slurm import SlurmRuntime
 
 if TYPE_CHECKING:
     from cgstat.kernel.hostfs import HostFS
     from cgstat.naming.runtimes.daemons import Daemons
 
-RUNTIMES: Tuple[Type[Runtime], ...] = (DockerRuntime, ContainerdRuntime, CrioRuntime, PodmanRuntime, LxcRuntime)
+RUNTIMES: Tuple[Type[Runtime], ...] = (DockerRuntime, ContainerdRuntime, CrioRuntime, PodmanRuntime, LxcRuntime,
+                                      SlurmRuntime)
 
 
 def make_runtimes(fs: HostFS, daemons: Daemons) -> List[Runtime]:
@@ -47,3 +52,6 @@ CONTAINER_PATTERNS: Tuple[Tuple[Pattern[str], str], ...] = tuple(
 ID_PARENTS = {parent: cls.name for cls in RUNTIMES for parent in cls.parents}
 NAMED_PARENTS = {parent: cls.name for cls in RUNTIMES for parent in cls.named_parents}
 MONITOR_PATTERNS: Tuple[Pattern[str], ...] = tuple(re.compile(p) for cls in RUNTIMES for p in cls.monitors)
+# runtimes that parse the whole path (Slurm), tried before the folder patterns
+WORKLOAD_PATHS: Tuple[Tuple[str, Callable[[Sequence[str]], Optional[WorkloadPath]]], ...] = tuple(
+    (cls.name, cls.workload_path) for cls in RUNTIMES if "workload_path" in vars(cls))

@@ -5,7 +5,10 @@ containerd.py, crio.py, podman.py, lxc.py); registry.py lists them in lookup ord
 No I/O here: the interface, and the per-pass context every runtime reads through.
 
 - Paths (`scopes`, `parents`, `named_parents`, `monitors`): regular expressions over one
-  cgroup folder name; naming/paths.py classifies with the union of every runtime's.
+  cgroup folder name; naming/paths.py classifies with the union of every runtime's. A
+  runtime whose workload is several folder levels deep (Slurm: job, step, task) parses
+  the whole path instead (`workload_path`), and says what else the path means in the
+  record (`describe`).
 - Naming from state: `begin(ctx)` once per lookup pass (list the stores: what is there),
   then `system_entry(ctx, places, cid)` per container ID, in registry order, where a
   later runtime's entry replaces an earlier one when `replaces` says so; then
@@ -20,17 +23,26 @@ No I/O here: the interface, and the per-pass context every runtime reads through
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable, Collection, Dict, FrozenSet, List, Optional, Set, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Collection, Dict, FrozenSet, List, NamedTuple, Optional, Sequence, Set, Tuple
 
 from cgstat.naming.runtimes.entry import ContainerEntry, Key
 from cgstat.naming.runtimes.trust import LookupPass
 
 if TYPE_CHECKING:
     from cgstat.kernel.hostfs import HostFS
+    from cgstat.naming.paths import PathInfo
     from cgstat.naming.runtimes.daemons import Daemons
 
 SYSTEM = "system"  # the host's state: names cgroups outside users' subtrees only
 USER = "user"  # a user's own store, in that user's home: names that user's subtree only
+
+
+class WorkloadPath(NamedTuple):
+    """A workload found by a runtime's own path parser (`Runtime.workload_path`)."""
+
+    depth: int  # the index, among the path's components, of the workload's own folder
+    id: str  # the record's container.id
+    detail: Any  # what else the path says, for the runtime's `describe` (PathInfo.detail)
 
 
 class Pass:
@@ -66,6 +78,16 @@ class Runtime:
     def __init__(self, fs: HostFS, daemons: Daemons):
         self.fs = fs
         self.daemons = daemons
+
+    @staticmethod
+    def workload_path(parts: Sequence[str]) -> Optional[WorkloadPath]:
+        """The workload a cgroup path (its components) is or is below, for a runtime
+        whose workloads are not one folder name (see the module docstring); None: not one."""
+        return None
+
+    def describe(self, info: PathInfo) -> Any:
+        """The record's object for this runtime's workload (container.<name>), or None."""
+        return None
 
     def begin(self, ctx: Pass) -> Any:
         """What this pass reads (the stores' places and listings); None: nothing to read."""
