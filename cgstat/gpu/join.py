@@ -56,19 +56,35 @@ def attribute(processes: Iterable[GpuProcess], owner_of: Callable[[int], Owner],
 
 
 def by_subtree(attributed: Iterable[Attributed]) -> Dict[str, Tuple[Attributed, ...]]:
-    """cgroup path -> the GPU processes in it or anywhere below it."""
+    """cgroup path -> the GPU processes in it or anywhere below it. Cgroups whose subtrees
+    hold the same processes (a container and the pod or slices above it) share one tuple,
+    so that cgroup_gpu makes their `gpu` object once."""
     out: Dict[str, List[Attributed]] = {}
     lists: Dict[str, List[List[Attributed]]] = {}  # cgroup path -> its ancestors' lists in `out`
+    holders: Dict[str, List[str]] = {}  # cgroup path -> the cgroups with processes at or below it
     for a in attributed:
         path = a.owner.cgroup
         if path is None:
             continue
         mine = lists.get(path)
         if mine is None:  # the same cgroup again (each GPU lists its processes): one walk up
-            mine = lists[path] = [out.setdefault(ancestor, []) for ancestor in ancestors(path)]
+            chain = ancestors(path)
+            for ancestor in chain:
+                holders.setdefault(ancestor, []).append(path)
+            mine = lists[path] = [out.setdefault(ancestor, []) for ancestor in chain]
         for found in mine:
             found.append(a)
-    return {k: tuple(v) for k, v in out.items()}
+    # Two cgroups with the same holders hold the same processes in the same order (each
+    # list took every process of its holders, in `attributed` order).
+    shared: Dict[Tuple[str, ...], Tuple[Attributed, ...]] = {}
+    result: Dict[str, Tuple[Attributed, ...]] = {}
+    for path, found in out.items():
+        key = tuple(holders[path])
+        same = shared.get(key)
+        if same is None:
+            same = shared[key] = tuple(found)
+        result[path] = same
+    return result
 
 
 def _sum(values: List[Optional[int]]) -> Optional[int]:
@@ -81,22 +97,27 @@ def _fsum(values: List[Optional[float]]) -> Optional[float]:
 
 
 def cgroup_gpu(processes: Tuple[Attributed, ...], energy_joules: float = 0.0,
-               made: Optional[Dict[int, GpuProcessUse]] = None) -> GpuUse:
+               made: Optional[Dict[int, Any]] = None) -> GpuUse:
     """The `gpu` object of a cgroup record (no process: zeros and empty lists).
     `energy_joules`: what the subtree's GPU processes drew since cgstat started watching
     (gpu/energy.py keeps it per cgroup, so a process that exits leaves its share).
-    `made`: the process entries made this tick, by id() of their Attributed: a process is
-    in the record of each cgroup above it (a pod and its container, --all's slices), and
-    one entry serves them all (records are only read after they are made)."""
-    procs = [a.process for a in processes]
+    `made`: what this tick made, by id(): each process entry, by id() of its Attributed (a
+    process is in the record of each cgroup above it: a pod and its container, --all's
+    slices), and each `gpu` object, by id() of the `processes` tuple (by_subtree gives
+    cgroups holding the same processes one tuple). One serves them all: records are only
+    read after they are made."""
     if made is None:
         made = {}
+    same = made.get(id(processes)) if processes else None
+    if same is not None:
+        return {**same, "energy_joules_total": energy_joules}  # type: ignore[typeddict-item]
+    procs = [a.process for a in processes]
     entries: List[GpuProcessUse] = []
     for a in processes:
         entry = made.get(id(a))
         if entry is None:
             p = a.process
-            entry = made[id(a)] = {
+            new: GpuProcessUse = {
                 "pid": p.pid, "name": a.owner.name, "gpu_index": p.gpu_index,
                 "gpu_uuid": p.gpu_uuid, "type": p.type,
                 "memory_bytes": p.memory_bytes, "sm_percent": p.sm_percent,
@@ -104,8 +125,9 @@ def cgroup_gpu(processes: Tuple[Attributed, ...], energy_joules: float = 0.0,
                 "decoder_percent": p.decoder_percent,
                 "power_watts": a.power_watts, "energy_joules_total": a.energy_joules_total,
             }
+            entry = made[id(a)] = new
         entries.append(entry)
-    return {
+    out: GpuUse = {
         "memory_bytes": _sum([p.memory_bytes for p in procs]),
         "sm_percent": _sum([p.sm_percent for p in procs]),
         "power_watts": _fsum([a.power_watts for a in processes]),
@@ -113,3 +135,6 @@ def cgroup_gpu(processes: Tuple[Attributed, ...], energy_joules: float = 0.0,
         "devices": sorted({p.gpu_uuid for p in procs if p.gpu_uuid}),
         "processes": entries,
     }
+    if processes:
+        made[id(processes)] = out
+    return out

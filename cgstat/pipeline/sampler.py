@@ -323,7 +323,7 @@ class Sampler:
         """The records one by one; fills `current` with the counters as it goes."""
         subtrees: Dict[str, Any] = {}
         energy: Dict[str, float] = {}
-        made: Dict[int, GpuProcessUse] = {}  # this tick's GPU process entries (gpu/join.cgroup_gpu)
+        made: Dict[int, Any] = {}  # this tick's GPU process entries and gpu objects (gpu/join.cgroup_gpu)
         if tick.gpu is not None:
             from cgstat.gpu.join import by_subtree, cgroup_gpu
 
