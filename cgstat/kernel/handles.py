@@ -50,7 +50,7 @@ class Kept:
     """What is kept for one life of a folder: its inode, the names of the files kept (a
     tuple shared by every folder keeping the same names), and per name its descriptor or,
     for a slow file, its parsed value; `last` holds, per file read through a descriptor,
-    the bytes last read, the parser and what it made of them (see read_parsed)."""
+    the hash of the bytes last read, the parser and what it made of them (see read_parsed)."""
 
     __slots__ = ("inode", "names", "values", "last")
 
@@ -58,7 +58,7 @@ class Kept:
         self.inode = inode
         self.names = names
         self.values = values
-        self.last: Optional[Dict[Key, Tuple[bytes, Callable[[str], Any], Any]]] = None
+        self.last: Optional[Dict[Key, Tuple[int, Callable[[str], Any], Any]]] = None
 
     def value(self, name: Key) -> Any:
         return self.values[self.names.index(name)]
@@ -230,20 +230,27 @@ class KeptFiles:
         UnicodeDecodeError or the parser's ValueError. Through a kept descriptor, bytes equal
         to the last read's give the value made of them then, unparsed: most files of an idle
         cgroup read the same from tick to tick, and a parser is a pure function of the text
-        (the values are shared, so the readers never change them)."""
+        (the values are shared, so the readers never change them).
+
+        The bytes are known by their hash(), not kept (a file's bytes are most of what is
+        kept per file): bytes' hash is SipHash under a key drawn per process (unless
+        PYTHONHASHSEED fixes it), so two readings of one file that differ yet hash the same
+        (the previous value given again) happen by chance one time in 2^64, and can't be
+        aimed at by a workload steering its counters, which does not know the key."""
         kept = self._pread_kept(folder, name)
         if kept is None:
             return parser(self._open(folder, name).decode())
         entry, data = kept
+        digest = hash(data)
         last = entry.last
         if last is None:
             last = entry.last = {}
         else:
             known = last.get(name)
-            if known is not None and known[0] == data and known[1] is parser:
+            if known is not None and known[0] == digest and known[1] is parser:
                 return known[2]
         value = parser(data.decode())
-        last[name] = (data, parser, value)
+        last[name] = (digest, parser, value)
         return value
 
     def _open(self, folder: Folder, name: str) -> bytes:
