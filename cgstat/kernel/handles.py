@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from cgstat.kernel.tree import Folder
 
 _READ = 65536  # one pread; a cgroup file larger than this is read the slow way
+_SAME_BYTES = 256 * 1024  # the file contents read_parsed keeps to share values by (then it starts again)
 DEFAULT_CAP = 16384
 PIN_ESTIMATE = 4608  # bytes of kernel memory per kept descriptor (file, kernfs/seq_file, one page)
 
@@ -127,7 +128,7 @@ class KeptFiles:
     """
 
     __slots__ = ("cap", "enabled", "count", "overflowed", "keeping", "_mounts", "_dirs", "_names",
-                 "__weakref__")
+                 "_same", "_same_bytes", "__weakref__")
 
     def __init__(self, cap: Optional[int] = None, enabled: Optional[bool] = None):
         self.cap = default_cap() if cap is None else cap
@@ -140,6 +141,10 @@ class KeptFiles:
         self._mounts: Dict[str, Dict[str, Kept]] = {}  # mount_dir -> cgroup path -> entry
         self._dirs: Dict[str, Tuple[int, float]] = {}  # mount_dir -> (O_PATH descriptor, checked at)
         self._names: Dict[Tuple[Key, ...], Tuple[Key, ...]] = {}  # the shared names tuples
+        # parser -> file bytes -> the value made of them: files that read the same (the
+        # pressure, cpu.stat and memory.stat of idle cgroups) share one value
+        self._same: Dict[Callable[[str], Any], Dict[bytes, Any]] = {}
+        self._same_bytes = 0  # the bytes _same holds, bounded by _SAME_BYTES
         weakref.finalize(self, _close_everything, self._mounts, self._dirs)
 
     def keeps(self, mount_dir: str) -> bool:
@@ -249,8 +254,27 @@ class KeptFiles:
             known = last.get(name)
             if known is not None and known[0] == digest and known[1] is parser:
                 return known[2]
-        value = parser(data.decode())
+        value = self._parse_shared(parser, data)
         last[name] = (digest, parser, value)
+        return value
+
+    def _parse_shared(self, parser: Callable[[str], T], data: bytes) -> T:
+        """parser(data's text), or the value it made of the same bytes of another file: the
+        files of idle cgroups often read the same (zero counters), and one value serves them all
+        (a value is never changed by its readers). Bounded: past _SAME_BYTES of contents
+        what is kept for sharing is dropped (the values stay with their files)."""
+        same = self._same.get(parser)
+        if same is None:
+            same = self._same[parser] = {}
+        value = same.get(data, MISSING)
+        if value is MISSING:
+            value = parser(data.decode())
+            if self._same_bytes + len(data) > _SAME_BYTES:
+                self._same.clear()
+                self._same_bytes = 0
+                same = self._same[parser] = {}
+            same[data] = value
+            self._same_bytes += len(data)
         return value
 
     def _open(self, folder: Folder, name: str) -> bytes:

@@ -8,6 +8,7 @@ two ticks shows in the next one.
 
 import errno
 import os
+import subprocess
 
 import pytest
 
@@ -304,6 +305,40 @@ def test_a_file_read_the_same_is_not_parsed_again(group):
             with pytest.raises(ValueError):
                 files.read_parsed(folder, "pids.current", refuse)
         assert len(calls) == 5
+    finally:
+        files.close_all()
+
+
+def test_files_that_read_the_same_share_one_value(group):
+    """Two cgroups whose pids.current read the same bytes get one value, parsed once; once
+    one reads other bytes it gets a value of its own."""
+    d = group.dirs["pids"]
+    group.mkdir("a")
+    group.mkdir("b")
+    h = Hierarchy("pids", 1, frozenset({"pids"}), d)
+    folders = [Folder(h, "/" + n, os.path.join(d, n), os.stat(os.path.join(d, n)).st_ino,
+                      frozenset({"pids.current"})) for n in ("a", "b")]
+    files = KeptFiles(cap=8)
+    calls = []
+
+    def count(text):
+        calls.append(text)
+        return [int(text)]
+
+    try:
+        for f in folders:
+            files.read_parsed(f, "pids.current", count)  # opened: kept from now on
+        a, b = (files.read_parsed(f, "pids.current", count) for f in folders)
+        assert a == [0] and b is a and calls == ["0\n", "0\n", "0\n"]
+        proc = subprocess.Popen(["sleep", "30"])
+        try:
+            with open(os.path.join(d, "b", "cgroup.procs"), "w") as procs:
+                procs.write(str(proc.pid))
+            a2, b2 = (files.read_parsed(f, "pids.current", count) for f in folders)
+            assert a2 is a and b2 == [1] and len(calls) == 4
+        finally:
+            proc.kill()
+            proc.wait()
     finally:
         files.close_all()
 
