@@ -4,7 +4,7 @@ These are sinks (outputs/sink.py: `open()`, fail at start, not silently later;
 `write(records)`; `reopen()` on SIGHUP; `close()`). Serialising is done here, one
 `text.dumps_record` per record (orjson, then the controls orjson leaves raw escaped); a
 record that can't be serialised is dropped with a warning and the batch goes on. A batch
-is serialised and written in chunks of about 256 KiB, never joined into one bytes object;
+is serialised and written in chunks of about 64 KiB, never joined into one bytes object;
 its records may come one at a time (stream), so that they never all exist at once.
 
 Every batch is written whole or not at all: a file that fails mid-write (ENOSPC, EIO) is
@@ -41,8 +41,10 @@ if TYPE_CHECKING:  # the record types are for the type checker only
 _PENDING_MAX_BYTES = 16 * 1024 * 1024
 # Serialised lines are written in pieces of about this size: few enough writes, and the
 # batch's bytes never in memory whole (the peak RSS of a tick at 1,000 cgroups was the
-# joined batch, ~3.7 MB, with its lines and the copies made to join them).
-_CHUNK_BYTES = 256 * 1024
+# joined batch, ~3.7 MB, with its lines and the copies made to join them). A piece and the
+# lines it is joined from are then a tick's peak; a pipe's default capacity
+# (64 KiB) is as much as one write() hands a reader anyway.
+_CHUNK_BYTES = 64 * 1024
 
 
 _FLAGS = (os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK
@@ -120,7 +122,7 @@ class JsonLinesSink(ChunkSink):
     def write(self, records: Iterable[JsonObject], tick: TickInfo = NO_INFO) -> None:
         """Write this batch, after whatever earlier batches failed to go out.
 
-        The batch is serialised and written a chunk at a time (about 256 KiB), so its bytes
+        The batch is serialised and written a chunk at a time (about 64 KiB), so its bytes
         never sit in memory whole: at 1,000 cgroups a batch is ~3.7 MB. `records` may be a
         list or an iterator that makes each record as it is taken (Sampler.records): then
         no more than a chunk's records exist at once. Batches go out oldest first, each
