@@ -7,6 +7,7 @@ import time
 from typing import TYPE_CHECKING, Iterable, List, Optional, Sequence
 
 from cgstat import sdnotify
+from cgstat.kernel.kmsg import started_usec
 from cgstat.outputs.sink import NO_INFO, ReaderGone, Sink, SinkError, TickInfo
 from cgstat.pipeline.schedule import Schedule, watchdog_heartbeat_s
 
@@ -65,10 +66,11 @@ def run_stream(sampler: Sampler, sinks: Sequence[Sink], interval_s: float, count
     schedule = Schedule(interval_s, sampler.warner, watchdog_heartbeat_s()).install_signals()
     for sink in sinks:
         sink.watch_stop(lambda: schedule.stop)
-    # OOM kills: the kernel log from now on, v2 counters read as they change (events and
-    # the exporter's kept counters)
+    # OOM kills: the kernel log since this process started (a kill during start-up, which
+    # takes seconds on a slow host, is in the backlog) or since a restarted agent's last
+    # read; v2 counters read as they change (events and the exporter's kept counters)
     if events is not None or any(sink.uses_kills for sink in sinks):
-        sampler.follow_kernel_log()
+        sampler.follow_kernel_log(since_usec=started_usec())
         sampler.watch_memory_events()
     ended = False
     try:

@@ -5,8 +5,11 @@ Reads /dev/kmsg (Documentation/ABI/testing/dev-kmsg): opened O_NONBLOCK, one rea
 returns one record `PRI,SEQ,USEC,FLAGS[,...];TEXT\\n` (then ` KEY=value` lines); the
 kernel writes every byte of TEXT below 0x20, from 0x7f, and the backslash as `\\xNN`, so a
 record is ASCII and a newline in a message can't start a record. A new follower starts at
-the end (SEEK_END: the backlog is not this run's) or after a saved sequence number
-(`once --state`). A sequence number that jumps, or EPIPE (our place was overwritten),
+the end (SEEK_END: the backlog is not this run's), after a saved sequence number
+(`once --state`), or at the oldest record keeping only the kills since this process
+started (`stream`: a kill while it was still starting is reported; /proc/self/stat's
+start time), or where the last reader of the same open /dev/kmsg left off (a restart
+under systemd: the socket unit's descriptor keeps its place). A sequence number that jumps, or EPIPE (our place was overwritten),
 counts the records lost. Only facility 0 is the kernel: what userspace writes to
 /dev/kmsg is LOG_USER or above (devkmsg_write), so no process can forge a report.
 
@@ -39,9 +42,11 @@ naming different cgroups leave the kill without a cgroup rather than pick one.
 from __future__ import annotations
 
 import errno
+import fcntl
 import os
 import re
 import stat
+import time
 from typing import Callable, Iterator, List, NamedTuple, Optional, Tuple
 
 from cgstat.text import decode_bytes
@@ -412,16 +417,19 @@ class KmsgFollower:
     skipped, and if the oldest left is past it the ones in between count as lost); None
     starts at the end: with `numbered`, by reading the backlog through unparsed, so that
     `last_seq` says where the end was even if nothing is written before it is saved (a
-    cron run's state). `fd`: /dev/kmsg already open (passed by systemd: checked to be
-    that device, char 1:11, and kept open by close()). Raises KmsgUnavailable when the
-    log can't be opened.
+    cron run's state). `since_usec` (with neither): start at the oldest record and report
+    the kills from that time on (kernel clock, microseconds since boot: `started_usec()`),
+    or, on a passed descriptor an earlier follower already read, where that one stopped.
+    `fd`: /dev/kmsg already open (passed by systemd: checked to be that device, char 1:11,
+    and kept open by close()). Raises KmsgUnavailable when the log can't be opened.
     """
 
     def __init__(self, path: str = KMSG, after_seq: Optional[int] = None,
                  read_one: Optional[Callable[[], bytes]] = None, numbered: bool = False,
-                 fd: Optional[int] = None):
+                 fd: Optional[int] = None, since_usec: Optional[int] = None):
         self.parser = OomParser()
         self.last_seq = after_seq
+        self.since_usec = since_usec if after_seq is None and not numbered else None
         self.fd: Optional[int] = None
         self._open = True
         self._own = True
@@ -438,7 +446,14 @@ class KmsgFollower:
                     raise KmsgUnavailable(f"descriptor {fd} passed as the kernel log is not /dev/kmsg")
                 os.set_blocking(fd, False)
                 self.fd = fd
-            os.lseek(self.fd, 0, os.SEEK_END if after_seq is None and not numbered else os.SEEK_SET)
+            if self.since_usec is not None and fd is not None and claimed_before(fd):
+                # a restart (watchdog, crash): the records after the previous agent's last
+                # read are this run's, however old; the ones before it were reported
+                self.since_usec = None
+            elif self.since_usec is not None:
+                os.lseek(self.fd, 0, os.SEEK_SET)
+            else:
+                os.lseek(self.fd, 0, os.SEEK_END if after_seq is None and not numbered else os.SEEK_SET)
         except OSError as exc:
             self.close()
             raise KmsgUnavailable(_why(exc, path)) from None
@@ -500,7 +515,9 @@ class KmsgFollower:
             self.last_seq = record.seq
             kill = parser.feed(record)
             if kill is not None:
-                kills.append(kill)
+                since = self.since_usec
+                if since is None or kill.usec >= since:
+                    kills.append(kill)
             elif "NVRM: Xid " in record.text:
                 xid = parse_xid(record)
                 if xid is not None:
@@ -512,6 +529,44 @@ class KmsgFollower:
         if self.fd is not None and self._own:
             os.close(self.fd)
         self.fd = None
+
+
+def claimed_before(fd: int) -> bool:
+    """Whether a follower already read this open file description (and mark it read).
+
+    systemd opens the socket unit's /dev/kmsg once and passes the same open file
+    description to every start of the service, so the read position the last agent left
+    survives a restart by Restart=. The mark is O_APPEND, a status flag kept in the
+    description (fcntl(2) F_SETFL), not in the descriptor: meaningless on a read-only
+    file, nothing else sets it on the socket's /dev/kmsg, and a socket unit restarted
+    with the service opens an unmarked one.
+    """
+    flags = fcntl.fcntl(fd, fcntl.F_GETFL)
+    if flags & os.O_APPEND:
+        return True
+    fcntl.fcntl(fd, fcntl.F_SETFL, flags | os.O_APPEND)
+    return False
+
+
+def started_usec(proc_stat: str = "/proc/self/stat") -> Optional[int]:
+    """When this process started, on the kernel log's clock (microseconds since boot,
+    suspend excluded), or None where /proc doesn't say.
+
+    /proc/<pid>/stat's starttime (field 22, clock ticks) counts from boot including
+    suspend (the task's start_boottime), the log's timestamps don't: the process's age on
+    CLOCK_BOOTTIME is taken back from CLOCK_MONOTONIC now."""
+    try:
+        with open(proc_stat, "rb") as f:
+            data = f.read()
+        ticks = int(data[data.rindex(b")") + 2:].split()[19])
+        hz = os.sysconf("SC_CLK_TCK")
+        boottime = getattr(time, "CLOCK_BOOTTIME", None)
+        if boottime is None:
+            return None
+        age_s = time.clock_gettime(boottime) - ticks / hz
+        return max(0, int((time.monotonic() - age_s) * 1e6))
+    except (OSError, ValueError, IndexError):
+        return None
 
 
 def _why(exc: OSError, path: str) -> str:

@@ -149,10 +149,12 @@ class Sampler:
         if note:
             self.warner.once("hostroot", note)
 
-    def follow_kernel_log(self, after_seq: Optional[int] = None, numbered: bool = False) -> bool:
+    def follow_kernel_log(self, after_seq: Optional[int] = None, numbered: bool = False,
+                          since_usec: Optional[int] = None) -> bool:
         """Read the kernel log's OOM reports from now on (after record `after_seq` when given:
         a position saved by an earlier run of this boot; `numbered`: know where "now" is
-        even before a record comes, see KmsgFollower). False, said once, when it can't be
+        even before a record comes; `since_usec`: from the backlog, the kills since then or
+        since a restarted agent's last read; see KmsgFollower). False, said once, when it can't be
         read (not root, kernel.dmesg_restrict) or the host is a recording (no log: nothing said)."""
         if not self.host.live:
             return False
@@ -160,7 +162,8 @@ class Sampler:
 
         try:
             # under systemd the units pass /dev/kmsg open (systemd/cgstat-kmsg*.socket)
-            self._kmsg = KmsgFollower(after_seq=after_seq, numbered=numbered, fd=sdnotify.listen_fd("kmsg"))
+            self._kmsg = KmsgFollower(after_seq=after_seq, numbered=numbered, fd=sdnotify.listen_fd("kmsg"),
+                                      since_usec=since_usec)
         except KmsgUnavailable as exc:
             self.warner.once("kmsg", f"{exc.reason}: OOM kills of cgroups removed before the next tick "
                              "can't be seen, nor who was killed; the OOM-kill counters are still reported")

@@ -345,3 +345,44 @@ def test_a_passed_descriptor_must_be_the_kernel_log():
         os.fstat(fd)  # still open: it is systemd's, not the follower's
     finally:
         os.close(fd)
+
+
+def kill_at(seq: int, usec: int) -> bytes:
+    return b"3,%d,%d,-;%s\n" % (seq, usec, (KILL % seq).encode())
+
+
+def test_a_new_agent_reports_the_kills_since_it_started_from_the_backlog():
+    # the kill at 5 s came while the agent (started at 4 s) was still importing: it is in
+    # the backlog when reading starts, the one at 3 s is older than this run
+    f = follow([kill_at(1, 3_000_000), kill_at(2, 5_000_000), rec(3, "x")], since_usec=4_000_000)
+    assert [k.pid for k in f.read().kills] == [2]
+    # a saved position wins: a cron run's state says where it was
+    f = follow([kill_at(1, 3_000_000), kill_at(2, 5_000_000)], since_usec=4_000_000, after_seq=0)
+    assert [k.pid for k in f.read().kills] == [1, 2]
+
+
+def test_a_descriptor_is_claimed_once_across_agents():
+    # systemd passes one open file description to every start of the service: the
+    # second agent finds the first one's mark (a dup shares it, as a passed one does)
+    r, w = os.pipe()
+    try:
+        assert kmsg.claimed_before(r) is False
+        other = os.dup(r)
+        try:
+            assert kmsg.claimed_before(other) is True
+        finally:
+            os.close(other)
+    finally:
+        os.close(r)
+        os.close(w)
+
+
+def test_this_process_started_before_now_on_the_log_clock(tmp_path):
+    import time
+
+    t = kmsg.started_usec()
+    assert t is not None and 0 <= t <= time.monotonic() * 1e6
+    assert kmsg.started_usec(str(tmp_path / "missing")) is None
+    stat = tmp_path / "stat"
+    stat.write_bytes(b"1 (a) b) S " + b" ".join(b"0" for _ in range(18)) + b" 100 0 0\n")
+    assert kmsg.started_usec(str(stat)) is not None  # a ')' in the name: read after the last one
