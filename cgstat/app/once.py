@@ -46,6 +46,8 @@ def run_once(sampler: Sampler, sink: Sink, state_path: Optional[str], window_s: 
                 if events:
                     seq = state.kernel_log_seq
                     sampler.follow_kernel_log(seq if seq is not None else (-1 if state.other_boot else None), numbered=True)
+                if not why:
+                    sampler.restore_gpu_marks(state.gpu_marks)  # GPU use averaged since the last run
                 records, current = sampler.render(sampler.collect(), previous)
                 batch: Sequence[JsonObject] = records
                 if events:
@@ -55,7 +57,7 @@ def run_once(sampler: Sampler, sink: Sink, state_path: Optional[str], window_s: 
                                                    xids=sampler.xids)]
                 sink.write(batch)
                 state.save(sampler.host.boot_id, sampler.fs.root, sampler.clock.monotonic(), current,
-                           state_extras(records), sampler.kernel_log_seq)
+                           state_extras(records), sampler.kernel_log_seq, sampler.gpu_marks)
         else:
             if window_s > 0:
                 sampler.warm_up()

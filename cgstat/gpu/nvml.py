@@ -40,6 +40,7 @@ from cgstat.gpu.nvml_codes import (DRIVER_NOT_LOADED, FUNCTION_NOT_FOUND, GPU_IS
 from cgstat.gpu.nvml_device import MEMORY_V2, Devices, Gpu
 from cgstat.gpu.nvml_direct import NATIVE, UTIL_NEW, UTIL_OLD, native_call, process_lister, utilization_reader
 from cgstat.gpu.nvml_gpm import GPM_SUPPORT, GpmSamples
+from cgstat.gpu.utilization import UtilizationMark, average
 from cgstat.gpu.nvml_xid import XidEvents
 from cgstat.kernel.sample import Problem
 
@@ -117,7 +118,7 @@ class Gateway:
         self._reinit_at: Optional[float] = None
         self._gpus: List[Gpu] = []
         self._missing_said: set = set()
-        self._last_seen: Dict[str, int] = {}  # device uuid -> newest sample timestamp (µs)
+        self._marks: Dict[str, UtilizationMark] = {}  # device uuid -> lastSeen and the last call (µs)
         self._process_fns: Dict[str, Optional[Callable[[Any], List[Tuple[int, Optional[int]]]]]] = {}
         self._sampler: Callable[[Any, int], List[Tuple[int, ...]]] = _no_sampler
         self._unsupported: Dict[Tuple[Any, ...], Problem] = {}  # (handle address, source, args) -> its problem
@@ -374,35 +375,41 @@ class Gateway:
         return procs or []
 
     def process_utilization(self, handle: Any, key: str,
-                            errors: List[Problem]) -> Optional[Dict[int, Tuple[int, int, int, int]]]:
-        """pid -> (sm, mem, enc, dec) % of the newest sample since the previous call.
+                            errors: List[Problem]) -> Optional[Dict[int, Tuple[Any, Any, Any, Any]]]:
+        """pid -> (sm, mem, enc, dec) %, averaged over the time since the previous call.
 
         {} when no process was busy (NOT_FOUND: idle, 0 %); None where NVML cannot measure it
         (MIG, unsupported, or an error, which is in `errors`). `key` (the device's UUID) keeps
-        the newest timestamp seen, passed as lastSeen next time (first call: now - 1 s).
+        the newest timestamp seen, passed as lastSeen next time (first call: now - 1 s), and
+        when the call was made: the interval the samples are averaged over (utilization.py).
         """
         symbol = self.utilization_symbol
         if symbol is None:
             return None
-        last = self._last_seen.get(key)
-        if last is None:
-            last = int((self.wallclock() - 1.0) * 1e6)
-        samples, code = self._call(symbol, errors, self._sampler, handle, last)
+        now = int(self.wallclock() * 1e6)
+        mark = self._marks.get(key)
+        if mark is None:
+            mark = UtilizationMark(now - 1_000_000, now - 1_000_000, None)
+        samples, code = self._call(symbol, errors, self._sampler, handle, mark.last_seen_us)
         if samples is None:
             if code == NOT_FOUND:
-                self._last_seen[key] = last
+                self._marks[key] = mark._replace(called_us=now)
                 return {}
             return None
-        newest: Dict[int, Tuple[int, int, int, int, int]] = {}  # pid -> (ts, sm, mem, enc, dec)
-        top = last
-        for pid, ts, sm, mem, enc, dec in samples:
-            if ts > top:
-                top = ts
-            old = newest.get(pid)
-            if old is None or ts > old[0]:
-                newest[pid] = (ts, sm, mem, enc, dec)
-        self._last_seen[key] = top
-        return {pid: s[1:] for pid, s in newest.items()}
+        usage, self._marks[key] = average(samples, mark, now)
+        return usage
+
+    def utilization_marks(self) -> Dict[str, List[Any]]:
+        """Per device, what the next call averages from (`once --state` keeps it between runs)."""
+        return {k: list(m) for k, m in self._marks.items()}
+
+    def restore_utilization_marks(self, marks: Any) -> None:
+        """The marks a previous run kept (utilization_marks); anything malformed is skipped."""
+        if isinstance(marks, dict):
+            for k, v in marks.items():
+                m = UtilizationMark.from_json(v)
+                if isinstance(k, str) and m is not None:
+                    self._marks[k] = m
 
     def _utilization_reader(self, symbol: Optional[str]) -> Callable[[Any, int], List[Tuple[int, ...]]]:
         """The per-process utilization call for `symbol` (nvml_direct)."""

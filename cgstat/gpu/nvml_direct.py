@@ -25,6 +25,7 @@ _SAMPLE_V1 = struct.Struct("=I4xQIIII")  # nvmlProcessUtilizationSample_t: pid, 
 _SAMPLE_INFO = struct.Struct("=QIIIIIII4x")  # nvmlProcessUtilizationInfo_v1_t: timeStamp, pid, sm, mem, enc,
 #                                               dec, jpg, ofa (40)
 _UTIL_INFO_VERSION = 0x01000018  # nvmlProcessesUtilizationInfo_v1
+_ROOM = 8  # extra sample slots: the driver keeps sampling between the sizing call and the read
 
 # The calls made every tick that the gateway's read() makes directly: their outputs after the
 # arguments ("I" unsigned int, "Q" unsigned long long, "violation" an nvmlViolationTime_t).
@@ -109,6 +110,7 @@ def utilization_reader(symbol: str, fn: Any, error: Any) -> Callable[[Any, int],
             ret = fn(handle, byref(info))
             if ret != INSUFFICIENT_SIZE:
                 raise error(ret)  # NOT_FOUND: idle; SUCCESS without a buffer: a broken driver
+            info.processSamplesCount += _ROOM + info.processSamplesCount // 4  # samples taken in between
             buf = ctypes.create_string_buffer(size * info.processSamplesCount)
             info.procUtilArray = ctypes.addressof(buf)
             ret = fn(handle, byref(info))
@@ -125,6 +127,7 @@ def utilization_reader(symbol: str, fn: Any, error: Any) -> Callable[[Any, int],
         ret = fn(handle, None, byref(count), stamp)
         if ret != INSUFFICIENT_SIZE:
             raise error(ret)
+        count.value += _ROOM + count.value // 4  # samples the driver took in between
         buf = ctypes.create_string_buffer(size * count.value)
         ret = fn(handle, buf, byref(count), stamp)
         if ret != SUCCESS:

@@ -189,6 +189,16 @@ class Sampler:
         """The last kernel log record read (None: not following, or nothing read yet)."""
         return None if self._kmsg is None else self._kmsg.last_seq
 
+    @property
+    def gpu_marks(self) -> Dict[str, Any]:
+        """Per GPU, what the next reading averages per-process utilization from (a cron
+        run's --state keeps it, so each run averages over the whole minute since the last)."""
+        return self._gateway.utilization_marks() if self._gateway is not None else {}
+
+    def restore_gpu_marks(self, marks: Any) -> None:
+        if self._gateway is not None:
+            self._gateway.restore_utilization_marks(marks)
+
     def collect(self) -> Collected:
         """Read every selected cgroup once, and the GPUs; say who each workload is."""
         return self._collect(lazy=False)

@@ -106,6 +106,7 @@ class StateFile:
         self.extras: Dict[str, Any] = {}  # what the previous run kept for events (judge_runs)
         self.kernel_log_seq: Optional[int] = None  # the last kernel log record the previous run read
         self.other_boot = False  # the state is of another boot: this boot's log is all new
+        self.gpu_marks: Dict[str, Any] = {}  # per GPU, where the previous run's utilization samples ended
 
     def __enter__(self) -> "StateFile":
         try:
@@ -208,11 +209,13 @@ class StateFile:
             seq = obj.get("kernel_log_seq")
             # only from this boot (parse_state checked the boot id): a new boot's log numbers afresh
             self.kernel_log_seq = seq if isinstance(seq, int) and not isinstance(seq, bool) and seq >= 0 else None
+            marks = obj.get("gpu_utilization")
+            self.gpu_marks = marks if isinstance(marks, dict) else {}
         return counters, why
 
     def save(self, boot_id: Optional[str], host_root: str, now_s: float,
              cgroups: Dict[str, Counters], extras: Optional[Dict[str, Any]] = None,
-             kernel_log_seq: Optional[int] = None) -> None:
+             kernel_log_seq: Optional[int] = None, gpu_marks: Optional[Dict[str, Any]] = None) -> None:
         obj = {
             "cgstat": "once-state",  # the marker: first key, so the file starts with MARKER
             "version": STATE_VERSION,
@@ -222,6 +225,7 @@ class StateFile:
             "cgroups": {k: v.to_json() for k, v in cgroups.items()},
             "events": extras or {},  # per cgroup, what the next run needs to judge events
             "kernel_log_seq": kernel_log_seq,  # where the next run reads the kernel log from (this boot)
+            "gpu_utilization": gpu_marks or {},  # per GPU: lastSeen, this run's time, the sampling period (µs)
         }
         try:
             self._out.commit(orjson.dumps(obj))

@@ -112,6 +112,22 @@ class Scenario:
         return self._add("sample", dict(gpu=gpu, pid=pid, sm=sm, mem=mem, enc=enc, dec=dec, jpg=jpg,
                                         ofa=ofa, ts=ts))
 
+    def periodic(self, gpu: int, pid: int, sm: int = 100, mem: int = 0, period: int = 166667,
+                 cycle: Optional[int] = None, busy: Optional[int] = None, depth: int = 4096) -> "Scenario":
+        """The driver's ring buffer of one process: a sample every `period` µs (at multiples
+        of it), busy (sm, mem %) the first `busy` µs of every `cycle` µs, idle (no sample)
+        the rest; the newest `depth` periods kept."""
+        fields: Dict[str, Any] = dict(gpu=gpu, pid=pid, sm=sm, mem=mem, ts="periodic", period=period, depth=depth)
+        if cycle is not None:
+            fields["cycle"] = cycle
+        if busy is not None:
+            fields["busy"] = busy
+        return self._add("sample", fields)
+
+    def clock(self, now_us: int) -> "Scenario":
+        """The time (µs of the Unix epoch) every call of the double sees, instead of the real clock."""
+        return self._add("clock", dict(now=now_us))
+
     def xid(self, gpu: int, code: int, id: Optional[int] = None) -> "Scenario":
         """An XID the event set delivers once (ids default to the order of xid lines)."""
         return self._add("xid", dict(gpu=gpu, code=code, id=id))

@@ -86,10 +86,13 @@ typedef struct { int gpu, mig, graphics; unsigned pid; unsigned long long mem; }
 #define MAX_XIDS 1024
 typedef struct { int gpu, id; unsigned long long code; } xid_t;
 
-enum { TS_ABS, TS_BUSY, TS_ONCE };
+enum { TS_ABS, TS_BUSY, TS_ONCE, TS_PERIODIC };
 typedef struct {
     int gpu; unsigned pid, sm, mem, enc, dec, jpg, ofa;
     int ts_kind; unsigned long long ts, delta, frozen;
+    /* ts=periodic: the driver's ring buffer of one sample every `period` µs, busy for the
+     * first `busy` µs of every `cycle` µs, the last `depth` periods kept */
+    unsigned long long period, cycle, busy, depth;
 } sample_t;
 
 static struct {
@@ -105,6 +108,7 @@ static struct {
     val_t cuda;
     xid_t xids[MAX_XIDS];
     int nxids;
+    unsigned long long fake_now;  /* `clock now=<µs>`: the time every call sees (0: the real clock) */
 } S;
 
 static struct stat last_st;
@@ -290,11 +294,16 @@ static void parse_line(char *line) {
             else if (!strcmp(k, "id")) x.id = atoi(v);
         }
         S.xids[S.nxids++] = x;
+    } else if (!strcmp(word, "clock")) {
+        while (next_kv(&p, &k, &v))
+            if (!strcmp(k, "now")) S.fake_now = strtoull(v, NULL, 10);
     } else if (!strcmp(word, "sample")) {
         sample_t s;
         if (S.nsamples >= MAX_SAMPLES) return;
         memset(&s, 0, sizeof s);
         s.ts_kind = TS_BUSY;
+        s.period = 166667;
+        s.depth = 4096;
         while (next_kv(&p, &k, &v)) {
             if (!strcmp(k, "gpu")) s.gpu = atoi(v);
             else if (!strcmp(k, "pid")) s.pid = (unsigned)strtoul(v, NULL, 0);
@@ -304,13 +313,21 @@ static void parse_line(char *line) {
             else if (!strcmp(k, "dec")) s.dec = (unsigned)atoi(v);
             else if (!strcmp(k, "jpg")) s.jpg = (unsigned)atoi(v);
             else if (!strcmp(k, "ofa")) s.ofa = (unsigned)atoi(v);
+            else if (!strcmp(k, "period")) s.period = strtoull(v, NULL, 10);
+            else if (!strcmp(k, "cycle")) s.cycle = strtoull(v, NULL, 10);
+            else if (!strcmp(k, "busy")) s.busy = strtoull(v, NULL, 10);
+            else if (!strcmp(k, "depth")) s.depth = strtoull(v, NULL, 10);
             else if (!strcmp(k, "ts")) {
                 if (!strcmp(v, "busy")) s.ts_kind = TS_BUSY;
                 else if (!strncmp(v, "busy-", 5)) { s.ts_kind = TS_BUSY; s.delta = strtoull(v + 5, NULL, 10); }
                 else if (!strcmp(v, "once")) s.ts_kind = TS_ONCE;
+                else if (!strcmp(v, "periodic")) s.ts_kind = TS_PERIODIC;
                 else { s.ts_kind = TS_ABS; s.ts = strtoull(v, NULL, 10); }
             }
         }
+        if (!s.period) s.period = 1;
+        if (!s.cycle) s.cycle = s.period;
+        if (!s.busy || s.busy > s.cycle) s.busy = s.cycle;
         S.samples[S.nsamples++] = s;
     }
 }
@@ -656,6 +673,7 @@ EXPORT nvmlReturn_t nvmlDeviceGetGraphicsRunningProcesses_v3(nvmlDevice_t h, uns
 
 static unsigned long long now_us(void) {
     struct timespec ts;
+    if (S.fake_now) return S.fake_now;
     clock_gettime(CLOCK_REALTIME, &ts);
     return (unsigned long long)ts.tv_sec * 1000000ULL + (unsigned long long)ts.tv_nsec / 1000ULL;
 }
@@ -678,10 +696,25 @@ static unsigned long long sample_ts(sample_t *s, unsigned long long now, unsigne
     }
 }
 
-/* Collect the samples of one GPU newer than `last`; returns their number (all of them
- * when out is NULL: the size a caller must allocate). */
-static int collect(int gidx, unsigned long long last, sample_t **out, unsigned long long *ts_out,
-                   int *total) {
+static sample_t **sbuf;
+static unsigned long long *tsbuf;
+static int scap;
+
+static void put(int n, sample_t *s, unsigned long long t) {
+    if (n >= scap) {
+        scap = scap ? scap * 2 : 1024;
+        sbuf = realloc(sbuf, sizeof *sbuf * (size_t)scap);
+        tsbuf = realloc(tsbuf, sizeof *tsbuf * (size_t)scap);
+        if (!sbuf || !tsbuf) abort();
+    }
+    sbuf[n] = s;
+    tsbuf[n] = t;
+}
+
+/* Collect the samples of one GPU newer than `last` (into sbuf/tsbuf when `fill`); returns
+ * their number. `total`: what the sizing call answers (every statement of the GPU, and
+ * every periodic sample the buffer holds). */
+static int collect(int gidx, unsigned long long last, int fill, int *total) {
     unsigned long long now = now_us();
     int n = 0, i;
     *total = 0;
@@ -689,21 +722,32 @@ static int collect(int gidx, unsigned long long last, sample_t **out, unsigned l
         sample_t *s = &S.samples[i];
         unsigned long long t;
         if (s->gpu != gidx) continue;
+        if (s->ts_kind == TS_PERIODIC) {
+            /* the periods k*period the buffer still holds, newer than last, busy ones only */
+            unsigned long long kept = s->depth * s->period, from, k;
+            from = now > kept ? now - kept : 0;
+            if (last > from) from = last;
+            for (k = from / s->period + 1; k * s->period <= now; k++) {
+                t = k * s->period;
+                if (t % s->cycle >= s->busy) continue;
+                (*total)++;
+                if (fill) put(n, s, t);
+                n++;
+            }
+            continue;
+        }
         (*total)++;
-        if (s->ts_kind == TS_ONCE && !s->frozen && !out) {
+        if (s->ts_kind == TS_ONCE && !s->frozen && !fill) {
             n++;  /* counted; its time is fixed when it is served */
             continue;
         }
         t = sample_ts(s, now, last);
         if (t <= last) continue;
-        if (out) { out[n] = s; ts_out[n] = t; }
+        if (fill) put(n, s, t);
         n++;
     }
     return n;
 }
-
-static sample_t *sbuf[MAX_SAMPLES];
-static unsigned long long tsbuf[MAX_SAMPLES];
 
 static int util_allowed(gpu_t *g, mig_t *m) {
     if (m || mig_on(g)) return NOT_SUPPORTED;
@@ -720,12 +764,12 @@ EXPORT nvmlReturn_t nvmlDeviceGetProcessUtilization(nvmlDevice_t h, sample_v1_t 
     if ((rc = util_allowed(g, m))) return rc;
     if (!count) return INVALID_ARGUMENT;
     if (!utilization) {
-        n = collect(gidx, lastSeen, NULL, NULL, &total);
+        n = collect(gidx, lastSeen, 0, &total);
         if (!n) return NOT_FOUND;
         *count = (unsigned)total;
         return INSUFFICIENT_SIZE;
     }
-    n = collect(gidx, lastSeen, sbuf, tsbuf, &total);
+    n = collect(gidx, lastSeen, 1, &total);
     if (!n) return NOT_FOUND;
     if (*count < (unsigned)n) { *count = (unsigned)total; return INSUFFICIENT_SIZE; }
     for (i = 0; i < n; i++) {
@@ -752,12 +796,12 @@ EXPORT nvmlReturn_t nvmlDeviceGetProcessesUtilizationInfo(nvmlDevice_t h, pui_t 
     if (info->version != 0x01000018) return ARGUMENT_VERSION_MISMATCH;
     if ((rc = util_allowed(g, m))) return rc;
     if (!info->procUtilArray) {
-        n = collect(gidx, info->lastSeenTimeStamp, NULL, NULL, &total);
+        n = collect(gidx, info->lastSeenTimeStamp, 0, &total);
         if (!n) return NOT_FOUND;
         info->processSamplesCount = (unsigned)total;
         return INSUFFICIENT_SIZE;
     }
-    n = collect(gidx, info->lastSeenTimeStamp, sbuf, tsbuf, &total);
+    n = collect(gidx, info->lastSeenTimeStamp, 1, &total);
     if (!n) return NOT_FOUND;
     if (info->processSamplesCount < (unsigned)n) { info->processSamplesCount = (unsigned)total; return INSUFFICIENT_SIZE; }
     newest = info->lastSeenTimeStamp;

@@ -90,9 +90,8 @@ def several() -> Scenario:
     s.proc(1, 5000, 2 * GiB)
     s.proc(1, 5000, 2 * GiB, type="graphics")  # one process in both lists: one entry, compute
     s.proc(2, 6000, GiB)                        # GPU 2: listed, idle (no samples)
-    # several samples for one PID, the newest first in the file: the newest wins
+    # one sample per PID: the driver's own figure (several are averaged: test_gpu_utilization.py)
     s.sample(0, 4242, sm=61, mem=22, enc=3, dec=4, ts="busy")
-    s.sample(0, 4242, sm=11, mem=1, enc=1, dec=1, ts="busy-200")
     s.sample(0, 4243, sm=17, mem=5, ts="busy")
     s.sample(0, 4244, sm=2, mem=1, enc=30, dec=40, ts="busy")
     s.sample(1, 5000, sm=99, mem=50, ts="busy")

@@ -1,0 +1,97 @@
+"""Per-process GPU utilization averaged over the time between two readings, from NVML's
+samples (`nvmlDeviceGetProcessUtilization` / `nvmlDeviceGetProcessesUtilizationInfo` with
+the newest timestamp seen before as lastSeen). Reads no file; the gateway makes the calls.
+
+The driver samples each busy process every sampling period (nvidia-smi documents 1/6 s to
+1 s) into a ring buffer and hands back the samples newer than lastSeen; an idle period
+leaves no sample. So a process's use over an interval is the sum of its samples, each
+weighted by the period it stands for, divided by the interval: a GPU busy 30 % of the time
+reads 30 % whether the readings are 1 s or a cron minute apart, not whatever the last
+period happened to be. The period is the median gap between one process's consecutive
+samples (each sample is capped at it, so a burst after an idle stretch does not count the
+stretch); where no process has two samples (a driver that answers one sample per process,
+as NVML's reference describes), that one sample is the driver's own figure for the
+interval and is taken as it is. Past the buffer's depth the oldest samples are gone:
+docs/gpu.md says what that means for long intervals.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Dict, List, NamedTuple, Optional, Sequence, Tuple
+
+MAX_PERIOD_US = 1_000_000  # nvidia-smi's longest documented sampling period
+
+
+class UtilizationMark(NamedTuple):
+    """What the next reading of one device averages from (µs of the Unix epoch)."""
+
+    last_seen_us: int  # the newest sample timestamp seen: lastSeen of the next call
+    called_us: int  # when the previous call was made: the interval starts there
+    period_us: Optional[int]  # the driver's sampling period as last measured (None: not yet)
+
+    @staticmethod
+    def from_json(value: Any) -> Optional["UtilizationMark"]:
+        if not isinstance(value, list) or len(value) != 3:
+            return None
+        last, called, period = value
+        if not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in (last, called)):
+            return None
+        if period is not None and not (isinstance(period, int) and not isinstance(period, bool) and period > 0):
+            return None
+        return UtilizationMark(last, called, period)
+
+
+def _figure(x: float) -> Any:
+    """A percentage to one decimal; an int when whole (as NVML's own figures are)."""
+    v = round(min(max(x, 0.0), 100.0), 1)
+    return int(v) if v == int(v) else v
+
+
+def _median(values: List[int]) -> int:
+    values.sort()
+    return values[len(values) // 2]
+
+
+def average(samples: Sequence[Tuple[int, ...]], mark: UtilizationMark,
+            now_us: int) -> Tuple[Dict[int, Tuple[Any, Any, Any, Any]], UtilizationMark]:
+    """pid -> (sm, mem, enc, dec) % over (mark.called_us, now_us], and the next mark.
+    `samples`: (pid, timeStamp µs, sm, mem, enc, dec) as the driver returned them."""
+    by_pid: Dict[int, List[Tuple[int, ...]]] = {}
+    top = mark.last_seen_us
+    for s in samples:
+        by_pid.setdefault(s[0], []).append(s)
+        if s[1] > top:
+            top = s[1]
+    gaps: List[int] = []
+    for rows in by_pid.values():
+        if len(rows) > 1:
+            rows.sort(key=lambda r: r[1])
+            gaps.extend(b[1] - a[1] for a, b in zip(rows, rows[1:]) if b[1] > a[1])
+    period = min(_median(gaps), MAX_PERIOD_US) if gaps else mark.period_us
+    out: Dict[int, Tuple[Any, Any, Any, Any]] = {}
+    if period is None:
+        # one sample per process and no period known: the driver's figure for the interval
+        for pid, rows in by_pid.items():
+            newest = max(rows, key=lambda r: r[1])
+            out[pid] = (newest[2], newest[3], newest[4], newest[5])
+        return out, UtilizationMark(top, now_us, None)
+    start = mark.called_us
+    weighted: Dict[int, List[float]] = {}
+    for pid, rows in by_pid.items():
+        sums = [0.0, 0.0, 0.0, 0.0]
+        prev = mark.last_seen_us
+        for r in rows:
+            w = min(max(r[1] - prev, 0), period) or period
+            prev = r[1]
+            if r[1] - w < start:
+                start = r[1] - w  # a sample from before the previous call, first served now
+            sums[0] += r[2] * w
+            sums[1] += r[3] * w
+            sums[2] += r[4] * w
+            sums[3] += r[5] * w
+        weighted[pid] = sums
+    span = max(now_us - start, period)
+    for pid, sums in weighted.items():
+        out[pid] = (_figure(sums[0] / span), _figure(sums[1] / span), _figure(sums[2] / span),
+                    _figure(sums[3] / span))
+    return out, UtilizationMark(top, now_us, period)
