@@ -1,0 +1,304 @@
+"""A tick's records as one OTLP ExportMetricsServiceRequest, in protobuf or in OTLP's JSON mapping.
+
+Each cgroup, pod and GPU record is a resource (host.name, container.*, k8s.pod.*,
+k8s.namespace.name, cgstat.cgroup) with one scope ("cgstat"), holding the metrics of
+outputs/otlp_names.py: counters as cumulative monotonic Sums, the rest as Gauges, a JSON null
+giving no data point (never a fake 0). A counter's start time is when cgstat first saw its
+resource (the kernel's counters begin at the cgroup's creation, which no file says); it
+stays the same while the resource is seen, as cumulative temporality wants. Events and
+other records are left out. Protobuf needs the `opentelemetry-proto` package (the `otlp`
+extra), imported when the first request is made; JSON needs nothing. Reads no host file.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Any, Dict, Iterable, List, Sequence, Tuple, cast
+
+import orjson
+
+from cgstat import __version__
+from cgstat.errors import CgstatError
+from cgstat.outputs.otlp_names import CGROUP_METRICS, GPU_METRICS, ITEM_ATTRIBUTE, POD_METRICS, Metric, item_of
+from cgstat.timestamps import ts_millis
+
+if TYPE_CHECKING:  # the record types are for the type checker only
+    from cgstat.records import JsonObject
+
+ENCODINGS = ("protobuf", "json")
+CONTENT_TYPES = {"protobuf": "application/x-protobuf", "json": "application/json"}
+CUMULATIVE = 2  # AggregationTemporality AGGREGATION_TEMPORALITY_CUMULATIVE
+_INT64_MAX = 2 ** 63 - 1
+INSTALL_HINT = ("--otlp-encoding protobuf needs the opentelemetry-proto package: pip install 'cgstat[otlp]' "
+                "(or --otlp-encoding json, for a receiver that takes JSON)")
+
+Attrs = Tuple[Tuple[str, Any], ...]
+Point = Tuple[Attrs, Any]  # (attributes, value: int or float)
+
+
+class Resource:
+    """One record's resource and metrics, made of it (the form both encodings are written from)."""
+
+    __slots__ = ("attributes", "time_ns", "start_ns", "metrics")
+
+    def __init__(self, attributes: Attrs, time_ns: int, start_ns: int):
+        self.attributes = attributes
+        self.time_ns = time_ns
+        self.start_ns = start_ns
+        self.metrics: Dict[str, Tuple[Metric, List[Point]]] = {}  # name -> its kind and data points
+
+
+class StartTimes:
+    """The time each resource was first seen (a counter's start time); resources gone from a
+    tick are forgotten, so a cgroup made again with the same path starts again."""
+
+    def __init__(self) -> None:
+        self._first: Dict[Attrs, int] = {}
+
+    def tick(self, seen: Dict[Attrs, int]) -> Dict[Attrs, int]:
+        """The start time of each resource of a tick (`seen`: resource -> this tick's time)."""
+        self._first = {key: self._first.get(key, now) for key, now in seen.items()}
+        return self._first
+
+
+def _get(obj: Any, keys: Sequence[str]) -> Any:
+    for key in keys:
+        if not isinstance(obj, dict):
+            return None
+        obj = obj.get(key)
+    return obj
+
+
+def _image(image: str) -> Attrs:
+    """container.image.name and .tags from `repo/name:tag` (a digest is not a tag)."""
+    name, _, tag = image.rpartition(":")
+    if not name or "/" in tag or "@" in image:
+        return (("container.image.name", image),)
+    return (("container.image.name", name), ("container.image.tags", (tag,)))
+
+
+def _cgroup_attributes(record: JsonObject) -> Attrs:
+    out: List[Tuple[str, Any]] = [("host.name", record.get("host")), ("cgstat.cgroup", record.get("cgroup"))]
+    unit = record.get("unit")
+    if unit:
+        out.append(("cgstat.systemd.unit", unit))
+    container = record.get("container")
+    pod = record.get("pod")
+    if isinstance(container, dict):
+        for key, attr in (("id", "container.id"), ("name", "container.name"), ("runtime", "container.runtime.name")):
+            if container.get(key):
+                out.append((attr, container[key]))
+        if container.get("image"):
+            out.extend(_image(container["image"]))
+        pod = pod or container.get("pod")
+    if isinstance(pod, dict):
+        for key, attr in (("uid", "k8s.pod.uid"), ("name", "k8s.pod.name"), ("namespace", "k8s.namespace.name")):
+            if pod.get(key):
+                out.append((attr, pod[key]))
+    return tuple((k, v) for k, v in out if v is not None)
+
+
+def _gpu_point_attributes(record: JsonObject) -> Attrs:
+    gpu: Dict[str, Any] = cast(Dict[str, Any], record.get("gpu") or {})
+    out = [("hw.id", gpu.get("uuid")), ("hw.type", "gpu"), ("hw.vendor", "NVIDIA"), ("hw.model", gpu.get("name")),
+           ("hw.name", None if gpu.get("index") is None else "gpu%s" % gpu.get("index"))]
+    return tuple((k, v) for k, v in out if v is not None)
+
+
+def _number(value: Any, scale: float) -> Any:
+    if value is None or isinstance(value, str):
+        return None
+    if isinstance(value, bool):
+        return int(value)
+    if scale != 1.0:
+        value = value * scale
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, int) and abs(value) > _INT64_MAX:
+        return float(value)
+    return value
+
+
+def _add(res: Resource, metric: Metric, attrs: Attrs, value: Any) -> None:
+    number = _number(value, metric.scale)
+    if number is None:
+        return
+    kept = res.metrics.get(metric.name)
+    if kept is None:
+        kept = res.metrics[metric.name] = (metric, [])
+    kept[1].append((metric.attributes + attrs, number))
+
+
+def _fill(res: Resource, record: JsonObject, table: Tuple[Metric, ...], attrs: Attrs) -> None:
+    for metric in table:
+        item = item_of(metric.path)
+        if item is None:
+            _add(res, metric, attrs, _get(record, metric.path.split(".")))
+            continue
+        items = _get(record, item[:-2].split("."))
+        if not isinstance(items, list):
+            continue
+        attr, keys = ITEM_ATTRIBUTE[item]
+        leaf = metric.path.rsplit(".", 1)[1]
+        for entry in items:
+            if isinstance(entry, dict):
+                label = next((entry[k] for k in keys if entry.get(k)), None)
+                _add(res, metric, attrs + (((attr, label),) if label is not None else ()), entry.get(leaf))
+
+
+class Encoder:
+    """Makes each tick's request; keeps the resources' start times between ticks."""
+
+    def __init__(self, encoding: str = "protobuf"):
+        if encoding not in ENCODINGS:
+            raise ValueError(f"unknown OTLP encoding {encoding!r} ({', '.join(ENCODINGS)})")
+        self.encoding = encoding
+        self.content_type = CONTENT_TYPES[encoding]
+        self.starts = StartTimes()
+        self._pb: Any = None
+        if encoding == "protobuf":
+            self._pb = load_protobuf()
+
+    def resources(self, records: Iterable[JsonObject]) -> List[Resource]:
+        """The tick's records as resources (cgroup, pod and GPU records; the rest skipped)."""
+        made: List[Tuple[Attrs, int, JsonObject, Tuple[Metric, ...], Attrs]] = []
+        for record in records:
+            kind = record.get("type")
+            point: Attrs = ()
+            if kind in ("cgroup", "pod"):
+                attrs, table = _cgroup_attributes(record), (POD_METRICS if kind == "pod" else CGROUP_METRICS)
+            elif kind == "gpu":
+                attrs, table = (("host.name", record.get("host")),), GPU_METRICS
+                point = _gpu_point_attributes(record)
+            else:
+                continue
+            millis = ts_millis(record.get("ts"))
+            if millis is None:
+                continue
+            made.append((attrs + point, millis * 1_000_000, record, table, point))
+        starts = self.starts.tick({key: now for key, now, _, _, _ in made})
+        out = []
+        for key, now, record, table, point in made:
+            res = Resource(key[:len(key) - len(point)] if point else key, now, starts[key])
+            _fill(res, record, table, point)
+            if res.metrics:
+                out.append(res)
+        return out
+
+    def encode(self, records: Iterable[JsonObject]) -> bytes:
+        """The request body for one tick."""
+        resources = self.resources(records)
+        if self.encoding == "json":
+            return orjson.dumps(to_json(resources))
+        return to_protobuf(resources, self._pb)
+
+
+# -- OTLP's JSON mapping (opentelemetry-proto/docs/specification.md#json-protobuf-encoding) --
+
+
+def _json_value(value: Any) -> Dict[str, Any]:
+    if isinstance(value, bool):
+        return {"boolValue": value}
+    if isinstance(value, int):
+        return {"intValue": str(value)}
+    if isinstance(value, float):
+        return {"doubleValue": value}
+    if isinstance(value, tuple):
+        return {"arrayValue": {"values": [_json_value(v) for v in value]}}
+    return {"stringValue": str(value)}
+
+
+def _json_attrs(attrs: Attrs) -> List[Dict[str, Any]]:
+    return [{"key": k, "value": _json_value(v)} for k, v in attrs]
+
+
+def to_json(resources: Sequence[Resource]) -> Dict[str, Any]:
+    """The request as OTLP/JSON: int64 as decimal strings, enums as numbers, camelCase keys."""
+    out = []
+    for res in resources:
+        now, start = str(res.time_ns), str(res.start_ns)
+        metrics = []
+        for name, (metric, points) in res.metrics.items():
+            data = []
+            for attrs, value in points:
+                point: Dict[str, Any] = {"attributes": _json_attrs(attrs), "timeUnixNano": now}
+                if metric.monotonic:
+                    point["startTimeUnixNano"] = start
+                if isinstance(value, int):
+                    point["asInt"] = str(value)
+                else:
+                    point["asDouble"] = value
+                data.append(point)
+            body: Dict[str, Any] = {"name": name, "unit": metric.unit}
+            if metric.monotonic:
+                body["sum"] = {"dataPoints": data, "aggregationTemporality": CUMULATIVE, "isMonotonic": True}
+            else:
+                body["gauge"] = {"dataPoints": data}
+            metrics.append(body)
+        out.append({"resource": {"attributes": _json_attrs(res.attributes)},
+                    "scopeMetrics": [{"scope": {"name": "cgstat", "version": __version__}, "metrics": metrics}]})
+    return {"resourceMetrics": out}
+
+
+# -- protobuf, through opentelemetry-proto ---------------------------------------------------
+
+
+def load_protobuf() -> Any:
+    """opentelemetry-proto's modules (common, resource, metrics, service), or CgstatError
+    saying what to install."""
+    try:
+        from opentelemetry.proto.collector.metrics.v1 import metrics_service_pb2
+        from opentelemetry.proto.common.v1 import common_pb2
+        from opentelemetry.proto.metrics.v1 import metrics_pb2
+        from opentelemetry.proto.resource.v1 import resource_pb2
+    except ImportError:
+        raise CgstatError(INSTALL_HINT) from None
+    return (common_pb2, resource_pb2, metrics_pb2, metrics_service_pb2)
+
+
+def _pb_value(common: Any, value: Any) -> Any:
+    if isinstance(value, bool):
+        return common.AnyValue(bool_value=value)
+    if isinstance(value, int):
+        return common.AnyValue(int_value=value)
+    if isinstance(value, float):
+        return common.AnyValue(double_value=value)
+    if isinstance(value, tuple):
+        return common.AnyValue(array_value=common.ArrayValue(values=[_pb_value(common, v) for v in value]))
+    return common.AnyValue(string_value=str(value))
+
+
+def to_protobuf(resources: Sequence[Resource], modules: Any) -> bytes:
+    """The request serialised as protobuf."""
+    common, resource_pb2, metrics_pb2, service = modules
+    kv = common.KeyValue
+    cache: Dict[Tuple[str, Any], Any] = {}  # an attribute is made once a request
+
+    def attr(key: str, value: Any) -> Any:
+        made = cache.get((key, value))
+        if made is None:
+            made = cache[(key, value)] = kv(key=key, value=_pb_value(common, value))
+        return made
+
+    scope = common.InstrumentationScope(name="cgstat", version=__version__)
+    point_type = metrics_pb2.NumberDataPoint
+    out = []
+    for res in resources:
+        metrics = []
+        for name, (metric, points) in res.metrics.items():
+            start = res.start_ns if metric.monotonic else 0
+            data = []
+            for attrs, value in points:
+                number = {"as_int": value} if isinstance(value, int) else {"as_double": value}
+                data.append(point_type(attributes=[attr(k, v) for k, v in attrs], time_unix_nano=res.time_ns,
+                                       start_time_unix_nano=start, **number))
+            if metric.monotonic:
+                metrics.append(metrics_pb2.Metric(name=name, unit=metric.unit, sum=metrics_pb2.Sum(
+                    data_points=data, aggregation_temporality=CUMULATIVE, is_monotonic=True)))
+            else:
+                metrics.append(metrics_pb2.Metric(name=name, unit=metric.unit,
+                                                  gauge=metrics_pb2.Gauge(data_points=data)))
+        out.append(metrics_pb2.ResourceMetrics(
+            resource=resource_pb2.Resource(attributes=[attr(k, v) for k, v in res.attributes]),
+            scope_metrics=[metrics_pb2.ScopeMetrics(scope=scope, metrics=metrics)]))
+    return bytes(service.ExportMetricsServiceRequest(resource_metrics=out).SerializeToString())
