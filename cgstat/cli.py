@@ -34,6 +34,7 @@ from cgstat.pipeline.warner import say
 # The run modes are imported by the command that runs them, so that --help, --version,
 # report and a usage error don't load the sampler (cron start-up).
 if TYPE_CHECKING:
+    from cgstat.outputs.otlp import OtlpOptions
     from cgstat.pipeline.sampler import Sampler
 
 _HELP = """Per-container CPU, memory, block IO, network, pids, pressure and GPU, read straight
@@ -298,6 +299,107 @@ def _output_mode_option() -> str:
                         help="Permissions of a FILE that --output creates (octal, without execute bits or world write).")
 
 
+def _otlp_endpoint(value: Optional[str]) -> Optional[str]:
+    """--otlp-endpoint checked before anything starts: a bad URL is a usage error (exit 2)."""
+    if value is None:
+        return None
+    from cgstat.outputs.otlp_http import parse_endpoint
+
+    try:
+        parse_endpoint(value)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc)) from None
+    return value
+
+
+def _otlp_encoding(value: str) -> str:
+    if value not in ("protobuf", "json"):
+        raise typer.BadParameter(f"{value!r} is not one of protobuf, json")
+    return value
+
+
+def _otlp_headers(values: List[str]) -> List[str]:
+    from cgstat.outputs.otlp_http import parse_header
+
+    for value in values:
+        try:
+            parse_header(value)
+        except ValueError as exc:
+            raise typer.BadParameter(str(exc)) from None
+    return values
+
+
+def _duration(value: object) -> float:
+    """Seconds from `300`, `300s`, `5m` or `1h`."""
+    text = str(value).strip()
+    scale = {"s": 1.0, "m": 60.0, "h": 3600.0}.get(text[-1:], 0.0)
+    try:
+        seconds = float(text[:-1] if scale else text) * (scale or 1.0)
+    except ValueError:
+        raise typer.BadParameter(f"{text!r} is not a duration (300, 300s, 5m, 1h)") from None
+    return _seconds(seconds, 1.0, 86400.0)
+
+
+class _Otlp:
+    """The --otlp-* options of stream and serve (one declaration for both commands)."""
+
+    @staticmethod
+    def endpoint() -> Optional[str]:
+        return typer.Option(None, "--otlp-endpoint", envvar="CGSTAT_OTLP_ENDPOINT", metavar="URL",
+                            callback=_otlp_endpoint, show_default=False,
+                            help="Also push every tick's metrics to this OTLP/HTTP receiver "
+                                 "(http:// or https://; a URL without a path gets /v1/metrics). See docs/otlp.md.")
+
+    @staticmethod
+    def encoding() -> str:
+        return typer.Option("protobuf", "--otlp-encoding", metavar="protobuf|json", callback=_otlp_encoding,
+                            help="protobuf (needs pip install 'cgstat[otlp]') or json (OTLP's JSON mapping).")
+
+    @staticmethod
+    def headers() -> List[str]:
+        return typer.Option([], "--otlp-header", metavar="NAME=VALUE", callback=_otlp_headers,
+                            help="A header sent with every push (auth: 'Authorization=Bearer TOKEN'); repeatable.")
+
+    @staticmethod
+    def buffer() -> float:
+        return typer.Option("5m", "--otlp-buffer", metavar="DURATION", parser=_duration,
+                            help="How long ticks are kept while the receiver is down or slow (300, 5m, 1h); "
+                                 "past it the oldest are dropped, said on stderr.")
+
+    @staticmethod
+    def timeout() -> float:
+        return typer.Option(10.0, "--otlp-timeout", metavar="S", callback=lambda v: _seconds(v, 0.1, 600.0),
+                            help="Seconds a push may take before it is retried.")
+
+    @staticmethod
+    def compression() -> str:
+        return typer.Option("gzip", "--otlp-compression", metavar="gzip|none", callback=_otlp_compression,
+                            help="Content-Encoding of the pushes.")
+
+    @staticmethod
+    def ca_file() -> Optional[str]:
+        return typer.Option(None, "--otlp-ca-file", metavar="FILE", callback=_not_empty, show_default=False,
+                            help="The CA certificates an https:// receiver's certificate is checked against "
+                                 "(default: the system's).")
+
+    @staticmethod
+    def options(endpoint: Optional[str], encoding: str, headers: List[str], buffer: float, timeout: float,
+                compression: str, ca_file: Optional[str]) -> Optional[OtlpOptions]:
+        if endpoint is None:
+            return None
+        from cgstat.outputs.otlp import OtlpOptions
+        from cgstat.outputs.otlp_http import parse_header
+
+        return OtlpOptions(endpoint, encoding, tuple(parse_header(h) for h in headers), buffer, timeout,
+                           compression, ca_file)
+
+
+def _otlp_compression(value: str) -> str:
+    if value not in ("gzip", "none"):
+        raise typer.BadParameter(f"{value!r} is not one of gzip, none")
+    return value
+
+
 def _events_window(value: float) -> float:
     return _seconds(value, 1.0, MAX_INTERVAL_S)
 
@@ -318,6 +420,13 @@ def stream(
                                         help="Seconds over which sustained conditions must hold to raise an event."),
     listen: Optional[str] = typer.Option(None, "--listen", metavar="ADDR:PORT", callback=_listen,
                                          help="Also serve /metrics (Prometheus) there, from the same ticks."),
+    otlp_endpoint: Optional[str] = _Otlp.endpoint(),
+    otlp_encoding: str = _Otlp.encoding(),
+    otlp_header: List[str] = _Otlp.headers(),
+    otlp_buffer: float = _Otlp.buffer(),
+    otlp_timeout: float = _Otlp.timeout(),
+    otlp_compression: str = _Otlp.compression(),
+    otlp_ca_file: Optional[str] = _Otlp.ca_file(),
     oom_kills: str = _oom_kills_option(),
     host_root: Optional[str] = _host_root_option(),
     all_: bool = _all_option(),
@@ -326,12 +435,15 @@ def stream(
 ) -> None:
     """Stream a batch of records every interval; the first batch comes after one interval,
     with rates. SIGTERM/SIGINT finish the line being written and exit 0."""
+    otlp = _Otlp.options(otlp_endpoint, otlp_encoding, otlp_header, otlp_buffer, otlp_timeout, otlp_compression,
+                         otlp_ca_file)
+
     def job(sampler: Sampler) -> int:
         from cgstat.app.stream import stream
 
         sampler.kills_outside_shown = oom_kills == "all"
         return stream(sampler, interval, count, fmt, output, int(output_mode, 8),
-                      None if no_events else events_window, listen)
+                      None if no_events else events_window, listen, otlp)
 
     _run(lambda: _sampler(ctx, host_root, all_, match, max_user), job)
 
@@ -345,6 +457,13 @@ def serve(
     interval: float = typer.Option(1.0, "--interval", envvar="CGSTAT_INTERVAL", metavar="S", callback=_interval,
                                    help=f"Seconds between samples ({MIN_INTERVAL_S:g} to {MAX_INTERVAL_S:g})."),
     count: Optional[int] = _count_option("samples", "run until stopped"),
+    otlp_endpoint: Optional[str] = _Otlp.endpoint(),
+    otlp_encoding: str = _Otlp.encoding(),
+    otlp_header: List[str] = _Otlp.headers(),
+    otlp_buffer: float = _Otlp.buffer(),
+    otlp_timeout: float = _Otlp.timeout(),
+    otlp_compression: str = _Otlp.compression(),
+    otlp_ca_file: Optional[str] = _Otlp.ca_file(),
     host_root: Optional[str] = _host_root_option(),
     all_: bool = _all_option(),
     match: Optional[str] = _match_option(),
@@ -354,10 +473,13 @@ def serve(
 
     Sampling runs on its own schedule; a scrape gets the latest tick's exposition and never
     waits for a read. SIGTERM/SIGINT exit 0."""
+    otlp = _Otlp.options(otlp_endpoint, otlp_encoding, otlp_header, otlp_buffer, otlp_timeout, otlp_compression,
+                         otlp_ca_file)
+
     def job(sampler: Sampler) -> int:
         from cgstat.app.stream import serve
 
-        return serve(sampler, listen, interval, count)
+        return serve(sampler, listen, interval, count, otlp)
 
     _run(lambda: _sampler(ctx, host_root, all_, match, max_user), job)
 

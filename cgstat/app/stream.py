@@ -13,15 +13,17 @@ from cgstat.pipeline.schedule import Schedule, watchdog_heartbeat_s
 
 if TYPE_CHECKING:  # the exporter and events are imported by the runs that use them
     from cgstat.records import JsonObject
+    from cgstat.outputs.otlp import OtlpOptions
     from cgstat.pipeline.events import EventDetector
     from cgstat.pipeline.sampler import Sampler
 
 
 def stream(sampler: Sampler, interval_s: float, count: Optional[int], fmt: str, output: Optional[str],
-           output_mode: int, events_window_s: Optional[float], listen: Optional[str]) -> int:
+           output_mode: int, events_window_s: Optional[float], listen: Optional[str],
+           otlp: Optional[OtlpOptions] = None) -> int:
     """`cgstat stream`: the sink for `fmt` on `output` (stdout when None; one that can block
     on its own thread), events judged over `events_window_s` (None: no events), /metrics
-    beside it when `listen`."""
+    beside it when `listen`, an OTLP push beside it when `otlp`."""
     from cgstat.outputs.formats import make_sink
 
     events = None
@@ -30,12 +32,21 @@ def stream(sampler: Sampler, interval_s: float, count: Optional[int], fmt: str, 
 
         events = EventDetector(window_s=events_window_s)
     sink = make_sink(fmt, output, output_mode, sampler.warner.warn, queue=True)
-    return run_stream(sampler, [sink], interval_s, count, events, listen)
+    return run_stream(sampler, [sink, *_otlp_sinks(sampler, otlp)], interval_s, count, events, listen)
 
 
-def serve(sampler: Sampler, listen: str, interval_s: float, count: Optional[int]) -> int:
-    """`cgstat serve`: a stream whose only sink is the endpoint."""
-    return run_stream(sampler, [], interval_s, count, None, listen)
+def serve(sampler: Sampler, listen: str, interval_s: float, count: Optional[int],
+          otlp: Optional[OtlpOptions] = None) -> int:
+    """`cgstat serve`: a stream whose only sinks are the endpoint (and an OTLP push)."""
+    return run_stream(sampler, _otlp_sinks(sampler, otlp), interval_s, count, None, listen)
+
+
+def _otlp_sinks(sampler: Sampler, otlp: Optional[OtlpOptions]) -> List[Sink]:
+    if otlp is None:
+        return []
+    from cgstat.outputs.otlp import OtlpSink  # only when asked: protobuf costs a start-up
+
+    return [OtlpSink(otlp, sampler.warner.warn)]
 
 
 def run_stream(sampler: Sampler, sinks: Sequence[Sink], interval_s: float, count: Optional[int],

@@ -1,0 +1,144 @@
+"""cgstat's OTLP push into a real receiver: VictoriaMetrics 1.112 (Debian 13's package, see
+tests/helpers/victoria.py), queried back through its Prometheus API.
+
+One receiver and one `cgstat stream --otlp-endpoint` for the module (a tick every 0.5 s, one
+cgroup of ours matched: little CPU). The first test reads a cgroup's CPU and memory back and
+finds `cgstat once`'s values; the second stops the receiver for two minutes, starts it again,
+and finds every tick the stream wrote during and around that time in the receiver.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+from tests.helpers import realcg, victoria
+
+pytest.importorskip("opentelemetry.proto.collector.metrics.v1.metrics_service_pb2")
+
+REPO = realcg.REPO
+INTERVAL_S = 0.5
+OUTAGE_S = 120.0
+# a process that worked a little and sleeps: its CPU time and memory stay as they are
+IDLER = ("import time\nt = time.process_time()\nwhile time.process_time() - t < 0.2: pass\n"
+         "print('ready', flush=True)\ntime.sleep(3600)\n")
+
+
+def wait_for(predicate, timeout: float, step: float = 0.25):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(step)
+    return None
+
+
+class Setup:
+    def __init__(self, vm, group, stream, output):
+        self.vm, self.group, self.stream, self.output = vm, group, stream, output
+
+    def records(self):
+        """The stream's records of our cgroup so far (whole lines)."""
+        with open(self.output, "rb") as f:
+            lines = f.read().split(b"\n")[:-1]
+        return [r for r in map(json.loads, lines) if r.get("type") == "cgroup" and r["cgroup"] == self.group.cgroup]
+
+
+@pytest.fixture(scope="module")
+def setup(_realcg_hier, tmp_path_factory):
+    try:
+        binary = victoria.fetch()
+    except (RuntimeError, OSError, subprocess.SubprocessError) as exc:
+        pytest.skip("VictoriaMetrics 1.112 unavailable: %s" % exc)
+    folder = str(tmp_path_factory.mktemp("victoria"))
+    vm = victoria.VictoriaMetrics(binary, folder)
+    group = realcg.TestGroup(_realcg_hier)
+    stream = None
+    try:
+        vm.start()
+        group.start([sys.executable, "-c", IDLER]).wait_line("ready")
+        output = os.path.join(folder, "stream.jsonl")
+        stream = subprocess.Popen(
+            [sys.executable, "-m", "cgstat", "stream", "--match", group.name, "--interval", str(INTERVAL_S),
+             "--no-events", "--output", output, "--otlp-endpoint", vm.otlp, "--otlp-buffer", "5m"],
+            cwd=REPO, stdout=subprocess.DEVNULL, stderr=open(os.path.join(folder, "stream.err"), "wb"))
+        yield Setup(vm, group, stream, output)
+    finally:
+        if stream is not None:
+            stream.terminate()
+            stream.wait(30)
+        vm.close()
+        group.destroy()
+
+
+def _selector(name: str, group) -> str:
+    return '{__name__="%s",cgstat.cgroup="%s"}' % (name, group.cgroup)
+
+
+@pytest.mark.realcg
+def test_the_receiver_has_cgstat_once_values(setup):
+    vm, group = setup.vm, setup.group
+    once = subprocess.run([sys.executable, "-m", "cgstat", "once", "--window", "0", "--match", group.name],
+                          cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, check=True, timeout=60)
+    (record,) = [r for r in map(json.loads, once.stdout.splitlines()) if r.get("cgroup") == group.cgroup]
+    want = {"container.cpu.time": record["cpu"]["usage_seconds_total"],
+            "container.memory.usage": record["memory"]["usage_bytes"],
+            "container.memory.working_set": record["memory"]["working_set_bytes"]}
+    assert want["container.cpu.time"] > 0.1 and want["container.memory.usage"] > 1e6
+
+    def latest():
+        got = {}
+        for name in want:
+            result = vm.query(_selector(name, group))
+            if len(result) != 1:
+                return None
+            got[name] = (result[0]["metric"], float(result[0]["value"][1]))
+        return got
+
+    got = wait_for(latest, 30)
+    assert got, "no sample in the receiver: %s" % vm.tail()
+    assert {name: value for name, (_, value) in got.items()} == pytest.approx(want, rel=1e-9)
+    labels, _ = got["container.cpu.time"]
+    assert labels["host.name"] == record["host"] and labels["cgstat.cgroup"] == group.cgroup
+
+
+@pytest.mark.realcg
+def test_two_minutes_down_loses_no_sample(setup):
+    vm, group = setup.vm, setup.group
+    before = wait_for(lambda: len(setup.records()) >= 2 and setup.records(), 30)
+    assert before, "the stream wrote nothing"
+    vm.stop()
+    stopped = time.monotonic()
+    time.sleep(OUTAGE_S)  # the outage itself, not a timing assertion
+    during = [r["ts"] for r in setup.records() if r["ts"] > before[-1]["ts"]]
+    assert len(during) >= OUTAGE_S / INTERVAL_S * 0.8, "the stream did not go on while the receiver was down"
+    written = {_millis(r["ts"]) for r in setup.records()}  # every tick up to the restart
+    vm.start()
+    outage = time.monotonic() - stopped
+
+    def caught_up():
+        held = {stamp for series in vm.export(_selector("container.cpu.time", group)) for stamp in series["timestamps"]}
+        return written <= held and held
+
+    held = wait_for(caught_up, 60, step=1.0)
+    if not held:
+        held = {stamp for series in vm.export(_selector("container.cpu.time", group)) for stamp in series["timestamps"]}
+        missing = sorted(written - held)
+        pytest.fail("%d of %d ticks lost (outage %.0f s), the first at %s: %s"
+                    % (len(missing), len(written), outage, missing[:1], vm.tail()))
+    assert setup.stream.poll() is None
+    err = os.path.join(vm.folder, "stream.err")
+    said = wait_for(lambda: "answers again" in open(err).read() and open(err).read(), 10)
+    assert said and "retrying, ticks kept for up to 300 s" in said, open(err).read()
+    assert "dropped" not in said
+
+
+def _millis(ts: str) -> int:
+    from cgstat.timestamps import ts_millis
+
+    return ts_millis(ts)
