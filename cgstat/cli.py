@@ -34,6 +34,8 @@ from cgstat.pipeline.warner import say
 # The run modes are imported by the command that runs them, so that --help, --version,
 # report and a usage error don't load the sampler (cron start-up).
 if TYPE_CHECKING:
+    from typing import Pattern
+
     from cgstat.outputs.otlp import OtlpOptions
     from cgstat.pipeline.sampler import Sampler
 
@@ -404,6 +406,94 @@ def _events_window(value: float) -> float:
     return _seconds(value, 1.0, MAX_INTERVAL_S)
 
 
+# -- the flight recorder: record, replay, dump, events -----------------------------------------
+
+def _store_option() -> str:
+    from cgstat.store.folder import default_store
+
+    return typer.Option(default_store(), "--store", envvar="CGSTAT_STORE", metavar="DIR", callback=_not_empty,
+                        help="The store's folder (as root /var/lib/cgstat/store, else the user's state folder).")
+
+
+def _span(value: Optional[str]) -> Optional[float]:
+    from cgstat.store.times import parse_span
+
+    if value is None or value in ("0", "none"):
+        return None
+    try:
+        return parse_span(value)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc)) from None
+
+
+def _size(value: Optional[str]) -> Optional[int]:
+    from cgstat.store.times import parse_size
+
+    if value is None or value in ("0", "none"):
+        return None
+    try:
+        size = parse_size(value)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc)) from None
+    if size < 1 << 20:
+        raise typer.BadParameter(f"{value!r} is less than 1M: a store needs room for a few shards")
+    return size
+
+
+def _retain_option() -> Optional[float]:
+    return typer.Option("7d", "--retain", metavar="SPAN", parser=_span,
+                        help="Remove shards older than SPAN (N s, min, h or d; none: keep them).")
+
+
+def _max_size_option() -> Optional[int]:
+    return typer.Option("2G", "--max-size", metavar="SIZE", parser=_size,
+                        help="Keep the store within SIZE (K, M, G: powers of 1024; none: no bound), "
+                             "removing the oldest shards first.")
+
+
+def _time(value: Optional[str]) -> Optional[str]:
+    from cgstat.store.times import parse_time
+
+    if value is not None:
+        try:
+            parse_time(value, 0.0)
+        except ValueError as exc:
+            raise typer.BadParameter(str(exc)) from None
+    return value
+
+
+def _dump_format(value: str) -> str:
+    if value not in ("jsonl", "csv", "table", "openmetrics"):
+        raise typer.BadParameter(f"{value!r} is not one of jsonl, csv, table, openmetrics")
+    return value
+
+
+_TIME_HELP = ("ISO 8601 (2026-12-02T03:12, local time without an offset), a time of day (03:12), Unix seconds, "
+              "or N s/min/h/d ago")
+
+
+def _history(job: Callable[[Callable[[str, str], None]], int]) -> None:
+    """Run a reader of the store: its notices (damage skipped) on stderr, one line each."""
+    from cgstat.pipeline.warner import Warner
+
+    try:
+        code = job(Warner().warn)
+    except CgstatError as exc:
+        say(str(exc))
+        raise typer.Exit(1) from None
+    raise typer.Exit(code)
+
+
+def _pattern(match: Optional[str], ctx: typer.Context) -> Optional["Pattern[str]"]:
+    from cgstat.pipeline.select import compile_match
+
+    regex = match if match is not None else (ctx.obj[2] if ctx.obj else None)
+    try:
+        return compile_match(regex)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc), param_hint="'--match'") from None
+
+
 @app.command(cls=_Command, short_help="Print a batch of records every interval, until stopped.")
 def stream(
     ctx: typer.Context,
@@ -428,6 +518,10 @@ def stream(
     otlp_compression: str = _Otlp.compression(),
     otlp_ca_file: Optional[str] = _Otlp.ca_file(),
     oom_kills: str = _oom_kills_option(),
+    store: Optional[str] = typer.Option(None, "--store", envvar="CGSTAT_STORE", metavar="DIR", callback=_not_empty,
+                                        help="Also keep every tick in the store DIR (see cgstat record)."),
+    retain: Optional[float] = _retain_option(),
+    max_size: Optional[int] = _max_size_option(),
     host_root: Optional[str] = _host_root_option(),
     all_: bool = _all_option(),
     match: Optional[str] = _match_option(),
@@ -439,11 +533,13 @@ def stream(
                          otlp_ca_file)
 
     def job(sampler: Sampler) -> int:
+        from cgstat.app.record import StoreOptions
         from cgstat.app.stream import stream
 
         sampler.kills_outside_shown = oom_kills == "all"
         return stream(sampler, interval, count, fmt, output, int(output_mode, 8),
-                      None if no_events else events_window, listen, otlp)
+                      None if no_events else events_window, listen, otlp,
+                      StoreOptions(store, retain, max_size) if store else None)
 
     _run(lambda: _sampler(ctx, host_root, all_, match, max_user), job)
 
@@ -535,6 +631,10 @@ def top(
     no_events: bool = typer.Option(False, "--no-events", help="Don't mark workloads with open events."),
     events_window: float = typer.Option(60.0, "--events-window", metavar="S", callback=_events_window,
                                         help="Seconds over which sustained conditions must hold to raise an event."),
+    at: Optional[str] = typer.Option(None, "--at", metavar="TIME", callback=_time, show_default=False,
+                                     help="The past, from the store: the tick at TIME; left and right arrows "
+                                          "step a tick, [ and ] a minute."),
+    store: str = _store_option(),
     host_root: Optional[str] = _host_root_option(),
     all_: bool = _all_option(),
     match: Optional[str] = _match_option(),
@@ -542,7 +642,17 @@ def top(
 ) -> None:
     """A live table of the workloads, like docker stats, with GPU and events; q quits.
 
-    Not on a terminal, it prints a plain table every interval."""
+    Not on a terminal, it prints a plain table every interval (with --at: once)."""
+    if at is not None:
+        pattern = _pattern(match, ctx)
+
+        def replay_job(warn: Callable[[str, str], None]) -> int:
+            from cgstat.app.history import top_at
+
+            return top_at(store, at, sort, warn, pattern)
+
+        _history(replay_job)
+
     def job(sampler: Sampler) -> int:
         from cgstat.app.top import top
 
@@ -553,19 +663,38 @@ def top(
 
 @app.command(cls=_Command, short_help="Write an HTML report of a recorded stream.")
 def report(
-    stream_file: str = typer.Argument(..., metavar="STREAM", show_default=False,
-                                      help="A file written by cgstat stream (.gz accepted)."),
+    stream_file: Optional[str] = typer.Argument(None, metavar="[STREAM]", show_default=False,
+                                                help="A file written by cgstat stream (.gz accepted); "
+                                                     "or --since and --until, from the store."),
     out: str = typer.Option(..., "-o", "--output", metavar="FILE", callback=_not_empty, show_default=False,
                             help="Where to write the self-contained HTML report."),
     title: Optional[str] = typer.Option(None, "--title", metavar="TEXT", show_default=False,
                                         help="The report's title (default: the host)."),
     points: int = typer.Option(500, "--points", metavar="N", parser=_whole_number(50, 5000),
                                help="Points per chart at most, 50 to 5000 (longer streams are downsampled)."),
+    since: Optional[str] = typer.Option(None, "--since", metavar="TIME", callback=_time, show_default=False,
+                                        help=f"Instead of STREAM, the store's ticks from TIME: {_TIME_HELP}."),
+    until: Optional[str] = typer.Option(None, "--until", metavar="TIME", callback=_time, show_default=False,
+                                        help="With --since: to TIME (default: now)."),
+    store: str = _store_option(),
 ) -> None:
-    """Write a self-contained HTML report of a recorded stream: per-workload charts of CPU,
-    memory, IO and GPU against their limits, events marked, and a summary table."""
+    """Write a self-contained HTML report of a recorded stream (or of a span of the store):
+    per-workload charts of CPU, memory, IO and GPU against their limits, events marked, and
+    a summary table."""
     from cgstat.app.report import report as write_report
 
+    if (stream_file is None) == (since is None):
+        raise typer.BadParameter("give a STREAM file or --since (the store), one of them", param_hint="'STREAM'")
+    if since is not None:
+        def job(warn: Callable[[str, str], None]) -> int:
+            from cgstat.app.history import report as store_report
+
+            code = store_report(store, since, until, out, title, points, warn)
+            say(f"wrote the report of {store} from {since} to {until or 'now'} to {out}")
+            return code
+
+        _history(job)
+    assert stream_file is not None
     try:
         write_report(stream_file, out, title=title, points=points)
     except CgstatError as exc:
@@ -591,6 +720,107 @@ def pid(
         return run_pid(sampler, pids)
 
     _run(lambda: _sampler(ctx, host_root, False, None, follow=False), job)
+
+
+@app.command(cls=_Command, short_help="Keep every tick in a local store, until stopped.")
+def record(
+    ctx: typer.Context,
+    store: str = _store_option(),
+    retain: Optional[float] = _retain_option(),
+    max_size: Optional[int] = _max_size_option(),
+    interval: float = typer.Option(1.0, "--interval", envvar="CGSTAT_INTERVAL", metavar="S", callback=_interval,
+                                   help=f"Seconds between ticks ({MIN_INTERVAL_S:g} to {MAX_INTERVAL_S:g})."),
+    count: Optional[int] = _count_option("ticks", "run until stopped"),
+    no_events: bool = typer.Option(False, "--no-events", help="No diagnostics events in the store."),
+    events_window: float = typer.Option(60.0, "--events-window", metavar="S", callback=_events_window,
+                                        help="Seconds over which sustained conditions must hold to raise an event."),
+    oom_kills: str = _oom_kills_option(),
+    host_root: Optional[str] = _host_root_option(),
+    all_: bool = _all_option(),
+    match: Optional[str] = _match_option(),
+    max_user: Optional[int] = _max_user_option(),
+) -> None:
+    """Keep every tick's records (what stream writes, events included) in a compressed,
+    time-indexed store of hourly shards, read back by replay, dump, events, top --at and
+    report --since. SIGTERM/SIGINT finish the tick being written and exit 0."""
+    def job(sampler: Sampler) -> int:
+        from cgstat.app.record import StoreOptions, record as run_record
+
+        sampler.kills_outside_shown = oom_kills == "all"
+        return run_record(sampler, StoreOptions(store, retain, max_size), interval, count,
+                          None if no_events else events_window)
+
+    _run(lambda: _sampler(ctx, host_root, all_, match, max_user), job)
+
+
+@app.command(cls=_Command, short_help="Print the records of a past tick, from the store.")
+def replay(
+    ctx: typer.Context,
+    at: str = typer.Option(..., "--at", metavar="TIME", callback=_time, show_default=False,
+                           help=f"The tick at or just before TIME: {_TIME_HELP}."),
+    store: str = _store_option(),
+    output: Optional[str] = _output_option("Append to FILE instead of stdout."),
+    match: Optional[str] = _match_option(),
+) -> None:
+    """Print the records of the tick at TIME exactly as stream wrote them (the last tick at
+    or before it); a time the store has no tick for says what the store holds (exit 1)."""
+    pattern = _pattern(match, ctx)
+
+    def job(warn: Callable[[str, str], None]) -> int:
+        from cgstat.app.history import replay as run_replay
+
+        return run_replay(store, at, pattern, warn, output)
+
+    _history(job)
+
+
+@app.command(cls=_Command, short_help="Print the records of a span of time, from the store.")
+def dump(
+    ctx: typer.Context,
+    since: str = typer.Option(..., "--since", metavar="TIME", callback=_time, show_default=False,
+                              help=f"The first tick: {_TIME_HELP}."),
+    until: Optional[str] = typer.Option(None, "--until", metavar="TIME", callback=_time, show_default=False,
+                                        help="The last tick (default: now)."),
+    fmt: str = typer.Option("jsonl", "--format", metavar="FMT", callback=_dump_format,
+                            help="jsonl (as stream wrote it), csv, table, or openmetrics (one exposition, "
+                                 "every sample stamped, for promtool tsdb create-blocks-from openmetrics)."),
+    store: str = _store_option(),
+    output: Optional[str] = _output_option("Append to FILE instead of stdout."),
+    output_mode: str = _output_mode_option(),
+    match: Optional[str] = _match_option(),
+) -> None:
+    """Print every tick from --since to --until, in the order recorded."""
+    pattern = _pattern(match, ctx)
+
+    def job(warn: Callable[[str, str], None]) -> int:
+        from cgstat.app.history import dump as run_dump
+
+        return run_dump(store, since, until, fmt, pattern, warn, output, int(output_mode, 8))
+
+    _history(job)
+
+
+@app.command(cls=_Command, short_help="List the events of a span of time, from the store.")
+def events(
+    ctx: typer.Context,
+    since: str = typer.Option("1h ago", "--since", metavar="TIME", callback=_time,
+                              help=f"From: {_TIME_HELP}."),
+    until: Optional[str] = typer.Option(None, "--until", metavar="TIME", callback=_time, show_default=False,
+                                        help="To (default: now)."),
+    fmt: str = typer.Option("jsonl", "--format", metavar="FMT", callback=_format,
+                            help="jsonl, table (one line each) or csv."),
+    store: str = _store_option(),
+    match: Optional[str] = _match_option(),
+) -> None:
+    """Print the events of a span in the order they were raised."""
+    pattern = _pattern(match, ctx)
+
+    def job(warn: Callable[[str, str], None]) -> int:
+        from cgstat.app.history import events as run_events
+
+        return run_events(store, since, until, pattern, warn, fmt)
+
+    _history(job)
 
 
 def _blame(exc: click_errors.UsageError) -> None:

@@ -12,6 +12,7 @@ from cgstat.outputs.sink import NO_INFO, ReaderGone, Sink, SinkError, TickInfo
 from cgstat.pipeline.schedule import Schedule, watchdog_heartbeat_s
 
 if TYPE_CHECKING:  # the exporter and events are imported by the runs that use them
+    from cgstat.app.record import StoreOptions
     from cgstat.records import JsonObject
     from cgstat.outputs.otlp import OtlpOptions
     from cgstat.pipeline.events import EventDetector
@@ -20,10 +21,11 @@ if TYPE_CHECKING:  # the exporter and events are imported by the runs that use t
 
 def stream(sampler: Sampler, interval_s: float, count: Optional[int], fmt: str, output: Optional[str],
            output_mode: int, events_window_s: Optional[float], listen: Optional[str],
-           otlp: Optional[OtlpOptions] = None) -> int:
+           otlp: Optional[OtlpOptions] = None, store: Optional[StoreOptions] = None) -> int:
     """`cgstat stream`: the sink for `fmt` on `output` (stdout when None; one that can block
     on its own thread), events judged over `events_window_s` (None: no events), /metrics
-    beside it when `listen`, an OTLP push beside it when `otlp`."""
+    beside it when `listen`, an OTLP push beside it when `otlp`, every tick kept in `store`
+    too when given."""
     from cgstat.outputs.formats import make_sink
 
     events = None
@@ -31,8 +33,10 @@ def stream(sampler: Sampler, interval_s: float, count: Optional[int], fmt: str, 
         from cgstat.pipeline.events import EventDetector
 
         events = EventDetector(window_s=events_window_s)
-    sink = make_sink(fmt, output, output_mode, sampler.warner.warn, queue=True)
-    return run_stream(sampler, [sink, *_otlp_sinks(sampler, otlp)], interval_s, count, events, listen)
+    sinks = [make_sink(fmt, output, output_mode, sampler.warner.warn, queue=True), *_otlp_sinks(sampler, otlp)]
+    if store is not None:
+        sinks.append(store.sink(sampler.warner.warn))
+    return run_stream(sampler, sinks, interval_s, count, events, listen)
 
 
 def serve(sampler: Sampler, listen: str, interval_s: float, count: Optional[int],

@@ -138,6 +138,7 @@ class Model:
         self.log: Deque[str] = collections.deque(maxlen=_EVENT_LINES)  # latest events, newest last
         self.tick_events: List[str] = []  # this tick's event lines
         self.status = ""  # the latest warning
+        self.when: Optional[str] = None  # the tick's date and time, said instead of the clock (a replay)
 
     def update(self, records: Sequence[Sampled], events: Sequence[EventRecord] = (),
                now: Optional[float] = None) -> None:
@@ -166,7 +167,7 @@ class Model:
         return sort_rows(self.rows, self.sort)
 
     def title(self, interval_s: float) -> str:
-        when = time.strftime("%H:%M:%S", time.localtime(self.ts)) if self.ts is not None else "--:--:--"
+        when = self.when or (time.strftime("%H:%M:%S", time.localtime(self.ts)) if self.ts is not None else "--:--:--")
         return "cgstat top - %s - %s - every %gs - %d workloads - sort: %s" % (
             self.host or "--", when, interval_s, len(self.rows), self.sort)
 
@@ -358,6 +359,7 @@ class Screen:
         self.keys = os.isatty(0)
         self.scroll = _scroll_keys()
         self.saved_env: Dict[str, str] = {}
+        self.extra_keys: Dict[int, Callable[[], None]] = {}  # keys of a run mode's own, before the others
 
     def start(self) -> None:
         curses = self.curses
@@ -461,7 +463,9 @@ class Screen:
         if key in (ord("q"), ord("Q"), 3):  # 3: Ctrl-C as a character (raw terminals)
             self.quit = True
             return
-        if key == curses.KEY_RESIZE:
+        if key in self.extra_keys:
+            self.extra_keys[key]()
+        elif key == curses.KEY_RESIZE:
             try:
                 curses.update_lines_cols()
             except (AttributeError, curses.error):
