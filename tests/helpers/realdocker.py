@@ -114,8 +114,9 @@ def skip_reason() -> Optional[str]:
 class Daemon:
     """One private dockerd; `docker()` and `ctr()` talk to it."""
 
-    def __init__(self) -> None:
+    def __init__(self, storage_driver: str = "vfs") -> None:
         tag = secrets.token_hex(4)
+        self.storage_driver = storage_driver
         self.tag = tag
         self.dir = tempfile.mkdtemp(prefix=PREFIX)
         self.data_root = os.path.join(self.dir, "data")
@@ -156,7 +157,7 @@ class Daemon:
         log = open(os.path.join(self.dir, "dockerd.log"), "wb")
         argv = ["dockerd", "--data-root", self.data_root, "--exec-root", self.exec_root,
                 "-H", self.host, "--pidfile", self.pidfile, "--iptables=false", "--ip-masq=false",
-                "--ip-forward=false", "--storage-driver=vfs", "--bridge", self.bridge,
+                "--ip-forward=false", "--storage-driver=" + self.storage_driver, "--bridge", self.bridge,
                 "--cgroup-parent", self.parent, "--exec-opt", "native.cgroupdriver=cgroupfs"]
         self.proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                      start_new_session=True)
@@ -349,11 +350,14 @@ def _pids_named(comm: str) -> List[int]:
 _started: List[Daemon] = []
 
 
-def start() -> Daemon:
+def start(storage_driver: str = "vfs") -> Daemon:
+    """A started daemon. `storage_driver`: vfs (works everywhere, copies every layer
+    whole) or overlay2 (where the kernel mounts overlayfs on the data root's file system:
+    an image build's steps cost a layer each, not a copy of the whole image each)."""
     reason = skip_reason()
     if reason:
         raise Unavailable(reason)
-    d = Daemon()
+    d = Daemon(storage_driver)
     _started.append(d)
     try:
         d.start()
