@@ -32,6 +32,8 @@ class Metric(NamedTuple):
     scale: float = 1.0  # the field's value times this (percent -> fraction)
     attributes: Tuple[Tuple[str, str], ...] = ()  # fixed data point attributes (cpu.mode, direction)
     status: str = ""  # the semantic conventions' stability ("" for cgstat's own names)
+    keys: Tuple[str, ...] = ()  # the keys to the value in the record (to the array, for an item's field)
+    leaf: str = ""  # an item's field: its key in the item ("" for a plain field)
 
 
 class Semconv(NamedTuple):
@@ -90,6 +92,11 @@ _GPU_EXTRA = ("gpu.energy_joules_total",)
 _CGROUP_EXTRA = ("gpu.memory_bytes", "gpu.sm_percent", "gpu.power_watts")
 
 
+def item_of(path: str) -> Optional[str]:
+    """The array a field's items are in (`io.devices[]`), or None for a plain field."""
+    return path.rsplit(".", 1)[0] if "[]." in path else None
+
+
 def own_name(path: str) -> Tuple[str, str]:
     """cgstat's name of a field without a conventional one, and its unit:
     `memory.pgscan_total` is ("cgstat.memory.pgscan", "1")."""
@@ -113,10 +120,13 @@ def _metric(f: fields.Field, scope: str) -> Metric:
     conv = (GPU_SEMCONV if scope == "gpu" else SEMCONV).get(f.path)
     name = (conv.pod if scope == "pod" else conv.cgroup) if conv else ""
     own, unit = own_name(f.path)
+    item = item_of(f.path)
+    keys = tuple((item[:-2] if item else f.path).split("."))
+    leaf = f.path.rsplit(".", 1)[1] if item else ""
     if conv is None or not name:
-        return Metric(own, f.path, unit, monotonic)
+        return Metric(own, f.path, unit, monotonic, keys=keys, leaf=leaf)
     status = conv.pod_status if scope == "pod" and conv.pod_status else conv.status
-    return Metric(name, f.path, conv.unit or unit, monotonic, conv.scale, conv.attributes, status)
+    return Metric(name, f.path, conv.unit or unit, monotonic, conv.scale, conv.attributes, status, keys, leaf)
 
 
 def _numbers(table: Tuple[fields.Field, ...], extra: Tuple[str, ...]) -> List[fields.Field]:
@@ -131,8 +141,3 @@ def _table(table: Tuple[fields.Field, ...], scope: str, extra: Tuple[str, ...]) 
 CGROUP_METRICS = _table(fields.RECORD, "cgroup", _CGROUP_EXTRA)
 POD_METRICS = _table(fields.RECORD, "pod", _CGROUP_EXTRA)
 GPU_METRICS = _table(fields.GPU_RECORD, "gpu", _GPU_EXTRA)
-
-
-def item_of(path: str) -> Optional[str]:
-    """The array a field's items are in (`io.devices[]`), or None for a plain field."""
-    return path.rsplit(".", 1)[0] if "[]." in path else None

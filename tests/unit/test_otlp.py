@@ -180,6 +180,27 @@ def test_json_is_otlp_json_and_says_what_protobuf_says():
                         if kv.key.startswith("k8s."))
 
 
+@needs_proto
+def test_protobuf_kept_from_tick_to_tick_is_what_json_says():
+    """The protobuf writer keeps a resource's messages between ticks and sets their numbers
+    again: a later tick whose values, points and resources changed says what JSON says."""
+    first = [record(), record(cgroup="/gone")]
+    net = {"interfaces": [{"name": "eth0", "rx_bytes_total": 11, "tx_bytes_total": 25},
+                          {"name": "eth1", "rx_bytes_total": 1, "tx_bytes_total": None}]}
+    second = [record(ts="2026-12-01T10:00:01.250Z", network=net,
+                     cpu={"usage_seconds_total": 13, "user_seconds_total": 1.5, "periods_total": 9}),
+              record(ts="2026-12-01T10:00:01.250Z", cgroup="/new")]
+    as_json, as_pb = otlp_encode.Encoder("json"), otlp_encode.Encoder("protobuf")
+    for tick in (first, second, second):
+        from_json = json_format.Parse(as_json.encode(tick), metrics_service_pb2.ExportMetricsServiceRequest())
+        from_pb = metrics_service_pb2.ExportMetricsServiceRequest.FromString(as_pb.encode(tick))
+        assert from_json == from_pb
+    cpu = [p for rm in from_pb.resource_metrics for m in rm.scope_metrics[0].metrics if m.name == "container.cpu.time"
+           for p in m.sum.data_points]
+    assert [p.as_int or p.as_double for p in cpu] == [13, 12.5]
+    assert [p.start_time_unix_nano for p in cpu] == [1796119200250000000, 1796119201250000000]
+
+
 def test_protobuf_without_the_package_says_what_to_install(monkeypatch):
     monkeypatch.setitem(sys.modules, "opentelemetry.proto.collector.metrics.v1", None)
     with pytest.raises(CgstatError) as err:
