@@ -1,5 +1,6 @@
 """`cgstat stream` (a batch every interval, into a sink, with events) and `cgstat serve`
-(the same ticks into the Prometheus endpoint only)."""
+(the same ticks into the Prometheus endpoint only); either also pushes them over OTLP
+(outputs/otlp.py) when given an endpoint."""
 
 from __future__ import annotations
 

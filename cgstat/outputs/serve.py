@@ -9,7 +9,7 @@ never waits for a scraper.
   serves the exporter's own metrics before the first tick, `write(records, tick)` (or
   `publish(records, tick_seconds)`) once per tick, `close()` at the end. `stream --listen`
   has it beside its other sink.
-`cgstat serve` is app/stream.run_stream with no sink: bind (a bad address fails now,
+`cgstat serve` is app/stream.run_stream with no other sink (but an OTLP push): bind (a bad address fails now,
 exit 1), warm up, READY=1, then a tick per interval with WATCHDOG=1 after each;
 SIGTERM/SIGINT end it with exit 0.
 """

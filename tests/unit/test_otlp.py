@@ -11,6 +11,8 @@ import gzip
 import http.server
 import json
 import os
+import shutil
+import ssl
 import subprocess
 import sys
 import threading
@@ -161,6 +163,23 @@ def test_a_counter_keeps_its_start_time_while_its_cgroup_is_seen():
     assert again["/system.slice/docker-abc.scope"] == "1796119207000000000"
 
 
+def test_a_gpu_record_gives_hw_gpu_metrics_with_its_identity():
+    gpu = {"schema": 1, "type": "gpu", "ts": "2026-12-01T10:00:00.000Z", "host": "node1", "interval_s": 1.0,
+           "gpu": {"index": 0, "uuid": "GPU-1234", "name": "NVIDIA H100", "utilization_percent": 42.0,
+                   "memory_used_bytes": 2 ** 30, "memory_total_bytes": 80 * 2 ** 30, "power_watts": None,
+                   "energy_joules_total": 1500.5, "xid_errors_total": 0}, "processes": [], "errors": []}
+    body = json.loads(otlp_encode.Encoder("json").encode([gpu]))
+    ident = (("hw.id", "GPU-1234"), ("hw.type", "gpu"), ("hw.vendor", "NVIDIA"), ("hw.model", "NVIDIA H100"),
+             ("hw.name", "gpu0"))
+    host = (("host.name", "node1"),)
+    assert points(body, "hw.gpu.utilization") == {(host, ident): 0.42}
+    assert points(body, "hw.gpu.memory.usage") == {(host, ident): 2 ** 30}
+    assert points(body, "hw.gpu.memory.limit") == {(host, ident): 80 * 2 ** 30}
+    assert points(body, "hw.energy") == {(host, ident): 1500.5}
+    assert points(body, "hw.power") == {}  # null
+    assert points(body, "cgstat.gpu.xid_errors") == {(host, ident): 0}
+
+
 @needs_proto
 def test_json_is_otlp_json_and_says_what_protobuf_says():
     """The JSON body parsed by protobuf's JSON parser (OTLP's JSON mapping: camelCase, int64
@@ -217,16 +236,22 @@ class Receiver(http.server.ThreadingHTTPServer):
 
     daemon_threads = True
 
-    def __init__(self, status=200):
+    def __init__(self, status=200, tls=None):
         self.status = status  # what it answers
         self.bodies = []
         self.refused = 0
         self.headers_seen = []
         self.got = threading.Condition()
         super().__init__(("127.0.0.1", 0), _Handler)
+        scheme = "http"
+        if tls is not None:  # (certificate, key)
+            context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+            context.load_cert_chain(*tls)
+            self.socket = context.wrap_socket(self.socket, server_side=True)
+            scheme = "https"
         self.thread = threading.Thread(target=self.serve_forever, daemon=True)
         self.thread.start()
-        self.url = "http://127.0.0.1:%d/v1/metrics" % self.server_address[1]
+        self.url = "%s://127.0.0.1:%d/v1/metrics" % (scheme, self.server_address[1])
 
     def stamps(self):
         return [p["timeUnixNano"] for body in self.bodies for rm in body["resourceMetrics"]
@@ -306,6 +331,29 @@ def test_a_receiver_down_then_up_gets_every_tick_in_order_batched():
         assert sink.requests_sent < 6  # the backlog went in fewer requests than ticks
         assert any("HTTP 503" in m and "retrying" in m for m in said), said
         assert not any("dropped" in m or "not sent" in m for m in said), said
+    finally:
+        receiver.close()
+
+
+@pytest.mark.skipif(shutil.which("openssl") is None, reason="no openssl to make a certificate")
+def test_tls_is_verified_against_the_ca_file(tmp_path):
+    cert, key = str(tmp_path / "cert.pem"), str(tmp_path / "key.pem")
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", key, "-out", cert,
+                    "-days", "1", "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1"],
+                   check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=60)
+    receiver = Receiver(tls=(cert, key))
+    try:
+        said = []
+        trusted = OtlpSink(OtlpOptions(receiver.url, "json", ca_file=cert), lambda k, m: said.append(m))
+        trusted.write(_tick(0))
+        receiver.wait(1)
+        trusted.close()
+        assert trusted.ticks_sent == 1 and said == []
+        stranger = OtlpSink(OtlpOptions(receiver.url, "json"), lambda k, m: said.append(m), close_timeout_s=0.5)
+        stranger.write(_tick(1))  # the system's CAs don't know this certificate: kept, retried, never sent
+        stranger.close()
+        assert stranger.ticks_sent == 0 and receiver.stamps() == ["1796119200000000000"]
+        assert any("CERTIFICATE_VERIFY_FAILED" in m and "retrying" in m for m in said), said
     finally:
         receiver.close()
 
