@@ -102,6 +102,7 @@ class Hierarchies:
                     self.mounts.setdefault(key, mnt)
                     self.mount_root.setdefault(key, fields[3])
         self.own: Dict[str, str] = {}  # key -> our path inside the hierarchy
+        self.names: Dict[str, str] = {}  # key -> its hierarchy's name in /proc/PID/cgroup
         with open(cgroup) as f:
             for line in f:
                 line = line.rstrip("\n")
@@ -112,9 +113,11 @@ class Hierarchies:
                     if os.path.basename(path) == RUNNER:  # our own leaf (see the docstring)
                         path = os.path.dirname(path)
                     self.own["unified"] = path
+                    self.names["unified"] = "unified"
                     continue
                 for c in ctrls.split(","):
                     self.own[c[5:] if c.startswith("name=") else c] = path
+                    self.names[c[5:] if c.startswith("name=") else c] = ctrls
 
     @property
     def v1(self) -> bool:
@@ -131,6 +134,14 @@ class Hierarchies:
 
     def has(self, key: str) -> bool:
         return key in self.mounts and key in self.own
+
+    def name(self, key: str) -> str:
+        """The name of the hierarchy holding ``key`` as cgstat's ``paths`` says it (the
+        controllers of /proc/PID/cgroup: "cpu,cpuacct" where systemd co-mounts the two,
+        "cpu" where they are apart, "unified" on pure v2)."""
+        if self.v2:
+            return "unified"
+        return self.names.get(key, key)
 
     def own_dir(self, key: str) -> str:
         """Filesystem directory of our own cgroup in hierarchy ``key``."""
@@ -340,7 +351,11 @@ class TestGroup:
         return self.rel("cpu" if "cpu" in self.dirs else self.keys[0])
 
     def path(self, key: str, fname: str = "") -> str:
-        d = self.dirs[self.hier.key(key)]
+        k = self.hier.key(key)
+        if k not in self.dirs:  # co-mounted with another key (cpuacct with cpu): its folder
+            own = self.hier.own_dir(k)
+            k = next(x for x in self.dirs if self.hier.own_dir(x) == own)
+        d = self.dirs[k]
         return os.path.join(d, fname) if fname else d
 
     def read(self, key: str, fname: str) -> str:
