@@ -5,7 +5,7 @@ guest's /opt/cgstat virtualenv (cgstat's dependencies and the test runner, made 
 for the guest's Python: the guest has no network) and the text of this file and agent.py.
 Their hash names the cache folder (default /var/cache/cgstat-guest/<suite>-<hash>/), so a
 changed package list builds a new image and an unchanged one is reused; older images of the
-same suite are removed once a new one is complete. Builds hold a lock (another session may be
+same suite are removed once unused for a day. Builds hold a lock per suite (another session may be
 building the same image) and appear under their final name only when complete.
 
 What the image holds besides the packages:
@@ -35,6 +35,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
 CACHE = os.environ.get("CGSTAT_GUEST_CACHE", "/var/cache/cgstat-guest")
 MIRROR = os.environ.get("CGSTAT_GUEST_MIRROR", "http://deb.debian.org/debian")
+KEEP_UNUSED_S = 86400
 RECIPE_VERSION = "1"  # bump to rebuild every image after a change outside this file
 
 # What every guest gets. The kernel: Debian's cloud flavour (virtio built for VMs, boots
@@ -44,8 +45,10 @@ PACKAGES = [
     "python3", "python3-venv", "procps", "iproute2", "kmod", "util-linux", "logrotate",
     "busybox-static", "runc", "containerd", "docker.io", "podman", "uidmap", "curl",
 ]
-# Debian 13 splits Docker's CLI out of docker.io.
-SUITE_PACKAGES = {"trixie": ["docker-cli"], "bookworm": []}
+# Debian 13 splits Docker's CLI out of docker.io. Debian 12's Docker 20.10 refuses to run a
+# container where the kernel has AppArmor on (Debian's does) and apparmor_parser is missing
+# (docker.io only recommends apparmor): a Debian 12 Docker host has it.
+SUITE_PACKAGES = {"trixie": ["docker-cli"], "bookworm": ["apparmor"]}
 PYTHON = {"trixie": "3.13", "bookworm": "3.11"}
 
 # cgstat's runtime dependencies (pyproject.toml) and what the guest's tests import.
@@ -97,15 +100,16 @@ def packages(suite: str) -> List[str]:
 
 
 def recipe_key(suite: str) -> str:
+    """What the image is made of: the packages, the wheels, the build steps and the agent
+    (not this file's prose: a changed comment rebuilds nothing)."""
+    import inspect
+
     h = hashlib.sha256()
-    h.update(RECIPE_VERSION.encode())
-    h.update(suite.encode())
-    h.update(MIRROR.encode())
-    h.update(",".join(packages(suite)).encode())
-    h.update(",".join(WHEELS).encode())
-    for f in ("image.py", "agent.py"):
-        with open(os.path.join(HERE, f), "rb") as fh:
-            h.update(fh.read())
+    for part in (RECIPE_VERSION, suite, MIRROR, ",".join(packages(suite)), ",".join(WHEELS),
+                 ",".join(MASKED), AGENT_UNIT, inspect.getsource(_build_into)):
+        h.update(part.encode() + b"\0")
+    with open(os.path.join(HERE, "agent.py"), "rb") as fh:
+        h.update(fh.read())
     return h.hexdigest()[:16]
 
 
@@ -115,7 +119,13 @@ def image_dir(suite: str) -> str:
 
 def cached(suite: str) -> Optional[Image]:
     d = image_dir(suite)
-    return Image(suite, d) if os.path.exists(os.path.join(d, "info.json")) else None
+    if not os.path.exists(os.path.join(d, "info.json")):
+        return None
+    try:  # when it was last used: images of other recipes unused for long are removed
+        os.utime(d)
+    except OSError:
+        pass
+    return Image(suite, d)
 
 
 def why_not() -> Optional[str]:
@@ -154,10 +164,13 @@ def build(suite: str, log_path: str) -> Image:
 
     os.makedirs(CACHE, exist_ok=True)
     final = image_dir(suite)
-    with open(os.path.join(CACHE, ".lock"), "w") as lock:
+    # One build per suite at a time, across processes (xdist workers, two sessions, two
+    # checkouts): the second waits here, then finds the first one's image complete.
+    with open(os.path.join(CACHE, ".lock-" + suite), "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if cached(suite):
             return Image(suite, final)
+        os.makedirs(os.path.dirname(log_path) or ".", exist_ok=True)
         work = tempfile.mkdtemp(prefix=".build-%s-" % suite, dir=CACHE)
         try:
             with open(log_path, "wb") as log:
@@ -166,8 +179,14 @@ def build(suite: str, log_path: str) -> Image:
         except BaseException:
             shutil.rmtree(work, ignore_errors=True)
             raise
+        # other recipes' images of this suite go once unused for a day (another checkout,
+        # on another branch, may still boot its own: removing it at once would rebuild it)
         for old in glob.glob(os.path.join(CACHE, suite + "-*")):
-            if old != final:
+            try:
+                stale = time.time() - os.stat(old).st_mtime > KEEP_UNUSED_S
+            except OSError:
+                continue
+            if old != final and stale:
                 shutil.rmtree(old, ignore_errors=True)
     return Image(suite, final)
 

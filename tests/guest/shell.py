@@ -1,6 +1,7 @@
 """Debugging aid: boot a guest and keep it, then run commands in it from another shell.
 
-    python -m tests.guest.shell boot [SUITE]     # prints the agent socket; Ctrl-C ends it
+    python -m tests.guest.shell boot [KIND]      # trixie, bookworm or bookworm-v1 (vm.KINDS);
+                                                  # prints the agent socket; Ctrl-C ends it
     python -m tests.guest.shell run SOCK CMD...   # one command, its output and status
     python -m tests.guest.shell pytest SOCK ARGS...  # a pytest selection in the guest
     python -m tests.guest.shell put SOCK FILE...     # copy checkout files in again
@@ -16,12 +17,12 @@ from tests.guest import vm
 
 def main(argv):
     if argv[0] == "boot":
-        suite = argv[1] if len(argv) > 1 else "trixie"
-        logdir = os.path.join("/tmp/cgstat-guest-logs", "shell-%s-%d" % (suite, os.getpid()))
-        g = vm.Guest(suite, logdir)
+        kind = argv[1] if len(argv) > 1 else "trixie"
+        logdir = os.path.join("/tmp/cgstat-guest-logs", "shell-%s-%d" % (kind, os.getpid()))
+        g = vm.Guest(kind, logdir)
         try:
             g.boot(os.path.join(logdir, "build.log"))
-            print("booted %s in %s: agent socket %s (logs %s)" % (suite, g.times, g.sock_path, logdir),
+            print("booted %s in %s: agent socket %s (logs %s)" % (kind, g.times, g.sock_path, logdir),
                   flush=True)
             g.sock.close()
             g.sock = None

@@ -10,8 +10,9 @@ machines /dev/kvm opens but a guest under it hangs in early boot) with:
   C workload;
 * the agent's virtio-serial port joined to a unix socket here; the console (ttyS0) to a file.
 
-qemu runs under ``timeout`` (``CGSTAT_GUEST_MAX_S``, default 1500 s), so a harness that dies
-cannot leave it running; ``close()`` powers the guest off and kills qemu if it lingers.
+qemu dies with the harness (PR_SET_PDEATHSIG) and is killed after ``CGSTAT_GUEST_MAX_S``
+(default 1500 s) in any case, so no guest outlives its run; ``close()`` powers the guest off
+and kills qemu if it lingers.
 Every command has a timeout of its own, enforced in the guest (the agent kills its process
 group) and here (the socket read). ``keep_logs()`` writes the console, the journal and what
 the harness did into the log folder, for a failure to be read after the fact.
@@ -28,8 +29,9 @@ import subprocess
 import sys
 import tarfile
 import tempfile
+import threading
 import time
-from typing import Dict, List, Optional, Sequence, Union
+from typing import Dict, List, NamedTuple, Optional, Sequence, Union
 
 from . import image as images
 
@@ -59,8 +61,42 @@ class Result:
             self.err[-4000:])
 
 
+class Kind(NamedTuple):
+    """One guest to boot: a Debian suite's image and the kernel command line's extra words."""
+    suite: str
+    cmdline: str
+    layout: str  # what /sys/fs/cgroup must be once booted: "v2" or "hybrid"
+
+
+# The guests: Debian 13 (kernel 6.12, systemd 257) and Debian 12 (kernel 6.1, systemd 252) on
+# pure v2, and Debian 12 booted to systemd's hybrid layout (v1 controllers, cpu and cpuacct
+# co-mounted, cgroup2 at /sys/fs/cgroup/unified): what older hosts still run. systemd 256+
+# refuses v1, so the hybrid guest is Debian 12's.
+KINDS = {
+    "trixie": Kind("trixie", "", "v2"),
+    "bookworm": Kind("bookworm", "", "v2"),
+    "bookworm-v1": Kind("bookworm", "systemd.unified_cgroup_hierarchy=0", "hybrid"),
+}
+
+
+def layout_of(mounts: str) -> str:
+    """The cgroup layout from /proc/mounts' text: "v2", "hybrid" (v1 controllers and cgroup2
+    at unified), "v1" (no cgroup2 at all) or "none"."""
+    v1 = v2 = False
+    for line in mounts.splitlines():
+        parts = line.split()
+        if len(parts) >= 3 and parts[1].startswith("/sys/fs/cgroup"):
+            v1 = v1 or parts[2] == "cgroup"
+            v2 = v2 or parts[2] == "cgroup2"
+    return {(False, True): "v2", (True, True): "hybrid", (True, False): "v1"}.get((v1, v2), "none")
+
+
+PROBE_S = 20  # a kernel under working KVM prints "Run /init" within a few seconds
+
+
 def _kvm_works(img: images.Image, workdir: str) -> bool:
-    """A short probe boot under KVM, once per machine and kernel (the answer is cached)."""
+    """A short probe boot under KVM, once per machine (the answer is cached beside the images,
+    keyed by qemu's version and the host's kernel: what decides whether KVM works here)."""
     want = os.environ.get("CGSTAT_GUEST_KVM", "auto")
     if want in ("0", "no"):
         return False
@@ -71,35 +107,55 @@ def _kvm_works(img: images.Image, workdir: str) -> bool:
         return False
     qemu_v = subprocess.run(["qemu-system-x86_64", "--version"], capture_output=True,
                             check=False).stdout.decode().splitlines()[0]
-    mark = os.path.join(images.CACHE, "kvm-probe-%s" % images.recipe_key(img.suite))
-    if os.path.exists(mark):
+    mark = os.path.join(images.CACHE, "kvm-probe.json")
+    try:
         with open(mark) as f:
             saved = json.load(f)
         if saved.get("qemu") == qemu_v and saved.get("uname") == os.uname().release:
             return bool(saved["works"])
+    except (OSError, ValueError, KeyError):
+        pass
     console = os.path.join(workdir, "kvm-probe-console.log")
-    argv = ["timeout", "-s", "KILL", "40", "qemu-system-x86_64", "-accel", "kvm", "-m", "512",
+    argv = ["qemu-system-x86_64", "-accel", "kvm", "-m", "512",
             "-smp", "1", "-nographic", "-no-reboot", "-kernel", img.kernel, "-initrd", img.initrd,
             "-append", "console=ttyS0 panic=-1", "-serial", "file:" + console,
             "-monitor", "none", "-display", "none"]
-    subprocess.run(argv, capture_output=True, check=False, timeout=60)
-    try:
-        with open(console, errors="replace") as f:
-            text = f.read()
-    except OSError:
-        text = ""
+    works = False
     # the kernel got past early boot: it ran the initramfs, or panicked without a root
-    works = any(m in text for m in ("Run /init", "Freeing unused kernel", "Kernel panic"))
-    with open(mark, "w") as f:
+    marks = ("Run /init", "Freeing unused kernel", "Kernel panic")
+    p = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                         stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        deadline = time.monotonic() + PROBE_S
+        while time.monotonic() < deadline and p.poll() is None and not works:
+            time.sleep(0.5)
+            try:
+                with open(console, errors="replace") as f:
+                    works = any(m in f.read() for m in marks)
+            except OSError:
+                pass
+    finally:
+        try:
+            os.killpg(p.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        p.wait()
+    tmp = mark + ".%d" % os.getpid()
+    with open(tmp, "w") as f:
         json.dump({"qemu": qemu_v, "uname": os.uname().release, "works": works}, f)
+    os.replace(tmp, mark)
     return works
 
 
 class Guest:
-    def __init__(self, suite: str, logdir: str, cmdline_extra: str = ""):
-        self.suite = suite
+    def __init__(self, kind: str, logdir: str):
+        if kind not in KINDS:
+            raise GuestError("unknown guest %r (known: %s)" % (kind, " ".join(KINDS)))
+        self.kind = kind
+        self.suite = KINDS[kind].suite
+        self.layout = KINDS[kind].layout
         self.logdir = logdir
-        self.cmdline_extra = cmdline_extra
+        self.cmdline_extra = KINDS[kind].cmdline
         os.makedirs(logdir, exist_ok=True)
         self.work = tempfile.mkdtemp(prefix="cgstat-guest-")
         self.sock_path = os.path.join(self.work, "agent.sock")
@@ -148,14 +204,16 @@ class Guest:
         if self.image is None:
             self.image = images.build(self.suite, build_log)
             self.times["build_s"] = round(time.monotonic() - t0, 1)
+        t_job = time.monotonic()
         job = self._job_tar()
+        self.times["job_s"] = round(time.monotonic() - t_job, 1)
         if _kvm_works(self.image, self.work):
             self.accel = "kvm"
         accel = ["-accel", "kvm", "-cpu", "host"] if self.accel == "kvm" else \
             ["-accel", "tcg,thread=multi", "-cpu", "max"]
         append = "root=/dev/vda rw console=ttyS0 panic=-1 quiet systemd.show_status=0 " \
                  "loglevel=4 " + self.cmdline_extra
-        argv = ["timeout", "-s", "KILL", str(MAX_S), "qemu-system-x86_64", *accel,
+        argv = ["qemu-system-x86_64", *accel,
                 "-smp", "2", "-m", os.environ.get("CGSTAT_GUEST_MEM", "2560"),
                 "-nographic", "-no-reboot", "-monitor", "none",
                 "-kernel", self.image.kernel, "-initrd", self.image.initrd, "-append", append,
@@ -170,7 +228,12 @@ class Guest:
         t1 = time.monotonic()
         self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL,
                                      stdout=open(os.path.join(self.logdir, "qemu.log"), "wb"),
-                                     stderr=subprocess.STDOUT, env=env, start_new_session=True)
+                                     stderr=subprocess.STDOUT, env=env, start_new_session=True,
+                                     preexec_fn=_die_with_parent)
+        # a harness that hangs: qemu goes after MAX_S all the same
+        self._reaper = threading.Timer(MAX_S, self._kill)
+        self._reaper.daemon = True
+        self._reaper.start()
         deadline = t1 + BOOT_TIMEOUT_S
         while True:
             if self.proc.poll() is not None:
@@ -196,6 +259,10 @@ class Guest:
         if r.out.strip() == "degraded":
             failed = self.run(["systemctl", "--failed", "--no-legend", "--plain"]).out
             self.history.append("degraded at boot: %s" % failed)
+        got = layout_of(self.get("/proc/mounts").decode())
+        if got != self.layout:
+            raise GuestError("the %s guest booted with cgroup layout %s, not %s" % (
+                self.kind, got, self.layout))
         self._install()
 
     def _install(self) -> None:
@@ -210,6 +277,11 @@ class Guest:
                 "install -m 0755 /opt/job/src/bin/cgstat-cron /usr/local/bin/cgstat-cron && "
                 "cgstat --version", timeout_s=300, check=True)
         self.times["install_s"] = round(time.monotonic() - t0, 1)
+        # the checkout's bytecode, written once: the in-guest tests run `python -m cgstat`
+        # from it hundreds of times with PYTHONDONTWRITEBYTECODE (as tests/run does here)
+        t1 = time.monotonic()
+        self.sh("/opt/cgstat/bin/python -m compileall -q /opt/job/src/cgstat", timeout_s=300, check=True)
+        self.times["compile_s"] = round(time.monotonic() - t1, 1)
 
     # -- the channel -----------------------------------------------------------------------
 
@@ -281,7 +353,7 @@ class Guest:
                 "-p", "Delegate=yes", "-p", "RuntimeMaxSec=%d" % int(timeout_s),
                 "--working-directory=/opt/job/src",
                 "-E", "CGSTAT_TEST_WORKLOAD=/opt/job/bin/workload", "-E", "PYTHONDONTWRITEBYTECODE=1",
-                "-E", "CGSTAT_TEST_GUEST=" + self.suite,
+                "-E", "CGSTAT_TEST_GUEST=" + self.kind,
                 "/opt/cgstat/bin/python", "-m", "pytest", "-p", "no:cacheprovider", "-q", "-rs",
                 "--junitxml=" + xml, "-o", "junit_family=xunit2",
                 # tmp_path on the root disk: the guest's /tmp is a tmpfs (no block I/O there)
@@ -312,6 +384,14 @@ class Guest:
                     f.write("journal not read: %r\n" % (exc,))
         return self.logdir
 
+    def _kill(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            try:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            self.proc.wait(timeout=30)
+
     def close(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
             try:
@@ -326,24 +406,30 @@ class Guest:
                 self.proc.wait(timeout=15)
             except subprocess.TimeoutExpired:
                 pass
-        if self.proc is not None and self.proc.poll() is None:
-            try:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            self.proc.wait(timeout=30)
+        self._kill()
+        if getattr(self, "_reaper", None) is not None:
+            self._reaper.cancel()
         if self.sock is not None:
             self.sock.close()
             self.sock = None
         shutil.rmtree(self.work, ignore_errors=True)
 
 
-def attach(sock_path: str, suite: str = "trixie") -> Guest:
+def _die_with_parent() -> None:
+    """In qemu's child before exec: SIGKILL when the harness dies (killed, crashed), so that
+    no guest outlives the run that booted it (prctl PR_SET_PDEATHSIG)."""
+    import ctypes
+
+    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL, 0, 0, 0)
+
+
+def attach(sock_path: str, kind: str = "trixie") -> Guest:
     """A Guest on the agent socket of a qemu started by ``python -m guest.shell`` (debugging:
     one boot, many commands)."""
-    g = Guest(suite, tempfile.mkdtemp(prefix="cgstat-guest-attach-"))
+    g = Guest(kind, tempfile.mkdtemp(prefix="cgstat-guest-attach-"))
     g.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     g.sock.connect(sock_path)
+    g.layout = layout_of(g.get("/proc/mounts").decode())
     return g
 
 
