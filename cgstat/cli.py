@@ -406,6 +406,35 @@ def _events_window(value: float) -> float:
     return _seconds(value, 1.0, MAX_INTERVAL_S)
 
 
+def _gpu_idle_memory(value: str) -> int:
+    from cgstat.units import parse_size
+
+    size = parse_size(value)
+    if size is None or size < 1:
+        raise typer.BadParameter(f"{value!r} is not a size (e.g. 1GiB, 512M, 1073741824)")
+    return size
+
+
+def _gpu_idle_memory_checked(value: str) -> str:
+    _gpu_idle_memory(value)  # a bad size is a usage error before anything starts
+    return value
+
+
+def _gpu_idle_memory_option() -> str:
+    return typer.Option("1GiB", "--gpu-idle-memory", metavar="SIZE", callback=_gpu_idle_memory_checked,
+                        help="GPU memory a container must hold on one GPU at ~0 % SM to hold it idle "
+                             "(gpu_held_idle, cgstat_gpu_held_idle_seconds_total).")
+
+
+def _gpu_idle_window_option() -> float:
+    return typer.Option(900.0, "--gpu-idle-window", metavar="S", callback=_gpu_idle_window,
+                        help="Seconds a container must hold a GPU idle before gpu_held_idle is raised.")
+
+
+def _gpu_idle_window(value: float) -> float:
+    return _seconds(value, 1.0, 7 * 86400.0)
+
+
 # -- the flight recorder: record, replay, dump, events -----------------------------------------
 
 def _store_option() -> str:
@@ -517,6 +546,8 @@ def stream(
     otlp_timeout: float = _Otlp.timeout(),
     otlp_compression: str = _Otlp.compression(),
     otlp_ca_file: Optional[str] = _Otlp.ca_file(),
+    gpu_idle_memory: str = _gpu_idle_memory_option(),
+    gpu_idle_window: float = _gpu_idle_window_option(),
     oom_kills: str = _oom_kills_option(),
     store: Optional[str] = typer.Option(None, "--store", envvar="CGSTAT_STORE", metavar="DIR", callback=_not_empty,
                                         help="Also keep every tick in the store DIR (see cgstat record)."),
@@ -539,7 +570,8 @@ def stream(
         sampler.kills_outside_shown = oom_kills == "all"
         return stream(sampler, interval, count, fmt, output, int(output_mode, 8),
                       None if no_events else events_window, listen, otlp,
-                      StoreOptions(store, retain, max_size) if store else None)
+                      StoreOptions(store, retain, max_size) if store else None,
+                      gpu_idle_memory_bytes=_gpu_idle_memory(gpu_idle_memory), gpu_idle_window_s=gpu_idle_window)
 
     _run(lambda: _sampler(ctx, host_root, all_, match, max_user), job)
 
@@ -560,6 +592,7 @@ def serve(
     otlp_timeout: float = _Otlp.timeout(),
     otlp_compression: str = _Otlp.compression(),
     otlp_ca_file: Optional[str] = _Otlp.ca_file(),
+    gpu_idle_memory: str = _gpu_idle_memory_option(),
     host_root: Optional[str] = _host_root_option(),
     all_: bool = _all_option(),
     match: Optional[str] = _match_option(),
@@ -575,7 +608,7 @@ def serve(
     def job(sampler: Sampler) -> int:
         from cgstat.app.stream import serve
 
-        return serve(sampler, listen, interval, count, otlp)
+        return serve(sampler, listen, interval, count, otlp, gpu_idle_memory_bytes=_gpu_idle_memory(gpu_idle_memory))
 
     _run(lambda: _sampler(ctx, host_root, all_, match, max_user), job)
 

@@ -22,6 +22,7 @@ TABLE: Tuple[EventKind, ...] = (
     EventKind("memory_high_throttled", "memory_high_throttled"),
     EventKind("pids_limit_hit", "pids_limit_hit"),
     EventKind("gpu_process_outside_container", "gpu-outside"),
+    EventKind("gpu_held_idle", "gpu-held-idle"),
     EventKind("gpu_xid", "gpu_xid"),
     EventKind("gpu_throttled", "gpu_throttled"),
     EventKind("gpu_ecc_uncorrected", "gpu_ecc_uncorrected"),

@@ -988,6 +988,10 @@ FAMILIES: Tuple[Family, ...] = (
             "gpu.processes[] power_watts summed per GPU", labels=GPU_LABELS),
     _family("cgstat_container_gpu_process_power_watts", "gauge", "One process's share of its GPU's active power.",
             "gpu.processes[].power_watts", labels=_PROCESS_LABELS),
+    _family("cgstat_gpu_held_idle_seconds_total", "counter",
+            "GPU-seconds the container held at least --gpu-idle-memory of a GPU's memory at no more than 5 % SM.",
+            "GPU records' processes by cgroup, counted tick by tick (docs/events.md gpu_held_idle)",
+            labels=CGROUP_LABELS),
     # GPU devices (type "gpu" records)
     _family("cgstat_gpu_info", "info", "A GPU (or MIG device): model, MIG mode, parent.",
             "gpu.name, mig_mode, parent_uuid", "gpu", ("model", "mig_mode", "parent_uuid")),

@@ -48,3 +48,25 @@ def binary_size(v: Optional[float]) -> str:
 def mib(n: Optional[float]) -> str:
     """In MiB with one decimal ("100.0 MiB"), "unknown" for None."""
     return "unknown" if n is None else "%.1f MiB" % (n / MiB)
+
+
+_SIZE_UNITS = {"": 1, "b": 1, "k": 1024, "kb": 1000, "kib": 1024, "m": 1024 ** 2, "mb": 1000 ** 2,
+               "mib": 1024 ** 2, "g": 1024 ** 3, "gb": 1000 ** 3, "gib": 1024 ** 3, "t": 1024 ** 4,
+               "tb": 1000 ** 4, "tib": 1024 ** 4}
+
+
+def parse_size(text: str) -> Optional[int]:
+    """A size as people write it: "1GiB", "512M" (K/M/G/T alone: binary, as docker's -m),
+    "1.5 GB" (decimal), "1073741824"; None when it is not one."""
+    t = text.strip().lower().replace(" ", "")
+    i = len(t)
+    while i and t[i - 1].isalpha():
+        i -= 1
+    unit = _SIZE_UNITS.get(t[i:])
+    try:
+        number = float(t[:i])
+    except ValueError:
+        return None
+    if unit is None or not math.isfinite(number) or number < 0:
+        return None
+    return int(number * unit)

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Iterable, List, Optional, Sequence
 from cgstat import sdnotify
 from cgstat.kernel.kmsg import started_usec
 from cgstat.outputs.sink import NO_INFO, ReaderGone, Sink, SinkError, TickInfo
+from cgstat.pipeline.gpuheld import DEFAULT_MEMORY_BYTES, DEFAULT_WINDOW_S
 from cgstat.pipeline.schedule import Schedule, watchdog_heartbeat_s
 
 if TYPE_CHECKING:  # the exporter and events are imported by the runs that use them
@@ -22,28 +23,31 @@ if TYPE_CHECKING:  # the exporter and events are imported by the runs that use t
 
 def stream(sampler: Sampler, interval_s: float, count: Optional[int], fmt: str, output: Optional[str],
            output_mode: int, events_window_s: Optional[float], listen: Optional[str],
-           otlp: Optional[OtlpOptions] = None, store: Optional[StoreOptions] = None) -> int:
+           otlp: Optional[OtlpOptions] = None, store: Optional[StoreOptions] = None,
+           gpu_idle_memory_bytes: int = DEFAULT_MEMORY_BYTES, gpu_idle_window_s: float = DEFAULT_WINDOW_S) -> int:
     """`cgstat stream`: the sink for `fmt` on `output` (stdout when None; one that can block
     on its own thread), events judged over `events_window_s` (None: no events), /metrics
     beside it when `listen`, an OTLP push beside it when `otlp`, every tick kept in `store`
-    too when given."""
+    too when given; GPUs held idle: at least `gpu_idle_memory_bytes` for `gpu_idle_window_s`."""
     from cgstat.outputs.formats import make_sink
 
     events = None
     if events_window_s is not None:
         from cgstat.pipeline.events import EventDetector
 
-        events = EventDetector(window_s=events_window_s)
+        events = EventDetector(window_s=events_window_s, gpu_idle_memory_bytes=gpu_idle_memory_bytes,
+                               gpu_idle_window_s=gpu_idle_window_s)
     sinks = [make_sink(fmt, output, output_mode, sampler.warner.warn, queue=True), *_otlp_sinks(sampler, otlp)]
     if store is not None:
         sinks.append(store.sink(sampler.warner.warn))
-    return run_stream(sampler, sinks, interval_s, count, events, listen)
+    return run_stream(sampler, sinks, interval_s, count, events, listen, gpu_idle_memory_bytes=gpu_idle_memory_bytes)
 
 
 def serve(sampler: Sampler, listen: str, interval_s: float, count: Optional[int],
-          otlp: Optional[OtlpOptions] = None) -> int:
+          otlp: Optional[OtlpOptions] = None, gpu_idle_memory_bytes: int = DEFAULT_MEMORY_BYTES) -> int:
     """`cgstat serve`: a stream whose only sinks are the endpoint (and an OTLP push)."""
-    return run_stream(sampler, _otlp_sinks(sampler, otlp), interval_s, count, None, listen)
+    return run_stream(sampler, _otlp_sinks(sampler, otlp), interval_s, count, None, listen,
+                      gpu_idle_memory_bytes=gpu_idle_memory_bytes)
 
 
 def _otlp_sinks(sampler: Sampler, otlp: Optional[OtlpOptions]) -> List[Sink]:
@@ -55,7 +59,8 @@ def _otlp_sinks(sampler: Sampler, otlp: Optional[OtlpOptions]) -> List[Sink]:
 
 
 def run_stream(sampler: Sampler, sinks: Sequence[Sink], interval_s: float, count: Optional[int],
-               events: Optional[EventDetector] = None, listen: Optional[str] = None) -> int:
+               events: Optional[EventDetector] = None, listen: Optional[str] = None,
+               gpu_idle_memory_bytes: int = DEFAULT_MEMORY_BYTES) -> int:
     """Ticks every interval on a drift-free schedule, each into every sink; the first one
     interval after start.
 
@@ -71,7 +76,8 @@ def run_stream(sampler: Sampler, sinks: Sequence[Sink], interval_s: float, count
         if listen:
             from cgstat.outputs.serve import Exporter  # only when asked: HTTP costs a start-up
 
-            exporter = Exporter(listen, sampler.warner, stale_after_s=max(60.0, 5 * interval_s))
+            exporter = Exporter(listen, sampler.warner, stale_after_s=max(60.0, 5 * interval_s),
+                                gpu_idle_memory_bytes=gpu_idle_memory_bytes)
             sampler.warner.once("serving", f"serving /metrics and /healthz on http://{exporter.address}/")
             exporter.open()  # /metrics answers (self-metrics) before the first tick
             opened.append(exporter)

@@ -110,6 +110,9 @@ F_CPUSET = _INDEX["cgstat_cpuset_info"]
 F_IO_LIMIT_BYTES = _INDEX["cgstat_io_limit_bytes_per_second"]
 F_IO_LIMIT_OPS = _INDEX["cgstat_io_limit_ops_per_second"]
 F_OOM = _INDEX["container_oom_events_total"]
+F_HELD_IDLE = _INDEX["cgstat_gpu_held_idle_seconds_total"]
+# families the exporter counts over ticks (render's `held_idle`), not rendered from a record
+COUNTED_OVER_TICKS = frozenset((FAMILIES[F_HELD_IDLE].name,))
 _IO_LIMITS = ((F_IO_LIMIT_BYTES, "read", Cgroup.IO_LIMITS_ITEM_READ_BYTES_PER_SECOND[-1]),
               (F_IO_LIMIT_BYTES, "write", Cgroup.IO_LIMITS_ITEM_WRITE_BYTES_PER_SECOND[-1]),
               (F_IO_LIMIT_OPS, "read", Cgroup.IO_LIMITS_ITEM_READ_OPS_PER_SECOND[-1]),
@@ -456,7 +459,7 @@ def _self_samples(self_metrics: Dict[str, Any], records: Sequence[Sampled], out:
 
 def render(records: Sequence[Sampled], fmt: str = TEXT, self_metrics: Optional[Dict[str, Any]] = None,
            timestamps: bool = True, cache: Optional[LabelCache] = None,
-           retained: Iterable[Tuple[str, int]] = ()) -> bytes:
+           retained: Iterable[Tuple[str, int]] = (), held_idle: Iterable[Tuple[str, float]] = ()) -> bytes:
     """The exposition of one tick.
 
     `records`: the Sampler's records (types cgroup, pod, gpu; anything else is skipped).
@@ -467,6 +470,7 @@ def render(records: Sequence[Sampled], fmt: str = TEXT, self_metrics: Optional[D
     replaced by this tick's (the same bytes as without it, made in less time).
     `retained`: (labels, value) of the OOM-kill counters of gone cgroups (OomRetention),
     written without a timestamp (the scrape's time: the series stays current while kept).
+    `held_idle`: (labels, GPU-seconds) of cgstat_gpu_held_idle_seconds_total (HeldIdleSeconds).
     """
     if fmt not in CONTENT_TYPES:
         raise ValueError("unknown exposition format %r" % (fmt,))
@@ -488,6 +492,9 @@ def render(records: Sequence[Sampled], fmt: str = TEXT, self_metrics: Optional[D
     oom_name = FAMILIES[F_OOM].name
     for labels, value in retained:
         out[F_OOM].append(("%s{%s} %d\n" % (oom_name, labels, value)).encode("utf-8", "backslashreplace"))
+    held_name = FAMILIES[F_HELD_IDLE].name
+    for labels, seconds in held_idle:
+        out[F_HELD_IDLE].append(("%s{%s} %s\n" % (held_name, labels, _num(seconds))).encode("utf-8", "backslashreplace"))
     parts: List[bytes] = []
     for family, pieces in zip(FAMILIES, out):
         if pieces:

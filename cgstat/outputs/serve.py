@@ -24,7 +24,9 @@ from cgstat.errors import CgstatError
 from cgstat.outputs import prometheus
 from cgstat.outputs.http import DEFAULT_LISTEN, MetricsServer, address_note
 from cgstat.outputs.prometheus_labels import LabelCache
+from cgstat.outputs.prometheus_heldidle import HeldIdleSeconds
 from cgstat.outputs.prometheus_retention import OomRetention
+from cgstat.pipeline.gpuheld import DEFAULT_MEMORY_BYTES
 from cgstat.outputs.sink import NO_INFO, Sink, TickInfo
 from cgstat.pipeline.warner import Warner
 
@@ -40,13 +42,15 @@ class Exporter(Sink):
     """
 
     def __init__(self, listen: str = DEFAULT_LISTEN, warner: Optional[Warner] = None,
-                 stale_after_s: float = 60.0, timestamps: bool = True):
+                 stale_after_s: float = 60.0, timestamps: bool = True,
+                 gpu_idle_memory_bytes: int = DEFAULT_MEMORY_BYTES):
         self.warner = warner or Warner()
         self.timestamps = timestamps
         self.ticks = 0
         self.render_s: Optional[float] = None
         self.labels = LabelCache()  # the last tick's workloads' labels, rendered
         self.retention = OomRetention()  # gone cgroups' OOM-kill counters
+        self.held_idle = HeldIdleSeconds(gpu_idle_memory_bytes)  # GPU-seconds held idle, per cgroup
         try:
             self.server = MetricsServer(listen, stale_after_s=stale_after_s,
                                         on_error=lambda m: self.warner.warn("http", m))
@@ -89,10 +93,11 @@ class Exporter(Sink):
         stamps = self.timestamps
         labels = self.labels
         retained = self.retention.update(records, kills, began, late)
-        text = prometheus.render(records, prometheus.TEXT, own, stamps, labels, retained)
+        held = self.held_idle.update(records, began) if records else []
+        text = prometheus.render(records, prometheus.TEXT, own, stamps, labels, retained, held)
 
         def openmetrics() -> bytes:  # made on the first scrape that asks, in the server thread
-            return prometheus.render(records, prometheus.OPENMETRICS, own, stamps, labels, retained)
+            return prometheus.render(records, prometheus.OPENMETRICS, own, stamps, labels, retained, held)
 
         self.server.publish(text, openmetrics)
         self.render_s = time.monotonic() - began

@@ -212,7 +212,7 @@ _VALUES = st.one_of(
 )
 _OPTIONS = ["--interval", "--count", "--window", "--state", "--output", "--output-mode", "--match",
             "--host-root", "--all", "--version", "--help", "--format", "--events-window", "--no-events",
-            "--listen", "--max-user-cgroups", "-o", "--points", "--sort"]
+            "--listen", "--max-user-cgroups", "-o", "--points", "--sort", "--gpu-idle-memory", "--gpu-idle-window"]
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
@@ -229,8 +229,9 @@ def test_fuzzed_command_lines_never_give_a_traceback(monkeypatch, command, befor
 
     seen = []
 
-    def fake_stream(agent, sink, interval, count, events=None, listen=None):
+    def fake_stream(agent, sink, interval, count, events=None, listen=None, gpu_idle_memory_bytes=1 << 30):
         assert math.isfinite(interval) and cli.MIN_INTERVAL_S <= interval <= cli.MAX_INTERVAL_S
+        assert gpu_idle_memory_bytes >= 1
         assert count is None or count >= 1
         seen.append("stream")
         return 0

@@ -165,6 +165,8 @@ class Workload:
         self.oom_last: Optional[float] = None
         self.oom_kills = 0
         self.has_gpu = False
+        self.gpu_held_s = 0.0  # GPU-seconds it held memory on a GPU (each GPU it held, each interval)
+        self.gpu_busy_s = 0.0  # GPU-seconds of SM use (sm_percent / 100 over each interval)
         self.events: List[Tuple[float, str, str, str, Optional[str]]] = []  # t, kind, severity, message, resolves
         self.events_dropped = 0
         self.event_counts: Dict[str, int] = {}
@@ -292,6 +294,13 @@ class ReportData:
             w.has_gpu = True
             sm = number_at(r, *Cgroup.GPU_SM_PERCENT)
             gmem = number_at(r, *Cgroup.GPU_MEMORY_BYTES)
+            dt = number_at(r, *Cgroup.INTERVAL_S)
+            devices = value_at(r, *Cgroup.GPU_DEVICES)
+            if dt is not None and dt > 0:
+                if gmem and isinstance(devices, list):
+                    w.gpu_held_s += len(devices) * dt
+                if sm is not None:
+                    w.gpu_busy_s += sm / 100.0 * dt
         for acc, v in ((w.cpu, cpu), (w.ws, ws), (w.mem_pct, pct), (w.rd, rd), (w.wr, wr), (w.sm, sm),
                         (w.gmem, gmem)):
             if v is not None:

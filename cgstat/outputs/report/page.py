@@ -64,7 +64,7 @@ el.dataset.name.toLowerCase().indexOf(q)<0?'none':'';});});})();
 # 1,400-pixel window; each sortable header knows its column (data-c), as cellIndex counts
 # only the cells of its own row.
 _GROUPS = (("CPU", ("mean", "peak", "limit")), ("memory", ("mean", "peak", "limit", "peak %")),
-           ("block IO mean", ("read", "write")), ("GPU", ("SM mean", "SM peak", "mem peak")))
+           ("block IO mean", ("read", "write")), ("GPU", ("SM mean", "SM peak", "mem peak", "held h", "busy h")))
 
 
 def _summary_head() -> str:
@@ -92,6 +92,13 @@ def _td(text: str, value: Optional[float] = None, cls: str = "") -> str:
     v = "" if value is None else ' data-v="%r"' % float(value)
     c = ' class="%s"' % cls if cls else ""
     return "<td%s%s>%s</td>" % (c, v, text)
+
+
+def _gpu_hours(seconds: float, has_gpu: bool) -> str:
+    """GPU-hours (one GPU for an hour), "–" without GPU metrics."""
+    if not has_gpu:
+        return _td("–")
+    return _td("%.2f" % (seconds / 3600.0), seconds / 3600.0)
 
 
 def render(d: ReportData, title: str, point_budget: int) -> str:
@@ -133,7 +140,7 @@ def render(d: ReportData, title: str, point_budget: int) -> str:
         link = '<a href="#w%d">%s</a>' % (w.index, esc(w.name)) if w.charted else esc(w.name)
         evs = ", ".join("%s %d" % (esc(k), n) for k, n in sorted(w.event_counts.items()) if k != "resolved")
         n_events = sum(n for k, n in w.event_counts.items() if k != "resolved")
-        out.append('<tr data-name="%s"><td class="n" title="%s">%s</td><td class="n">%s</td>%s%s%s%s%s%s%s%s%s%s%s%s%s%s</tr>' % (
+        out.append('<tr data-name="%s"><td class="n" title="%s">%s</td><td class="n">%s</td>%s%s%s%s%s%s%s%s%s%s%s%s%s%s%s%s</tr>' % (
             name_attr, esc(w.cgroup), link, esc(w.kind),
             _td(pct(w.cpu.mean), w.cpu.mean), _td(pct(w.cpu.peak), w.cpu.peak),
             _td(_cores(w.cpu_limit), w.cpu_limit),
@@ -142,7 +149,8 @@ def render(d: ReportData, title: str, point_budget: int) -> str:
             _td(pct(w.mem_pct.peak), w.mem_pct.peak),
             _td(rate(w.rd.mean), w.rd.mean), _td(rate(w.wr.mean), w.wr.mean),
             _td(pct(w.sm.mean), w.sm.mean), _td(pct(w.sm.peak), w.sm.peak),
-            _td(size(w.gmem.peak), w.gmem.peak), _td("%d" % w.oom_kills, w.oom_kills),
+            _td(size(w.gmem.peak), w.gmem.peak), _gpu_hours(w.gpu_held_s, w.has_gpu),
+            _gpu_hours(w.gpu_busy_s, w.has_gpu), _td("%d" % w.oom_kills, w.oom_kills),
             _td(evs or "–", n_events, "e")))
     out.append("</tbody></table></div>")
 

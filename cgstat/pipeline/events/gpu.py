@@ -17,6 +17,7 @@ from cgstat.fieldkeys import Gpu as G
 from cgstat.gpu.xid import meaning
 from cgstat.kernel.kmsg import XidReport, same_pci_device
 from cgstat.pipeline.events.event import Episode, cap, duration, make_event
+from cgstat.pipeline.gpuheld import Holding, holdings
 from cgstat.pipeline.record import number_at
 from cgstat.units import mib
 from cgstat.pipeline.events.thresholds import Thresholds
@@ -140,6 +141,84 @@ class GpuProcessOutsideContainer(GpuRule):
                                          key[1], ep.evidence.get("gpu_index")),
                                      {"pid": key[1], "gpu_uuid": ep.evidence.get("gpu_uuid")},
                                      cgroup=None, container=None, resolves=self.kind, since=ep.ts))
+
+
+class GpuHeldIdle(GpuRule):
+    """A cgroup holding at least gpu_idle_memory_bytes of a GPU's memory at no more than
+    gpu_idle_sm_percent SM for gpu_idle_window_s (pipeline/gpuheld.py): one episode per
+    cgroup and GPU, resolved when it works (gpu_busy_sm_percent) or lets go (its memory
+    there falls under the line, or its processes leave the GPU). SM between the two lines
+    neither raises nor resolves; before the event it starts the window again."""
+
+    kind = "gpu_held_idle"
+
+    def __init__(self, th: Thresholds):
+        super().__init__(th)
+        self.since: Dict[Tuple[str, str], float] = {}  # held idle since (record time), not yet raised
+        self.open: Dict[Tuple[str, str], Episode] = {}
+
+    def judge(self, gpu_records: List[Mapping[str, Any]], events: List[EventRecord]) -> None:
+        th = self.th
+        now = holdings(gpu_records)
+        for key, h in now.items():
+            t = parse_ts(h.record.get(_TS))
+            if t is None:
+                continue
+            if key in self.open:
+                if h.sm_percent is not None and h.sm_percent >= th.gpu_busy_sm_percent:
+                    self._resolve(key, h, "is busy again (%s %% SM)" % _pct(h.sm_percent), events)
+                elif h.memory_bytes < th.gpu_idle_memory_bytes:
+                    self._resolve(key, h, "let go of its memory (%s held)" % mib(h.memory_bytes), events)
+                continue
+            if not h.idle(th.gpu_idle_memory_bytes, th.gpu_idle_sm_percent):
+                self.since.pop(key, None)
+                continue
+            since = self.since.setdefault(key, t)
+            if t - since >= th.gpu_idle_window_s:
+                del self.since[key]
+                self._raise(key, h, t - since, events)
+        for key in [k for k in self.open if k not in now]:
+            ep = self.open.pop(key)
+            r = gpu_records[0]
+            events.append(make_event(r, "resolved", "info", cap(
+                "%s let go of GPU %s: its processes left it." % (ep.extra["who"], ep.evidence.get("gpu_index"))),
+                {"gpu_index": ep.evidence.get("gpu_index"), "gpu_uuid": ep.evidence.get("gpu_uuid"),
+                 "duration_s": _since(ep.ts, r)},
+                cgroup=ep.extra["cgroup"], container=ep.extra["container"], resolves=self.kind, since=ep.ts))
+        for key in [k for k in self.since if k not in now]:
+            del self.since[key]
+
+    def _raise(self, key: Tuple[str, str], h: Holding, held_s: float, events: List[EventRecord]) -> None:
+        whose = _holder(h)
+        msg = ("%s holds %s of GPU %s (%s) at %s %% SM for %s: the GPU is reserved and unused; free it "
+               "(end the idle notebook or hung job, or release its CUDA context) so other jobs can use it." % (
+                   whose, mib(h.memory_bytes), h.gpu_index, h.gpu_uuid or "no UUID", _pct(h.sm_percent),
+                   duration(held_s)))
+        evidence = {"gpu_index": h.gpu_index, "gpu_uuid": h.gpu_uuid, "memory_bytes": h.memory_bytes,
+                    "sm_percent": h.sm_percent, "duration_s": round(held_s, 3),
+                    "window_s": self.th.gpu_idle_window_s}
+        ev = make_event(h.record, self.kind, "warning", cap(msg), evidence, cgroup=h.cgroup, container=h.container)
+        ep = self.open[key] = Episode(h.record.get(_TS), 0.0, evidence)
+        ep.extra.update(who=whose, cgroup=h.cgroup, container=h.container)
+        events.append(ev)
+
+    def _resolve(self, key: Tuple[str, str], h: Holding, what: str, events: List[EventRecord]) -> None:
+        ep = self.open.pop(key)
+        r = h.record
+        events.append(make_event(r, "resolved", "info", cap("%s %s on GPU %s." % (ep.extra["who"], what, h.gpu_index)),
+                                 {"gpu_index": h.gpu_index, "gpu_uuid": h.gpu_uuid, "memory_bytes": h.memory_bytes,
+                                  "sm_percent": h.sm_percent, "duration_s": _since(ep.ts, r)},
+                                 cgroup=h.cgroup, container=h.container, resolves=self.kind, since=ep.ts))
+
+
+def _pct(v: Optional[float]) -> str:
+    return "?" if v is None else "%.0f" % v
+
+
+def _holder(h: Holding) -> str:
+    c = h.container or {}
+    name = c.get(_C_NAME) or c.get(_C_SHORT_ID) or c.get(_C_ID)
+    return ("container %s" % name) if name else ("cgroup %s" % h.cgroup)
 
 
 class _DeviceRule(GpuRule):

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any, Dict, Optional
 
+from cgstat.pipeline.gpuheld import DEFAULT_MEMORY_BYTES, DEFAULT_WINDOW_S
+
 
 class Thresholds:
     """Every threshold of every rule, with its default (docs/events.md).
@@ -24,6 +26,9 @@ class Thresholds:
     cpu_at_limit_fraction: CPU counts as "at its limit" at >= this share of limit_cores.
     gpu_idle_sm_percent: SM % (summed over the container's GPUs, 100 = one GPU) at or under
         which a GPU counts as idle; gpu_busy_sm_percent ends such an episode.
+    gpu_idle_memory_bytes / gpu_idle_window_s: a cgroup holding at least this much of a GPU's
+        memory at or under gpu_idle_sm_percent for this long holds it idle (gpu_held_idle;
+        `--gpu-idle-memory`, `--gpu-idle-window`).
     pids_quiet_s: further fork failures at a pids limit within this many seconds of the
         previous one belong to the same episode (no new event; the total comes with the
         resolved notice); default: the window.
@@ -38,6 +43,7 @@ class Thresholds:
                  throttled_min_periods: int = 5, sustained_share: float = 0.75,
                  cpu_at_limit_fraction: float = 0.9,
                  gpu_idle_sm_percent: float = 5.0, gpu_busy_sm_percent: float = 20.0,
+                 gpu_idle_memory_bytes: int = DEFAULT_MEMORY_BYTES, gpu_idle_window_s: float = DEFAULT_WINDOW_S,
                  pids_quiet_s: Optional[float] = None, max_samples: int = 1024):
         if not window_s > 0:
             raise ValueError("window_s must be > 0")
@@ -56,6 +62,8 @@ class Thresholds:
         self.cpu_at_limit_fraction = cpu_at_limit_fraction
         self.gpu_idle_sm_percent = gpu_idle_sm_percent
         self.gpu_busy_sm_percent = max(gpu_busy_sm_percent, gpu_idle_sm_percent)
+        self.gpu_idle_memory_bytes = int(gpu_idle_memory_bytes)
+        self.gpu_idle_window_s = float(gpu_idle_window_s)
         self.pids_quiet_s = self.window_s if pids_quiet_s is None else float(pids_quiet_s)
         self.max_samples = max(16, int(max_samples))
 
