@@ -82,29 +82,46 @@ def _selector(name: str, group) -> str:
 
 @pytest.mark.realcg
 def test_the_receiver_has_cgstat_once_values(setup):
+    """The latest values in the receiver are `cgstat once`'s, read after it. A cgroup at rest
+    keeps its CPU time, but cgroup v1's memory.usage_in_bytes moves by a few pages with the
+    kernel's per-CPU charge caches (MEMCG_CHARGE_BATCH): a few readings are tried, and one must
+    be equal in all three values (all within 1 %)."""
     vm, group = setup.vm, setup.group
-    once = subprocess.run([sys.executable, "-m", "cgstat", "once", "--window", "0", "--match", group.name],
-                          cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, check=True, timeout=60)
-    (record,) = [r for r in map(json.loads, once.stdout.splitlines()) if r.get("cgroup") == group.cgroup]
-    want = {"container.cpu.time": record["cpu"]["usage_seconds_total"],
-            "container.memory.usage": record["memory"]["usage_bytes"],
-            "container.memory.working_set": record["memory"]["working_set_bytes"]}
-    assert want["container.cpu.time"] > 0.1 and want["container.memory.usage"] > 1e6
+    tries = []
+    for _ in range(5):
+        once = subprocess.run([sys.executable, "-m", "cgstat", "once", "--window", "0", "--match", group.name],
+                              cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, check=True, timeout=60)
+        (record,) = [r for r in map(json.loads, once.stdout.splitlines()) if r.get("cgroup") == group.cgroup]
+        want = {"container.cpu.time": record["cpu"]["usage_seconds_total"],
+                "container.memory.usage": record["memory"]["usage_bytes"],
+                "container.memory.working_set": record["memory"]["working_set_bytes"]}
+        assert want["container.cpu.time"] > 0.1 and want["container.memory.usage"] > 1e6
+        after = _millis(record["ts"])
 
-    def latest():
-        got = {}
-        for name in want:
-            result = vm.query(_selector(name, group))
-            if len(result) != 1:
-                return None
-            got[name] = (result[0]["metric"], float(result[0]["value"][1]))
-        return got
+        def latest():
+            got = {}
+            for name in want:
+                series = vm.export(_selector(name, group))
+                if len(series) != 1 or series[0]["timestamps"][-1] <= after:  # a sample read after once's
+                    return None
+                got[name] = (series[0]["metric"], float(series[0]["values"][-1]))
+            # and the instant query (the Prometheus API) says the same
+            for name, (_, value) in got.items():
+                (result,) = vm.query(_selector(name, group))
+                if float(result["value"][1]) != value:
+                    return None
+            return got
 
-    got = wait_for(latest, 30)
-    assert got, "no sample in the receiver: %s" % vm.tail()
-    assert {name: value for name, (_, value) in got.items()} == pytest.approx(want, rel=1e-9)
-    labels, _ = got["container.cpu.time"]
-    assert labels["host.name"] == record["host"] and labels["cgstat.cgroup"] == group.cgroup
+        got = wait_for(latest, 30)
+        assert got, "no sample in the receiver: %s" % vm.tail()
+        values = {name: value for name, (_, value) in got.items()}
+        assert values == pytest.approx(want, rel=0.01)
+        labels, _ = got["container.cpu.time"]
+        assert labels["host.name"] == record["host"] and labels["cgstat.cgroup"] == group.cgroup
+        tries.append((want, values))
+        if values == want:
+            break
+    assert tries[-1][0] == tries[-1][1], tries
 
 
 @pytest.mark.realcg
