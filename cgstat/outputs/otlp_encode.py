@@ -91,6 +91,9 @@ def _cgroup_attributes(record: JsonObject) -> Attrs:
                 out.append((attr, container[key]))
         if container.get("image"):
             out.extend(_image(container["image"]))
+        slurm = container.get("slurm")
+        if isinstance(slurm, dict):  # a job's series, not a step's or a task's: their count stays bounded
+            out += [("cgstat.slurm.job_id", slurm.get("job_id")), ("cgstat.slurm.user", slurm.get("user"))]
         pod = pod or container.get("pod")
     if isinstance(pod, dict):
         for key, attr in (("uid", "k8s.pod.uid"), ("name", "k8s.pod.name"), ("namespace", "k8s.namespace.name")):

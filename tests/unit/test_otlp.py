@@ -145,6 +145,15 @@ def test_json_has_the_records_values_and_no_fake_zero():
     assert metrics["cgstat.cpu.periods"]["sum"]["dataPoints"][0]["asInt"] == "7"  # int64 as a string
 
 
+def test_a_slurm_job_is_named_on_its_resource():
+    job = record(container={"runtime": "slurm", "id": None, "name": "job 4242", "image": None, "pod": None,
+                            "slurm": {"job_id": 4242, "step": "0", "task": None, "uid": 1000, "user": "ana"}})
+    body = json.loads(otlp_encode.Encoder("json").encode([job]))
+    res = dict((kv["key"], kv["value"]) for kv in body["resourceMetrics"][0]["resource"]["attributes"])
+    assert res["cgstat.slurm.job_id"] == {"intValue": "4242"} and res["cgstat.slurm.user"] == {"stringValue": "ana"}
+    assert "container.id" not in res and res["container.runtime.name"] == {"stringValue": "slurm"}
+
+
 def test_a_counter_keeps_its_start_time_while_its_cgroup_is_seen():
     enc = otlp_encode.Encoder("json")
 
