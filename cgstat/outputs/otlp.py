@@ -11,7 +11,8 @@ next), said on stderr when the dropping begins and, with the count, when it ends
 
 Failures are retried with exponential backoff (0.5 s doubling to 30 s, with jitter, or
 the receiver's Retry-After); a status that OTLP says not to retry (400: a body the
-receiver can't take) drops that request, said. What the sink's thread has to say is said
+receiver can't take) drops that request, said, and so are the points a receiver says it
+rejected in an answer of partial success. What the sink's thread has to say is said
 by the tick's thread at its next write (the diagnostics channel is used from one thread).
 close() sends what is buffered for up to `close_timeout_s` (after a stop signal, up to
 `stop_timeout_s`), then says how many ticks were not sent.
@@ -27,7 +28,7 @@ import time
 from typing import TYPE_CHECKING, Callable, Deque, Iterable, List, NamedTuple, Optional, Sequence, Tuple
 
 from cgstat.errors import CgstatError
-from cgstat.outputs.otlp_encode import Encoder
+from cgstat.outputs.otlp_encode import Encoder, rejected
 from cgstat.outputs.otlp_http import Receiver
 from cgstat.outputs.sink import NO_INFO, Sink, TickInfo
 
@@ -234,6 +235,9 @@ class OtlpSink(Sink):
                 self._done(batch)
                 self.ticks_sent += len(batch)
                 self.requests_sent += 1
+                partly = rejected(self.options.encoding, outcome.answer)
+                if partly:
+                    self._said.append(("otlp-partial", f"OTLP: {self.options.endpoint} took the push but says {partly}"))
                 if self._failing_since is not None:
                     self._said.append(("otlp-back", f"OTLP: {self.options.endpoint} answers again, after "
                                        f"{self.clock() - self._failing_since:.0f} s: the buffered ticks are sent"))

@@ -92,7 +92,7 @@ def _cgroup_attributes(record: JsonObject) -> Attrs:
         if container.get("image"):
             out.extend(_image(container["image"]))
         slurm = container.get("slurm")
-        if isinstance(slurm, dict):  # a job's series, not a step's or a task's: their count stays bounded
+        if isinstance(slurm, dict):  # the job and its user (the step and task are in the cgroup's path)
             out += [("cgstat.slurm.job_id", slurm.get("job_id")), ("cgstat.slurm.user", slurm.get("user"))]
         pod = pod or container.get("pod")
     if isinstance(pod, dict):
@@ -196,6 +196,26 @@ class Encoder:
             return orjson.dumps(to_json(resources))
         assert self._pb is not None
         return self._pb.write(resources)
+
+
+def rejected(encoding: str, answer: bytes) -> str:
+    """What a 2xx answer's partial_success says the receiver dropped ("" when nothing, or
+    when the answer can't be read: an empty body is a full success)."""
+    if not answer.strip():
+        return ""
+    try:
+        if encoding == "json":
+            partial = orjson.loads(answer).get("partialSuccess") or {}
+            points, message = int(partial.get("rejectedDataPoints") or 0), partial.get("errorMessage") or ""
+        else:
+            service = load_protobuf()[3]
+            partial = service.ExportMetricsServiceResponse.FromString(answer).partial_success
+            points, message = partial.rejected_data_points, partial.error_message
+    except Exception:  # not an OTLP answer (a proxy's page): nothing said of it
+        return ""
+    if not points and not message:
+        return ""
+    return f"{points} data points rejected" + (f": {str(message)[:200]}" if message else "")
 
 
 # -- OTLP's JSON mapping (opentelemetry-proto/docs/specification.md#json-protobuf-encoding) --

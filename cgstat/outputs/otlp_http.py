@@ -25,6 +25,7 @@ class Outcome(NamedTuple):
     retry: bool  # not sent, and worth trying again
     message: str  # why not sent ("" when sent)
     retry_after_s: Optional[float] = None
+    answer: bytes = b""  # the receiver's body (a 2xx one may say some points were rejected)
 
 
 def parse_endpoint(url: str) -> Tuple[str, str, int, str]:
@@ -94,7 +95,7 @@ class Receiver:
             reason = getattr(exc, "strerror", None) or str(exc) or exc.__class__.__name__
             return Outcome(False, True, f"{self.url}: {reason}")
         if 200 <= status < 300:
-            return Outcome(True, False, "")
+            return Outcome(True, False, "", answer=answer)
         text = answer.decode("utf-8", "replace").strip().splitlines()
         message = f"{self.url}: HTTP {status}" + (f": {text[0][:200]}" if text else "")
         return Outcome(False, status in RETRIED, message, _retry_after(response.getheader("Retry-After")))

@@ -417,6 +417,28 @@ def test_a_refused_body_is_not_retried_and_is_said():
     assert any("HTTP 400" in m and "1 tick refused, not retried" in m for m in said), said
 
 
+def test_a_partial_success_is_said():
+    answer = b'{"partialSuccess": {"rejectedDataPoints": "3", "errorMessage": "out of order"}}'
+    partial = FakeReceiver(Outcome(True, False, "", answer=answer))
+    said = []
+    sink = OtlpSink(OtlpOptions("http://r/v1/metrics", "json"), lambda k, m: said.append(m), receiver=partial)
+    sink.write(_tick(0))
+    assert partial.posted.wait(20)
+    sink.close()
+    assert sink.ticks_sent == 1
+    assert said == ["OTLP: http://r/v1/metrics took the push but says 3 data points rejected: out of order"]
+    assert otlp_encode.rejected("json", b"") == "" == otlp_encode.rejected("json", b"{}")
+    assert otlp_encode.rejected("json", b"<html>proxy</html>") == ""
+
+
+@needs_proto
+def test_a_partial_success_in_protobuf_is_read():
+    answer = metrics_service_pb2.ExportMetricsServiceResponse()
+    answer.partial_success.rejected_data_points = 2
+    assert otlp_encode.rejected("protobuf", answer.SerializeToString()) == "2 data points rejected"
+    assert otlp_encode.rejected("protobuf", metrics_service_pb2.ExportMetricsServiceResponse().SerializeToString()) == ""
+
+
 def test_a_slow_receiver_never_delays_a_write():
     """The receiver holds its first request until every tick was written: writes return."""
     release = threading.Event()
