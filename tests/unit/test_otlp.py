@@ -485,6 +485,24 @@ def test_protobuf_backlog_batches_are_one_valid_request():
     assert stamps == [1796119200000000000 + n * 10 ** 9 for n in range(4)]
 
 
+@pytest.mark.parametrize("command", [["serve", "--listen", "127.0.0.1:0"], ["stream", "--no-events"]])
+def test_serve_and_stream_push_every_tick_of_a_recorded_tree(command):
+    receiver = Receiver()
+    try:
+        run = subprocess.run([sys.executable, "-m", "cgstat", "--host-root", FIXTURE, *command, "--count", "2",
+                              "--interval", "0.2", "--otlp-endpoint", receiver.url, "--otlp-encoding", "json",
+                              "--otlp-header", "X-Scope-OrgID=tenant-1"],
+                             cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=60)
+        assert run.returncode == 0, run.stderr
+        assert "OTLP" not in run.stderr.decode()  # nothing to say: every tick went
+        assert len(receiver.bodies) == 2 and all(h["X-Scope-OrgID"] == "tenant-1" for h in receiver.headers_seen)
+        cgroups = [{kv["key"]: kv["value"] for kv in rm["resource"]["attributes"]}["cgstat.cgroup"]["stringValue"]
+                   for rm in receiver.bodies[0]["resourceMetrics"]]
+        assert len(cgroups) == len(set(cgroups)) >= 10
+    finally:
+        receiver.close()
+
+
 # -- options --------------------------------------------------------------------------------
 
 
