@@ -135,19 +135,40 @@ def _add(res: Resource, metric: Metric, attrs: Attrs, value: Any) -> None:
     kept[1].append((metric.attributes + attrs, number))
 
 
-def _fill(res: Resource, record: JsonObject, table: Tuple[Metric, ...], attrs: Attrs) -> None:
+# A table's metrics grouped by the object their values are in (`memory`, `io.devices`), in
+# the table's order within each: a record's object is reached once for all its fields.
+Plan = Tuple[Tuple[Tuple[str, ...], Tuple[Metric, ...]], ...]
+
+
+def _plan(table: Tuple[Metric, ...]) -> Plan:
+    groups: Dict[Tuple[str, ...], List[Metric]] = {}
     for metric in table:
-        if not metric.leaf:
-            _add(res, metric, attrs, _get(record, metric.keys))
+        parent = metric.keys if metric.leaf else metric.keys[:-1]
+        groups.setdefault(parent, []).append(metric)
+    return tuple((parent, tuple(metrics)) for parent, metrics in groups.items())
+
+
+_PLANS = {"cgroup": _plan(CGROUP_METRICS), "pod": _plan(POD_METRICS), "gpu": _plan(GPU_METRICS)}
+
+
+def _fill(res: Resource, record: JsonObject, plan: Plan, attrs: Attrs) -> None:
+    for parent, metrics in plan:
+        obj = _get(record, parent)
+        if obj is None:
             continue
-        items = _get(record, metric.keys)
-        if not isinstance(items, list):
+        if isinstance(obj, dict):  # plain fields of one object
+            for metric in metrics:
+                _add(res, metric, attrs, obj.get(metric.keys[-1]))
             continue
-        attr, keys = ITEM_ATTRIBUTE[metric.path.rsplit(".", 1)[0]]
-        for entry in items:
+        if not isinstance(obj, list):
+            continue
+        attr, keys = ITEM_ATTRIBUTE[metrics[0].path.rsplit(".", 1)[0]]
+        for entry in obj:
             if isinstance(entry, dict):
                 label = next((entry[k] for k in keys if entry.get(k)), None)
-                _add(res, metric, attrs + (((attr, label),) if label is not None else ()), entry.get(metric.leaf))
+                item = attrs + (((attr, label),) if label is not None else ())
+                for metric in metrics:
+                    _add(res, metric, item, entry.get(metric.leaf))
 
 
 class Encoder:
@@ -165,14 +186,14 @@ class Encoder:
 
     def resources(self, records: Iterable[JsonObject]) -> List[Resource]:
         """The tick's records as resources (cgroup, pod and GPU records; the rest skipped)."""
-        made: List[Tuple[Attrs, int, JsonObject, Tuple[Metric, ...], Attrs]] = []
+        made: List[Tuple[Attrs, int, JsonObject, Plan, Attrs]] = []
         for record in records:
             kind = record.get("type")
             point: Attrs = ()
             if kind in ("cgroup", "pod"):
-                attrs, table = _cgroup_attributes(record), (POD_METRICS if kind == "pod" else CGROUP_METRICS)
+                attrs, table = _cgroup_attributes(record), _PLANS[kind]
             elif kind == "gpu":
-                attrs, table = (("host.name", record.get("host")),), GPU_METRICS
+                attrs, table = (("host.name", record.get("host")),), _PLANS["gpu"]
                 point = _gpu_point_attributes(record)
             else:
                 continue
