@@ -519,17 +519,16 @@ def test_endpoint_and_header_parsing():
             parse_header(bad)
 
 
-@pytest.mark.parametrize("args, says", [
-    (["--otlp-endpoint", "vm:8428"], "is not an http:// or https:// URL"),
-    (["--otlp-endpoint", "http://vm/", "--otlp-header", "nope"], "is not a header NAME=VALUE"),
-    (["--otlp-endpoint", "http://vm/", "--otlp-buffer", "5x"], "is not a duration"),
-    (["--otlp-endpoint", "http://vm/", "--otlp-encoding", "xml"], "is not one of protobuf, json"),
+@pytest.mark.parametrize("command, args, says", [  # each on one command: both declare them from _Otlp
+    ("stream", ["--otlp-endpoint", "vm:8428"], "is not an http:// or https:// URL"),
+    ("serve", ["--otlp-endpoint", "http://vm/", "--otlp-header", "nope"], "is not a header NAME=VALUE"),
+    ("stream", ["--otlp-endpoint", "http://vm/", "--otlp-buffer", "5x"], "is not a duration"),
+    ("serve", ["--otlp-endpoint", "http://vm/", "--otlp-encoding", "xml"], "is not one of protobuf, json"),
 ])
-def test_bad_otlp_options_are_usage_errors(args, says):
-    for command in ("stream", "serve"):
-        run = subprocess.run([sys.executable, "-m", "cgstat", command, *args], cwd=ROOT, stdout=subprocess.PIPE,
-                             stderr=subprocess.PIPE, timeout=60)
-        assert run.returncode == 2 and says in run.stderr.decode(), run.stderr
+def test_bad_otlp_options_are_usage_errors(command, args, says):
+    run = subprocess.run([sys.executable, "-m", "cgstat", command, *args], cwd=ROOT, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, timeout=60)
+    assert run.returncode == 2 and says in run.stderr.decode(), run.stderr
 
 
 def test_duration_option():
