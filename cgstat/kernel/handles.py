@@ -16,7 +16,7 @@ import weakref
 from typing import TYPE_CHECKING, Any, Callable, Dict, Iterator, List, Optional, Tuple, TypeVar
 
 from cgstat.kernel.cachekeys import KEYS, SLOW, Key
-from cgstat.kernel.hostfs import read_bytes, read_error
+from cgstat.kernel.hostfs import Malformed, read_bytes, read_error
 from cgstat.kernel.rlimits import nofile_soft_limit
 from cgstat.kernel.statfs import is_cgroupfs
 
@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from cgstat.kernel.tree import Folder
 
 _READ = 65536  # one pread; a cgroup file larger than this is read the slow way
+_MAX_RECORDS_BYTES = 16 * 1024 * 1024  # as hostfs reads any file: past it, Malformed
 _SAME_BYTES = 256 * 1024  # the file contents read_parsed keeps to share values by (then it starts again)
 DEFAULT_CAP = 16384
 PIN_ESTIMATE = 4608  # bytes of kernel memory per kept descriptor (file, kernfs/seq_file, one page)
@@ -100,10 +101,31 @@ def _close(fd: int) -> None:
         pass
 
 
+# Files of many records (a seq_file with its own iterator: kernel/cgroup/cgroup.c
+# cgroup_procs_start): a read returns whole records up to seq_file's buffer, a page at first,
+# so a short read is not the end of them. Every other cgroup file is one record, which a
+# read returns whole (fs/seq_file.c seq_read_iter grows its buffer to fit one record).
+_MANY_RECORDS = frozenset(("cgroup.procs", "cgroup.threads", "tasks"))
+
+
 def _whole(data: bytes, path: str) -> bytes:
     """`data` read in one go, or the file read again chunked and capped when it filled the
     buffer (a cgroup file larger than _READ)."""
     return read_bytes(path) if len(data) >= _READ else data
+
+
+def _rest_of_records(fd: int, data: bytes, path: str) -> bytes:
+    """A file of many records read on from `data` (pread at 0 returned it) to its end:
+    seq_file goes on from where the last read stopped when the next starts there."""
+    chunks = [data]
+    total = len(data)
+    while data:
+        data = os.pread(fd, _READ, total)
+        chunks.append(data)
+        total += len(data)
+        if total > _MAX_RECORDS_BYTES:
+            raise Malformed(path, f"larger than {_MAX_RECORDS_BYTES} bytes")
+    return b"".join(chunks)
 
 
 class KeptFiles:
@@ -216,8 +238,11 @@ class KeptFiles:
         names = entry.names
         if name not in names or name in SLOW:
             return None
+        fd = entry.values[names.index(name)]
         try:
-            data = os.pread(entry.values[names.index(name)], _READ, 0)
+            data = os.pread(fd, _READ, 0)
+            if name in _MANY_RECORDS:
+                return entry, _rest_of_records(fd, data, folder.local + "/" + name)
         except OSError as exc:
             # ENODEV: removed under us. Whatever it was, don't keep a descriptor that fails.
             self.forget(folder)
@@ -292,6 +317,8 @@ class KeptFiles:
         self.count += 1
         try:
             data = os.pread(fd, _READ, 0)
+            if name in _MANY_RECORDS:
+                return _rest_of_records(fd, data, path)
         except OSError as exc:
             self.forget(folder)
             raise read_error(exc, path) from None
@@ -312,6 +339,8 @@ class KeptFiles:
             raise read_error(exc, folder.local + "/" + name) from None
         try:
             data = os.read(fd, _READ)
+            if name in _MANY_RECORDS:
+                return _rest_of_records(fd, data, folder.local + "/" + name)
         except OSError as exc:
             raise read_error(exc, folder.local + "/" + name) from None
         finally:

@@ -106,11 +106,13 @@ def read_bytes(path: str) -> bytes:
         raise read_error(exc, path) from None
     try:
         chunk = os.read(fd, _CHUNK)
-        if len(chunk) < _CHUNK:
-            # The common case: one short read is the whole file. cgroupfs and procfs
-            # (seq_file) fill the buffer up to EOF, so a short read means EOF; this saves
-            # the second read() that would only return b"".
+        if not chunk:
             return chunk
+        # Read on to EOF: a short read is not the end. seq_file (procfs, cgroupfs) fills a
+        # read with whole records up to its buffer, one page at first (fs/seq_file.c
+        # seq_read_iter), so a file of many records (mountinfo on a host with many mounts,
+        # cgroup.procs of a big cgroup, net/dev) comes a page at a time; only a file that is
+        # one record (most cgroup files) comes whole.
         return chunk + _read_rest(fd, path, _MAX_BYTES - len(chunk), _CHUNK)
     except OSError as exc:
         raise read_error(exc, path) from None

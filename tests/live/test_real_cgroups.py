@@ -387,3 +387,29 @@ def test_runc_container_found_by_default_and_pid_maps_to_it(make_container, run_
         assert a["container"]["id"] == c.id and a["paths"][c.hier.key("memory")] == c.rel("memory")
     assert answers[-2]["container"] is None
     assert answers[-1]["error"] == "no such process"
+
+
+_FORK_PAUSERS = r"""
+import os, signal, sys
+n = int(sys.argv[1])
+for _ in range(n):
+    if os.fork() == 0:
+        signal.pause()
+        os._exit(0)
+print("ready", flush=True)
+signal.pause()
+"""
+
+
+def test_processes_of_a_cgroup_whose_procs_file_is_many_pages(make_group, run_cgstat):
+    """cgroup.procs comes a page at a time (a seq_file of one record per PID): 1,000 PIDs
+    are ~7 KB, and a cgroup's processes are all of them, not the first page's."""
+    g = make_group()
+    leader = g.start([sys.executable, "-c", _FORK_PAUSERS, "1000"])
+    leader.wait_line("ready", timeout=120)
+    members = g.members("pids")
+    assert len(members) == 1001
+    assert len("\n".join(map(str, members))) > 4096  # more than one page of PIDs
+    rec = R.find(once(run_cgstat, g.name), g.cgroup)
+    assert rec["pids"]["current"] == 1001
+    assert rec["pids"]["processes"] == 1001
