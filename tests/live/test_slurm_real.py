@@ -36,6 +36,15 @@ def _layout(g, hier):
     for d in g.dirs.values():
         for leaf in leaves:
             os.makedirs(os.path.join(d, leaf), exist_ok=True)
+    if hier.v2:
+        # as slurmd does (cgroup/v2 enables them at each level it makes): the controllers
+        # down to the leaves, top first, in the folders this test made
+        top_dir = g.dirs[hier.key("cpu")]
+        inner = {os.path.join(top_dir, *leaf.split("/")[:i]) for leaf in leaves
+                 for i in range(len(leaf.split("/")))}  # the group's folder and all above a leaf
+        for folder in sorted(inner, key=lambda p: p.count("/")):
+            have = R.read(os.path.join(folder, "cgroup.controllers")).split()
+            R._write(os.path.join(folder, "cgroup.subtree_control"), " ".join("+" + c for c in have))
     return leaves
 
 
