@@ -71,11 +71,13 @@ def test_once_reports_systemd_services_with_the_kernels_figures(guest):
         assert journald["pressure"] is None and journald["errors"], journald
 
 
-REAL_CGROUP_TESTS = ["tests/live/test_real_cgroups.py", "tests/live/test_events_runs.py"]
+REAL_CGROUP_TESTS = ["tests/live/test_real_cgroups.py", "tests/live/test_events_runs.py",
+                     "tests/live/test_slurm_real.py"]
 # The CI set's share (`-k`), one per area the full set covers: the record's contract, CPU
-# throttling, an OOM kill, block I/O, PIDs, a runc container named, the events of two runs
+# throttling, an OOM kill, block I/O, PIDs, a runc container named, the events of two runs,
+# a Slurm job's cgroups named (in the layout slurmd makes on the guest's hierarchy)
 CI_REAL_CGROUP = ("contract or quota or oom_kill or direct_io or pids_limit or "
-                  "runc_container_found or fork_bomb")
+                  "runc_container_found or fork_bomb or jobs_steps_and_tasks_named")
 
 
 @pytest.mark.guest_ci
