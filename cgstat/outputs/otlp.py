@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Callable, Deque, Iterable, List, NamedTuple, O
 from cgstat.errors import CgstatError
 from cgstat.outputs.otlp_encode import Encoder, rejected
 from cgstat.outputs.otlp_http import Receiver
-from cgstat.outputs.sink import NO_INFO, Sink, TickInfo
+from cgstat.outputs.sink import NO_INFO, Sink, SinkError, TickInfo
 
 if TYPE_CHECKING:  # the record types are for the type checker only
     from cgstat.records import JsonObject
@@ -111,7 +111,10 @@ class OtlpSink(Sink):
         self._say()
         if self._thread is None:
             self.open()
-        raw = self.encoder.encode(records)
+        try:
+            raw = self.encoder.encode(records)
+        except Exception as exc:  # a record the encoder can't take: that tick is not pushed, the run goes on
+            raise SinkError(f"OTLP: a tick not encoded: {exc.__class__.__name__}: {exc}") from None
         body = gzip.compress(raw, compresslevel=1) if self.gzip else raw
         now = self.clock()
         with self._cond:

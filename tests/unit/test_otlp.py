@@ -439,6 +439,19 @@ def test_a_partial_success_in_protobuf_is_read():
     assert otlp_encode.rejected("protobuf", metrics_service_pb2.ExportMetricsServiceResponse().SerializeToString()) == ""
 
 
+def test_a_record_the_encoder_cannot_take_is_a_sink_error_not_a_crash():
+    from cgstat.outputs.sink import SinkError
+
+    ok = FakeReceiver(Outcome(True, False, ""))
+    sink = OtlpSink(OtlpOptions("http://r/v1/metrics", "json"), None, receiver=ok)
+    with pytest.raises(SinkError) as err:
+        sink.write([record(container={"image": 5})])  # an image that is not a string
+    assert "a tick not encoded" in str(err.value)
+    sink.write(_tick(1))  # the next tick goes
+    sink.close()
+    assert sink.ticks_sent == 1
+
+
 def test_a_slow_receiver_never_delays_a_write():
     """The receiver holds its first request until every tick was written: writes return."""
     release = threading.Event()
