@@ -13,11 +13,10 @@ Only what the follower (kernel/follow.py) needs; no thread, no blocking read: `e
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import errno
 import os
 import struct
-from typing import List, Optional, Tuple
+from typing import Any, List, Optional, Tuple
 
 from cgstat.kernel.hostfs import close_quietly
 
@@ -54,11 +53,25 @@ _libc = None
 def _lib():
     global _libc
     if _libc is None:
-        _libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+        _libc = _load_libc()
         _libc.inotify_init1.argtypes = [ctypes.c_int]
         _libc.inotify_add_watch.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_uint32]
         _libc.inotify_rm_watch.argtypes = [ctypes.c_int, ctypes.c_int]
     return _libc
+
+
+def _load_libc() -> Any:
+    """libc, from the symbols already loaded in this process (dlopen(NULL)); else found by
+    ctypes.util.find_library, which imports subprocess and tempfile and runs `ldconfig -p`
+    (imported only then: every start would pay it, a cron run included)."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.inotify_init1  # noqa: B018 (a static binary may not export it)
+        return libc
+    except (OSError, AttributeError):
+        from ctypes.util import find_library
+
+        return ctypes.CDLL(find_library("c") or "libc.so.6", use_errno=True)
 
 
 class Inotify:
