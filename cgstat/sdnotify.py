@@ -12,7 +12,6 @@ reading costs EAGAIN, never a wait.
 """
 
 import os
-import socket
 from typing import Optional, Union
 
 __all__ = ["notify", "ready", "watchdog", "stopping", "watchdog_interval_s", "listen_fd"]
@@ -37,6 +36,8 @@ def notify(message: str) -> bool:
         if address is None:
             return False
         data = message.encode("utf-8")
+        import socket  # here: only a systemd unit sends (every start paid the import, a cron run too)
+
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
         try:
             sock.setblocking(False)

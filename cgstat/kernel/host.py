@@ -13,7 +13,6 @@ recorded proc/uptime, so rates over two recorded snapshots use their real spacin
 from __future__ import annotations
 
 import os
-import socket
 import time
 from typing import NamedTuple, Optional
 
@@ -56,7 +55,7 @@ def _hostname(fs: HostFS) -> str:
             text = fs.read_optional(path)
             if text and text.strip():
                 return text.strip()
-    return socket.gethostname()
+    return os.uname().nodename  # what gethostname(2) gives on Linux, without importing socket
 
 
 def read_host(fs: HostFS) -> HostInfo:

@@ -121,7 +121,7 @@ def test_socket_denied_by_a_filter_returns_false(receiver, monkeypatch) -> None:
     def denied(*args, **kwargs):
         raise OSError(97, "Address family not supported by protocol")
 
-    monkeypatch.setattr(sdnotify.socket, "socket", denied)
+    monkeypatch.setattr(socket, "socket", denied)
     assert sdnotify.ready() is False
 
 
