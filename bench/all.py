@@ -11,6 +11,8 @@ Runs, one after the other (each script's own text says how it measures):
   kept descriptors), the ratio, peak RSS, `once --state` wall, kept descriptors and the
   kernel memory they pin, start-up;
 - gpu_cost.py: one GPU read through pynvml and the NVML double, 8 GPUs x 50 processes;
+- gpu_join_cost.py: what the GPU costs a `cgstat stream` end to end, 8 GPUs x the same 50
+  real processes (the stream's CPU with the double minus without);
 - naming_cost.py: a tick of 1,000 containers with their runtime state, names on and off;
 - prometheus_cost.py: rendering and scraping the exposition of 1,000 cgroups;
 - network_cost.py: network per workload, 100 and 1,000 workloads over 4 namespaces.
@@ -52,6 +54,7 @@ def main(argv: List[str]) -> int:
     steps = [
         ("ticks", "tick_cost.py", ["--sizes", sizes, "--populated", "100,1000", "--reps", str(args.reps)]),
         ("gpu", "gpu_cost.py", ["--gpus", "8", "--procs", "50"]),
+        ("gpu_join", "gpu_join_cost.py", ["--gpus", "8", "--procs", "50", "--reps", "3"]),
         ("naming", "naming_cost.py", ["--containers", "1000", "--ticks", "20", "--reps", "3"]),
         ("prometheus", "prometheus_cost.py", ["--cgroups", "1000"]),
         ("network", "network_cost.py", ["--sizes", "100,1000"]),
@@ -75,6 +78,9 @@ def print_table(r: Dict[str, Any]) -> None:
     g = r["gpu"]
     print(f"\nGPU read (NVML double, {g['gpus']} GPUs x {g['procs_per_gpu']} processes): "
           f"median {g['median_cpu_ms']:.2f} ms CPU, p95 {g['p95_cpu_ms']:.2f} ms")
+    j = r["gpu_join"]
+    print(f"GPU end to end (stream, {j['gpus']} GPUs x the same {j['procs']} processes): "
+          f"{j['gpu_ms_per_tick']:.2f} ms CPU per tick (samples {j['gpu_ms_per_tick_samples']})")
     n = r["naming"]
     print(f"naming {n['containers']} containers ({n['named_records']} named): "
           f"{n['ms_per_tick_with_names']:.1f} ms per tick with names, {n['ms_per_tick_ids_only']:.1f} ms "
