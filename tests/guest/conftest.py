@@ -33,6 +33,7 @@ SET = os.environ.get("CGSTAT_GUEST_SET", "all")
 LOGS = os.environ.get("CGSTAT_GUEST_LOGS", "/tmp/cgstat-guest-logs")
 _booted = {}  # kind -> Guest, for the summary
 _not_run = []  # how many guest tests a machine that can't boot guests left out
+_builds = []  # image builds started at collection
 _stage_t0 = time.monotonic()
 
 
@@ -76,6 +77,31 @@ def pytest_collection_modifyitems(config, items):
     if drop:
         config.hook.pytest_deselected(items=drop)
         items[:] = keep
+    if why is None and not config.option.collectonly:
+        kinds = {_kind_of(i) for i in keep}
+        _prebuild(list(dict.fromkeys(KINDS[k].suite for k in SUITES if k in kinds)))
+
+
+def _prebuild(suites):
+    """Build the images the session will boot, all at once, from the start: the first guest
+    waits for its own, the others are ready when their turn comes (a fresh machine builds
+    Debian 12's while Debian 13's guest runs). Downloads and dpkg, not emulation."""
+    import threading
+
+    for suite in suites:
+        if images.cached(suite) is not None:
+            continue
+        log = os.path.join(LOGS, "build-%s-%s-%d.log" % (suite, time.strftime("%Y%m%dT%H%M%S"), os.getpid()))
+
+        def build(suite=suite, log=log):
+            try:
+                images.build(suite, log)
+            except Exception:  # noqa: BLE001 - the guest's own boot builds again and says why
+                pass
+
+        t = threading.Thread(target=build, name="build-" + suite, daemon=True)
+        t.start()
+        _builds.append(t)
 
 
 @pytest.fixture(scope="session", params=SUITES)
@@ -160,6 +186,8 @@ def pytest_terminal_summary(terminalreporter):
 
 
 def pytest_sessionfinish(session, exitstatus):
+    for t in _builds:  # a build left half-done would keep its folder in the cache
+        t.join()
     # a machine that can't boot guests ran none of the stage: not a failure (said above)
     if exitstatus == pytest.ExitCode.NO_TESTS_COLLECTED and _not_run:
         session.exitstatus = pytest.ExitCode.OK
