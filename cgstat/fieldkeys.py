@@ -373,3 +373,33 @@ class Event:
     EVIDENCE_KERNEL_SEQ = ("evidence", "kernel_seq")
     RESOLVES = ("resolves",)
     SINCE = ("since",)
+
+
+class Exit:
+    """The keys of the exit record (exit.schema.json)."""
+
+    SCHEMA = ("schema",)
+    TYPE = ("type",)
+    TS = ("ts",)
+    HOST = ("host",)
+    CGROUP = ("cgroup",)
+    UNIT = ("unit",)
+    POD = ("pod",)
+    CONTAINER = ("container",)
+    STARTED = ("started",)
+    LAST_SEEN = ("last_seen",)
+    ENDED = ("ended",)
+    LIFETIME_SECONDS = ("lifetime_seconds",)
+    SAMPLES = ("samples",)
+    CPU_SECONDS_TOTAL = ("cpu_seconds_total",)
+    MEMORY_PEAK_BYTES = ("memory_peak_bytes",)
+    MEMORY_PEAK_SOURCE = ("memory_peak_source",)
+    OOM_KILLS_TOTAL = ("oom_kills_total",)
+    IO_READ_BYTES_TOTAL = ("io_read_bytes_total",)
+    IO_WRITE_BYTES_TOTAL = ("io_write_bytes_total",)
+    NETWORK_RX_BYTES_TOTAL = ("network_rx_bytes_total",)
+    NETWORK_TX_BYTES_TOTAL = ("network_tx_bytes_total",)
+    GPU_SECONDS_TOTAL = ("gpu_seconds_total",)
+    GPU_MEMORY_PEAK_BYTES = ("gpu_memory_peak_bytes",)
+    GPU_ENERGY_JOULES_TOTAL = ("gpu_energy_joules_total",)
+    ENDED_BY = ("ended_by",)

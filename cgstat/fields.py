@@ -697,6 +697,45 @@ EVENT: Tuple[Field, ...] = (
     _f("since", "str?", "when the episode was raised (equal to ts on a raising event)"),
 )
 
+# -- the exit record (cgstat/exit.schema.json): a workload's life, when its cgroup goes -------
+
+EXIT_ENDINGS = ("oom_kill", "exit")
+
+EXIT: Tuple[Field, ...] = (
+    _f("schema", "const", const=1),
+    _f("type", "const", const="exit"),
+    _f("ts", "str", "RFC 3339 UTC time of the tick that found the cgroup gone", pattern=TS_PATTERN),
+    _f("host", "str?"),
+    _f("cgroup", "str", "the cgroup path, as its records had it", pattern="^/"),
+    _f("unit", "str?", "as its records had it"),
+    _f("pod", "object?", "as its records had it", same_as="pod"),
+    _f("container", "object?", "as its records had it", same_as="container"),
+    _f("started", "str?", "its first record's ts (null: never read, known from the kernel log only)",
+       pattern=TS_PATTERN),
+    _f("last_seen", "str?", "its last record's ts: the totals are as of then", pattern=TS_PATTERN),
+    _f("ended", "str", "when it was found gone (ts), or its OOM kill's time where that is later known"),
+    _f("lifetime_seconds", "float?", "from started to last_seen; null when never read", minimum=0),
+    _f("samples", "int", "how many of its records cgstat made", minimum=0),
+    _f("cpu_seconds_total", "float?", "cpu.usage_seconds_total at its last record", minimum=0),
+    _f("memory_peak_bytes", "int?", "memory.peak (v1 max_usage_in_bytes) at its last record where the kernel "
+       "has it, else the highest usage seen, else the OOM report's usage", minimum=0),
+    _f("memory_peak_source", "enum", "where memory_peak_bytes comes from",
+       enum=["memory.peak", "highest_seen", "kernel_log", None]),
+    _f("oom_kills_total", "int?", "OOM kills in it: its counter at the last record, or the kernel log's kills "
+       "when more", minimum=0),
+    _f("io_read_bytes_total", "int?", "io.read_bytes_total at its last record", minimum=0),
+    _f("io_write_bytes_total", "int?", "io.write_bytes_total at its last record", minimum=0),
+    _f("network_rx_bytes_total", "int?", "network.rx_bytes_total at its last record (its own network "
+       "namespace only)", minimum=0),
+    _f("network_tx_bytes_total", "int?", "network.tx_bytes_total at its last record", minimum=0),
+    _f("gpu_seconds_total", "float?", "GPU SM busy seconds: gpu.sm_percent / 100 over each interval (null "
+       "without GPU metrics)", minimum=0),
+    _f("gpu_memory_peak_bytes", "int?", "the most GPU memory its processes held in one record", minimum=0),
+    _f("gpu_energy_joules_total", "float?", "gpu.energy_joules_total at its last record", minimum=0),
+    _f("ended_by", "enum", "oom_kill: the kernel OOM-killed a process in it in its last interval; exit: its "
+       "processes ended and the cgroup was removed; null: not known", enum=list(EXIT_ENDINGS) + [None]),
+)
+
 # What stands above the fields in each schema file.
 SCHEMA_FILES: Dict[str, Tuple[Tuple[Field, ...], Dict[str, Any]]] = {
     "record.schema.json": (RECORD, {
@@ -721,6 +760,13 @@ SCHEMA_FILES: Dict[str, Tuple[Tuple[Field, ...], Dict[str, Any]]] = {
         "allOf": [{"if": {"properties": {"kind": {"const": "resolved"}}},
                    "then": {"properties": {"resolves": {"type": "string"}, "severity": {"const": "info"}}},
                    "else": {"properties": {"resolves": {"type": "null"}}}}],
+    }),
+    "exit.schema.json": (EXIT, {
+        "$schema": "http://json-schema.org/draft-07/schema#",
+        "$id": "https://cgstat.invalid/exit.schema.json",
+        "title": "cgstat exit record (schema 1)",
+        "description": "One line of the stream with type \"exit\": a workload's totals, once, when its cgroup "
+                       "goes. docs/schema.md says where each figure comes from.",
     }),
 }
 
@@ -797,6 +843,15 @@ DCGM_LABELS = ("gpu", "UUID", "uuid", "pci_bus_id", "device", "modelName", "Host
                "GPU_I_ID", "GPU_I_PROFILE")
 # The label an array's items give their series (the rest of the item's labels: prometheus_labels.py)
 ITEM_LABELS = {"io.devices[]": ("device",), "network.interfaces[]": ("interface",)}
+
+# The series of a gone cgroup's exit record (family, exit record key, help)
+EXIT_SERIES = (
+    ("cgstat_exited_cpu_seconds", "cpu_seconds_total", "CPU seconds a cgroup that is gone used in all."),
+    ("cgstat_exited_memory_peak_bytes", "memory_peak_bytes", "The most memory a cgroup that is gone used."),
+    ("cgstat_exited_oom_kills", "oom_kills_total", "OOM kills in a cgroup that is gone."),
+    ("cgstat_exited_gpu_seconds", "gpu_seconds_total", "GPU SM busy seconds of a cgroup that is gone."),
+    ("cgstat_exited_lifetime_seconds", "lifetime_seconds", "How long cgstat saw a cgroup that is gone."),
+)
 
 # Families of several fields' series (the fields name them in M(name, labels=...))
 _SHARED = {f.name: f for f in (
@@ -992,6 +1047,9 @@ FAMILIES: Tuple[Family, ...] = (
             "GPU-seconds the container held at least --gpu-idle-memory of a GPU's memory at no more than 5 % SM.",
             "GPU records' processes by cgroup, counted tick by tick (docs/events.md gpu_held_idle)",
             labels=CGROUP_LABELS),
+    # gone cgroups: their exit records, kept a while (outputs/prometheus_retention.py)
+) + tuple(_family(name, "gauge", help, "exit records' " + key + ", kept 15 min", labels=CGROUP_LABELS + ("ended_by",))
+          for name, key, help in EXIT_SERIES) + (
     # GPU devices (type "gpu" records)
     _family("cgstat_gpu_info", "info", "A GPU (or MIG device): model, MIG mode, parent.",
             "gpu.name, mig_mode, parent_uuid", "gpu", ("model", "mig_mode", "parent_uuid")),

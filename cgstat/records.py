@@ -385,6 +385,34 @@ class EventRecord(TypedDict):
     since: Optional[str]
 
 
+class ExitRecord(TypedDict):
+    schema: int
+    type: str
+    ts: str
+    host: Optional[str]
+    cgroup: str
+    unit: Optional[str]
+    pod: Optional[Pod]
+    container: Optional[Container]
+    started: Optional[str]
+    last_seen: Optional[str]
+    ended: str
+    lifetime_seconds: Optional[float]
+    samples: int
+    cpu_seconds_total: Optional[float]
+    memory_peak_bytes: Optional[int]
+    memory_peak_source: Optional[str]
+    oom_kills_total: Optional[int]
+    io_read_bytes_total: Optional[int]
+    io_write_bytes_total: Optional[int]
+    network_rx_bytes_total: Optional[int]
+    network_tx_bytes_total: Optional[int]
+    gpu_seconds_total: Optional[float]
+    gpu_memory_peak_bytes: Optional[int]
+    gpu_energy_joules_total: Optional[float]
+    ended_by: Optional[str]
+
+
 class MemoryStatCounters(TypedDict):
     """The memory.stat counters of memory read as is (fields.Field.as_is)."""
     pgscan_total: Optional[int]
@@ -397,6 +425,6 @@ class MemoryStatCounters(TypedDict):
     writeback_bytes: Optional[int]
 
 
-Record = Union[CgroupRecord, GpuRecord, EventRecord]
-Sampled = Union[CgroupRecord, GpuRecord]  # what a Sampler's tick makes
+Record = Union[CgroupRecord, GpuRecord, EventRecord, ExitRecord]
+Sampled = Union[CgroupRecord, GpuRecord, ExitRecord]  # what a Sampler's tick makes
 JsonObject = Mapping[str, object]  # any one line of JSON output: a record, `cgstat pid`'s objects

@@ -15,7 +15,7 @@ import os
 import sys
 from typing import Any, Dict, List, Optional, Tuple
 
-from cgstat.fields import EVENT, FAMILIES, GPU_RECORD, RECORD, SCHEMA_FILES, Family, Field, children, field
+from cgstat.fields import EVENT, EXIT, FAMILIES, GPU_RECORD, RECORD, SCHEMA_FILES, Family, Field, children, field
 
 _JSON_TYPES = {"int": "integer", "float": "number", "str": "string", "bool": "boolean", "object": "object",
                "array": "array", "map": "object"}
@@ -84,6 +84,7 @@ _PY = {"int": "int", "float": "float", "str": "str", "bool": "bool", "enum": "st
 # before (the three pressure objects, memory.events and events_local) is that class.
 _NAMES = {
     ("cgroup", ""): "CgroupRecord", ("gpu", ""): "GpuRecord", ("event", ""): "EventRecord",
+    ("exit", ""): "ExitRecord",
     ("cgroup", "errors[]"): "RecordError", ("gpu", "errors[]"): "RecordError",
     ("cgroup", "io.devices[]"): "IoDevice", ("cgroup", "io.limits[]"): "IoLimit",
     ("cgroup", "network.interfaces[]"): "NetworkInterface", ("cgroup", "pressure.cpu"): "Psi",
@@ -92,7 +93,7 @@ _NAMES = {
     ("event", "container"): "Container",  # the cgroup record's, not checked by the schema
     ("event", "evidence"): "Evidence",  # open: keys per kind
 }
-_TABLES = {"cgroup": RECORD, "gpu": GPU_RECORD, "event": EVENT}
+_TABLES = {"cgroup": RECORD, "gpu": GPU_RECORD, "event": EVENT, "exit": EXIT}
 
 _HEAD = '''"""The records as types: TypedDicts of the cgroup/pod, GPU and event records.
 
@@ -121,8 +122,8 @@ Evidence = Dict[str, Any]
 '''
 
 _TAIL = '''
-Record = Union[CgroupRecord, GpuRecord, EventRecord]
-Sampled = Union[CgroupRecord, GpuRecord]  # what a Sampler's tick makes
+Record = Union[CgroupRecord, GpuRecord, EventRecord, ExitRecord]
+Sampled = Union[CgroupRecord, GpuRecord, ExitRecord]  # what a Sampler's tick makes
 JsonObject = Mapping[str, object]  # any one line of JSON output: a record, `cgstat pid`'s objects
 '''
 
@@ -198,7 +199,8 @@ few paths without building the table.
 '''
 _KEYS_CLASSES = (("Cgroup", RECORD, "the cgroup and pod record (record.schema.json)"),
                  ("Gpu", GPU_RECORD, "the GPU device record (gpu-record.schema.json)"),
-                 ("Event", EVENT, "the event record (event.schema.json)"))
+                 ("Event", EVENT, "the event record (event.schema.json)"),
+                 ("Exit", EXIT, "the exit record (exit.schema.json)"))
 
 
 def key_name(path: str) -> str:

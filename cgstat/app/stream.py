@@ -94,6 +94,7 @@ def run_stream(sampler: Sampler, sinks: Sequence[Sink], interval_s: float, count
     if events is not None or any(sink.uses_kills for sink in sinks):
         sampler.follow_kernel_log(since_usec=started_usec())
         sampler.watch_memory_events()
+    sampler.track_exits()  # an exit record in the tick after a cgroup goes
     ended = False
     try:
         sampler.warm_up()  # the first batch, one interval later, has rates

@@ -111,8 +111,10 @@ F_IO_LIMIT_BYTES = _INDEX["cgstat_io_limit_bytes_per_second"]
 F_IO_LIMIT_OPS = _INDEX["cgstat_io_limit_ops_per_second"]
 F_OOM = _INDEX["container_oom_events_total"]
 F_HELD_IDLE = _INDEX["cgstat_gpu_held_idle_seconds_total"]
-# families the exporter counts over ticks (render's `held_idle`), not rendered from a record
-COUNTED_OVER_TICKS = frozenset((FAMILIES[F_HELD_IDLE].name,))
+F_EXITED = tuple((_INDEX[name], key) for name, key, _ in fields.EXIT_SERIES)
+# families the exporter counts or keeps over ticks (render's `held_idle`, `exited`), not
+# rendered from a cgroup or GPU record
+COUNTED_OVER_TICKS = frozenset((FAMILIES[F_HELD_IDLE].name,) + tuple(FAMILIES[i].name for i, _ in F_EXITED))
 _IO_LIMITS = ((F_IO_LIMIT_BYTES, "read", Cgroup.IO_LIMITS_ITEM_READ_BYTES_PER_SECOND[-1]),
               (F_IO_LIMIT_BYTES, "write", Cgroup.IO_LIMITS_ITEM_WRITE_BYTES_PER_SECOND[-1]),
               (F_IO_LIMIT_OPS, "read", Cgroup.IO_LIMITS_ITEM_READ_OPS_PER_SECOND[-1]),
@@ -446,7 +448,9 @@ def _self_samples(self_metrics: Dict[str, Any], records: Sequence[Sampled], out:
             gpus += 1
         elif kind in counts:
             counts[kind] += 1
-        for e in r.get("errors") or ():
+        else:
+            continue  # an exit record has no errors of a read
+        for e in cast("List[Any]", r.get("errors") or ()):
             code = e.get("error") if isinstance(e, dict) else None
             if isinstance(code, str):
                 errors[code] = errors.get(code, 0) + 1
@@ -459,7 +463,8 @@ def _self_samples(self_metrics: Dict[str, Any], records: Sequence[Sampled], out:
 
 def render(records: Sequence[Sampled], fmt: str = TEXT, self_metrics: Optional[Dict[str, Any]] = None,
            timestamps: bool = True, cache: Optional[LabelCache] = None,
-           retained: Iterable[Tuple[str, int]] = (), held_idle: Iterable[Tuple[str, float]] = ()) -> bytes:
+           retained: Iterable[Tuple[str, int]] = (), held_idle: Iterable[Tuple[str, float]] = (),
+           exited: Iterable[Tuple[str, Any]] = ()) -> bytes:
     """The exposition of one tick.
 
     `records`: the Sampler's records (types cgroup, pod, gpu; anything else is skipped).
@@ -471,6 +476,7 @@ def render(records: Sequence[Sampled], fmt: str = TEXT, self_metrics: Optional[D
     `retained`: (labels, value) of the OOM-kill counters of gone cgroups (OomRetention),
     written without a timestamp (the scrape's time: the series stays current while kept).
     `held_idle`: (labels, GPU-seconds) of cgstat_gpu_held_idle_seconds_total (HeldIdleSeconds).
+    `exited`: (labels, exit record) of gone cgroups (ExitRetention): the cgstat_exited_* gauges.
     """
     if fmt not in CONTENT_TYPES:
         raise ValueError("unknown exposition format %r" % (fmt,))
@@ -493,6 +499,12 @@ def render(records: Sequence[Sampled], fmt: str = TEXT, self_metrics: Optional[D
     for labels, value in retained:
         out[F_OOM].append(("%s{%s} %d\n" % (oom_name, labels, value)).encode("utf-8", "backslashreplace"))
     held_name = FAMILIES[F_HELD_IDLE].name
+    for labels, r in exited:
+        for index, key in F_EXITED:
+            v = _num(r.get(key))
+            if v is not None:
+                out[index].append(("%s{%s} %s\n" % (FAMILIES[index].name, labels, v)).encode(
+                    "utf-8", "backslashreplace"))
     for labels, seconds in held_idle:
         out[F_HELD_IDLE].append(("%s{%s} %s\n" % (held_name, labels, _num(seconds))).encode("utf-8", "backslashreplace"))
     parts: List[bytes] = []

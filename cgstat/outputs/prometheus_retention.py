@@ -7,14 +7,14 @@ the kernel log's kills of cgroups never read) so an alert rule still sees the in
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Dict, Iterable, List, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, Dict, Iterable, List, Optional, Sequence, Tuple, cast
 
 from cgstat.fieldkeys import Cgroup
 from cgstat.outputs.prometheus_labels import base_labels
 from cgstat.pipeline.record import value_at
 
 if TYPE_CHECKING:  # the record types are for the type checker only
-    from cgstat.records import Sampled
+    from cgstat.records import CgroupRecord, Sampled
 
 RETAIN_OOM_S = 900.0  # how long a gone cgroup's OOM-kill counter is still exposed
 
@@ -78,6 +78,34 @@ class OomRetention:
         for path in [p for p, e in kept.items() if p in current or e[2] <= now]:
             del kept[path]
         self._last = current
+        return [(e[0], e[1]) for e in kept.values()]
+
+
+class ExitRetention:
+    """The exit records (type "exit", pipeline/exits.py) of cgroups that are gone, kept
+    `keep_s` after the tick that made them, as the OOM-kill counters are: the
+    cgstat_exited_* gauges say what a finished workload used in all until a scrape has
+    seen it. A cgroup back under the same path (a new life) drops its predecessor's."""
+
+    def __init__(self, keep_s: float = RETAIN_OOM_S):
+        self.keep_s = keep_s
+        self._kept: Dict[str, List[Any]] = {}  # path -> [labels, exit record, until (monotonic)]
+
+    def update(self, records: Sequence[Any], now: float) -> List[Tuple[str, Any]]:
+        """(labels with ended_by, exit record) of every kept exit this tick."""
+        kept = self._kept
+        for r in records:
+            if not isinstance(r, dict) or not isinstance(r.get("cgroup"), str):
+                continue
+            kind = r.get("type")
+            if kind == "exit":
+                labels = base_labels(cast("CgroupRecord", r))  # the same cgroup, container and pod keys
+                ended = 'ended_by="%s"' % (r.get("ended_by") or "")
+                kept[r["cgroup"]] = [labels + "," + ended if labels else ended, r, now + self.keep_s]
+            elif kind in ("cgroup", "pod"):
+                kept.pop(r["cgroup"], None)
+        for path in [p for p, e in kept.items() if e[2] <= now]:
+            del kept[path]
         return [(e[0], e[1]) for e in kept.values()]
 
 

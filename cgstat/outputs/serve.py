@@ -25,7 +25,7 @@ from cgstat.outputs import prometheus
 from cgstat.outputs.http import DEFAULT_LISTEN, MetricsServer, address_note
 from cgstat.outputs.prometheus_labels import LabelCache
 from cgstat.outputs.prometheus_heldidle import HeldIdleSeconds
-from cgstat.outputs.prometheus_retention import OomRetention
+from cgstat.outputs.prometheus_retention import ExitRetention, OomRetention
 from cgstat.pipeline.gpuheld import DEFAULT_MEMORY_BYTES
 from cgstat.outputs.sink import NO_INFO, Sink, TickInfo
 from cgstat.pipeline.warner import Warner
@@ -51,6 +51,7 @@ class Exporter(Sink):
         self.labels = LabelCache()  # the last tick's workloads' labels, rendered
         self.retention = OomRetention()  # gone cgroups' OOM-kill counters
         self.held_idle = HeldIdleSeconds(gpu_idle_memory_bytes)  # GPU-seconds held idle, per cgroup
+        self.exits = ExitRetention()  # gone cgroups' exit records
         try:
             self.server = MetricsServer(listen, stale_after_s=stale_after_s,
                                         on_error=lambda m: self.warner.warn("http", m))
@@ -94,10 +95,11 @@ class Exporter(Sink):
         labels = self.labels
         retained = self.retention.update(records, kills, began, late)
         held = self.held_idle.update(records, began) if records else []
-        text = prometheus.render(records, prometheus.TEXT, own, stamps, labels, retained, held)
+        exited = self.exits.update(records, began)
+        text = prometheus.render(records, prometheus.TEXT, own, stamps, labels, retained, held, exited)
 
         def openmetrics() -> bytes:  # made on the first scrape that asks, in the server thread
-            return prometheus.render(records, prometheus.OPENMETRICS, own, stamps, labels, retained, held)
+            return prometheus.render(records, prometheus.OPENMETRICS, own, stamps, labels, retained, held, exited)
 
         self.server.publish(text, openmetrics)
         self.render_s = time.monotonic() - began

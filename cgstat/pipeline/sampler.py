@@ -45,6 +45,7 @@ from cgstat.pipeline.rates import Counters, counters, derive
 from cgstat.pipeline.record import build, build_gpu
 from cgstat.pipeline.select import Selected, Shown, compile_match, select, would_select
 from cgstat.text import quote
+from cgstat.timestamps import rfc3339
 
 if TYPE_CHECKING:  # imported where used: a run without GPUs or network namespaces never loads them
     from cgstat.records import GpuProcessUse, Sampled
@@ -54,6 +55,7 @@ if TYPE_CHECKING:  # imported where used: a run without GPUs or network namespac
     from cgstat.gpu.nvml import Gateway
     from cgstat.gpu.sample import GpuDevice, GpuReader, GpuSnapshot
     from cgstat.kernel.netns import NetnsReader, NetworkResult, NetworkSample
+    from cgstat.pipeline.exits import ExitLedger
 
 _QUIET_ERRORS = {"missing", "unavailable", "gone"}
 
@@ -126,6 +128,7 @@ class Sampler:
 
             self._netns = NetnsReader(self.fs)
         self.previous: Dict[str, Counters] = {}
+        self.exits: Optional[ExitLedger] = None  # track_exits(): a record of each workload's life
         self._classified: Dict[str, PathInfo] = {}
         # Last tick's cgroups, what their paths say, and the selection made of them.
         self._tree: Tuple[List[Cgroup], List[Tuple[Cgroup, PathInfo]], Optional[Shown]] = ([], [], None)
@@ -198,6 +201,21 @@ class Sampler:
     def restore_gpu_marks(self, marks: Any) -> None:
         if self._gateway is not None:
             self._gateway.restore_utilization_marks(marks)
+
+    def _folders_there(self, paths: Any) -> bool:
+        """Whether any folder of a record's `paths` (hierarchy -> path) still exists."""
+        if not isinstance(paths, dict):
+            return False
+        mounts = {h.name: h.mount_dir for h in self.layout.hierarchies}
+        return any(isinstance(p, str) and k in mounts and os.path.isdir(mounts[k] + p.rstrip("/"))
+                   for k, p in paths.items())
+
+    def track_exits(self) -> None:
+        """From now on, an exit record (pipeline/exits.py) in the tick after a cgroup goes."""
+        if self.exits is None:
+            from cgstat.pipeline.exits import ExitLedger
+
+            self.exits = ExitLedger()
 
     def collect(self) -> Collected:
         """Read every selected cgroup once, and the GPUs; say who each workload is."""
@@ -346,13 +364,17 @@ class Sampler:
         network = tick.network
         host = self.host
         cpus = host.cpus_online
+        exits = self.exits
         for sample, workload in tick.samples:
             path = sample.path
             net = network.get(path)
             c = current[path] = counters(sample, None if net is None else net.network)
             rates = derive(previous.get(path), c, cpus)
             gpu = cgroup_gpu(subtrees.get(path, ()), energy.get(path, 0.0), made) if tick.gpu is not None else None
-            yield build(sample, rates, workload, host, gpu, net)
+            record = build(sample, rates, workload, host, gpu, net)
+            if exits is not None:
+                exits.see(record)
+            yield record
         self._read_kills()
         if tick.gpu is not None:
             interval = None if self._gpu_read_s is None else tick.gpu_time_s - self._gpu_read_s
@@ -367,6 +389,10 @@ class Sampler:
                          else [a for a in tick.attributed if _on(a, device)])
                 idle = self._energy.idle(device.uuid) if self._energy is not None and device.parent_uuid is None else None
                 yield build_gpu(device, on_it, host, wall, interval, snapshot, idle)
+        if exits is not None:
+            # the cgroups gone since the last tick (no longer discovered), after this tick's
+            # records: their totals as of their last record
+            yield from exits.end_tick(self._classified, self.kills, rfc3339(time.time()), self._folders_there)
 
     def _read_kills(self) -> None:
         """The kernel log since the last tick: this tick's OOM kills, named (after the

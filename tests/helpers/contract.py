@@ -18,7 +18,9 @@ SCHEMA = json.load(open(os.path.join(ROOT, "cgstat", "record.schema.json")))
 VALIDATOR = jsonschema.Draft7Validator(SCHEMA)
 GPU_SCHEMA = json.load(open(os.path.join(ROOT, "cgstat", "gpu-record.schema.json")))
 EVENT_SCHEMA = json.load(open(os.path.join(ROOT, "cgstat", "event.schema.json")))
-_BY_TYPE = {"gpu": jsonschema.Draft7Validator(GPU_SCHEMA), "event": jsonschema.Draft7Validator(EVENT_SCHEMA)}
+EXIT_SCHEMA = json.load(open(os.path.join(ROOT, "cgstat", "exit.schema.json")))
+_BY_TYPE = {"gpu": jsonschema.Draft7Validator(GPU_SCHEMA), "event": jsonschema.Draft7Validator(EVENT_SCHEMA),
+            "exit": jsonschema.Draft7Validator(EXIT_SCHEMA)}
 
 
 def run_cgstat(*args, env=None, check=True, input=None, timeout=60):

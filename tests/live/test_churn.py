@@ -93,12 +93,16 @@ def test_churn_of_300_cgroups_while_streaming(make_group, tmp_path):
     assert after <= baseline, (baseline, after)
     cpus = os.cpu_count()
     seen = set()
+    exits = []
     with open(out, "rb") as f:
         data = f.read()
     assert data.endswith(b"\n")
     for line in data.splitlines():
         rec = json.loads(line)
         validate(rec)
+        if rec["type"] == "exit":
+            exits.append(rec["cgroup"])  # a churned cgroup gone
+            continue
         seen.add(rec["cgroup"])
         pct = rec["cpu"]["percent"]
         assert pct is None or 0 <= pct <= 100 * cpus
@@ -107,3 +111,9 @@ def test_churn_of_300_cgroups_while_streaming(make_group, tmp_path):
     # every cgroup that lived through two batches was read (c290-c299 saw only one)
     missed = [f"c{i}" for i in range(290) if group.cgroup + f"/c{i}" not in seen]
     assert not missed, missed
+    # and every one read and then removed has exactly one exit record (all are removed
+    # several ticks before the end)
+    name = group.cgroup.rsplit("/", 1)[-1]  # its memory cgroup sits elsewhere on a host that nests memory
+    churned = {c for c in seen if "/%s/c" % name in c}
+    assert sorted(x for x in exits if "/%s/c" % name in x) == sorted(churned), set(exits) ^ churned
+    assert not [x for x in exits if "/%s/c" % name not in x], exits

@@ -172,6 +172,9 @@ def test_slow_tick_warns_once_and_skips_missed_slots(monkeypatch, capfd):
         def records(self):  # what stream takes: the records one at a time
             yield from self.tick()
 
+        def track_exits(self):  # exit records: none here
+            pass
+
         def warm_up(self):
             SlowAgent.ticks += 1
 

@@ -220,7 +220,7 @@ def _check_typeddict(cls, table_, path, seen):
 def test_typeddicts_follow_the_field_table():
     seen = set()
     for cls, table_ in ((records.CgroupRecord, fields.RECORD), (records.GpuRecord, fields.GPU_RECORD),
-                        (records.EventRecord, fields.EVENT)):
+                        (records.EventRecord, fields.EVENT), (records.ExitRecord, fields.EXIT)):
         _check_typeddict(cls, table_, "", seen)
     declared = {name for name, v in vars(records).items()
                 if isinstance(v, type) and v.__module__ == records.__name__ and name != "TypedDict"}
