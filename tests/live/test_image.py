@@ -26,6 +26,8 @@ import urllib.request
 import pytest
 
 import cgstat
+from cgstat.kernel.hierarchy import detect
+from cgstat.kernel.hostfs import HostFS
 from tests.helpers import realdocker
 from tests.helpers.contract import ROOT
 
@@ -245,6 +247,8 @@ def test_runs_as_the_daemonset_and_is_scraped(daemon, image):
     logs = daemon.docker("logs", agent, check=False).stderr.decode()
     # a non-privileged pod may not open /dev/kmsg: said once, counters still reported
     assert logs.count("/dev/kmsg") == 1, logs
+    # the pod sees the host's layout through its own mount table (hybrid here: unified too)
+    assert f"{detect(HostFS('/')).kind} cgroup layout" in logs, logs
     sys.stderr.write(f"\ntest_image: empty stand-ins for {stand_in} (absent here)\n")
 
     # `docker run` with the host's / at /host read-only (docs/metrics.md), the data root
