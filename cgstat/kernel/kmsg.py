@@ -8,8 +8,7 @@ record is ASCII and a newline in a message can't start a record. A new follower 
 the end (SEEK_END: the backlog is not this run's), after a saved sequence number
 (`once --state`), or at the oldest record keeping only the kills since this process
 started (`stream`: a kill while it was still starting is reported; /proc/self/stat's
-start time), or where the last reader of the same open /dev/kmsg left off (a restart
-under systemd: the socket unit's descriptor keeps its place). A sequence number that jumps, or EPIPE (our place was overwritten),
+start time). A sequence number that jumps, or EPIPE (our place was overwritten),
 counts the records lost. Only facility 0 is the kernel: what userspace writes to
 /dev/kmsg is LOG_USER or above (devkmsg_write), so no process can forge a report.
 
@@ -42,12 +41,11 @@ naming different cgroups leave the kill without a cgroup rather than pick one.
 from __future__ import annotations
 
 import errno
-import fcntl
 import os
 import re
 import stat
 import time
-from typing import Callable, Iterator, List, NamedTuple, Optional, Tuple
+from typing import Callable, FrozenSet, Iterator, List, NamedTuple, Optional, Tuple
 
 from cgstat.text import decode_bytes
 
@@ -236,6 +234,7 @@ class OomParser:
 
     def __init__(self) -> None:
         self.suppressed = 0  # reports the kernel's rate limit left out (its own notice)
+        self._group_pids: FrozenSet[int] = frozenset()  # killed since the last report began
         self._reset()
 
     def _reset(self) -> None:
@@ -252,6 +251,7 @@ class OomParser:
         text = record.text
         if _BEGIN.search(text) is not None:
             self._reset()
+            self._group_pids = frozenset()
             return None
         if text.startswith("memory: usage "):
             m = _USAGE.match(text)
@@ -289,8 +289,13 @@ class OomParser:
                 return self._killed(record, m)
         return None
 
-    def _killed(self, record: Record, m) -> OomReport:
+    def _killed(self, record: Record, m) -> Optional[OomReport]:
         why, pid, task = m.group(1), int(m.group(2)), m.group(3)
+        if pid in self._group_pids:
+            # a memory.oom.group kill prints the chosen victim twice: once as the victim
+            # (oom_kill_process), then again among the group's tasks (oom_kill_memcg_member
+            # skips only unkillable ones, and the victim still has its mm): one kill
+            return None
         uid = None if m.group(7) is None else int(m.group(7))
         summary, legacy, stats = self._summary, self._legacy, self._stats
         oom_memcg = task_memcg = constraint = None
@@ -323,8 +328,10 @@ class OomParser:
         # The summary and the usage name this report's victim only; a memory.oom.group kill's
         # further tasks keep the group's cgroup (their own Killed lines follow).
         group = self._group
+        killed = self._group_pids
         self._reset()
         self._group = group
+        self._group_pids = killed | {pid} if group is not None or summary is not None else killed
         return report
 
 
@@ -418,8 +425,7 @@ class KmsgFollower:
     starts at the end: with `numbered`, by reading the backlog through unparsed, so that
     `last_seq` says where the end was even if nothing is written before it is saved (a
     cron run's state). `since_usec` (with neither): start at the oldest record and report
-    the kills from that time on (kernel clock, microseconds since boot: `started_usec()`),
-    or, on a passed descriptor an earlier follower already read, where that one stopped.
+    the kills from that time on (kernel clock, microseconds since boot: `started_usec()`).
     `fd`: /dev/kmsg already open (passed by systemd: checked to be that device, char 1:11,
     and kept open by close()). Raises KmsgUnavailable when the log can't be opened.
     """
@@ -446,11 +452,7 @@ class KmsgFollower:
                     raise KmsgUnavailable(f"descriptor {fd} passed as the kernel log is not /dev/kmsg")
                 os.set_blocking(fd, False)
                 self.fd = fd
-            if self.since_usec is not None and fd is not None and claimed_before(fd):
-                # a restart (watchdog, crash): the records after the previous agent's last
-                # read are this run's, however old; the ones before it were reported
-                self.since_usec = None
-            elif self.since_usec is not None:
+            if self.since_usec is not None:
                 os.lseek(self.fd, 0, os.SEEK_SET)
             else:
                 os.lseek(self.fd, 0, os.SEEK_END if after_seq is None and not numbered else os.SEEK_SET)
@@ -529,23 +531,6 @@ class KmsgFollower:
         if self.fd is not None and self._own:
             os.close(self.fd)
         self.fd = None
-
-
-def claimed_before(fd: int) -> bool:
-    """Whether a follower already read this open file description (and mark it read).
-
-    systemd opens the socket unit's /dev/kmsg once and passes the same open file
-    description to every start of the service, so the read position the last agent left
-    survives a restart by Restart=. The mark is O_APPEND, a status flag kept in the
-    description (fcntl(2) F_SETFL), not in the descriptor: meaningless on a read-only
-    file, nothing else sets it on the socket's /dev/kmsg, and a socket unit restarted
-    with the service opens an unmarked one.
-    """
-    flags = fcntl.fcntl(fd, fcntl.F_GETFL)
-    if flags & os.O_APPEND:
-        return True
-    fcntl.fcntl(fd, fcntl.F_SETFL, flags | os.O_APPEND)
-    return False
 
 
 def started_usec(proc_stat: str = "/proc/self/stat") -> Optional[int]:
