@@ -287,6 +287,12 @@ def _format(value: str) -> str:
     return value
 
 
+def _log_state_option() -> Optional[str]:
+    return typer.Option(None, "--log-state", envvar="CGSTAT_LOG_STATE", metavar="FILE", callback=_not_empty,
+                        help="Keep in FILE where the kernel log was read to: the next run of this boot "
+                             "reports the OOM kills logged while none was reading, not those before.")
+
+
 def _output_option(help: str, envvar: Optional[str] = None) -> Optional[str]:
     return typer.Option(None, "-o", "--output", envvar=envvar, metavar="FILE", callback=_not_empty, help=help)
 
@@ -553,6 +559,7 @@ def stream(
                                         help="Also keep every tick in the store DIR (see cgstat record)."),
     retain: Optional[float] = _retain_option(),
     max_size: Optional[int] = _max_size_option(),
+    log_state: Optional[str] = _log_state_option(),
     host_root: Optional[str] = _host_root_option(),
     all_: bool = _all_option(),
     match: Optional[str] = _match_option(),
@@ -571,7 +578,8 @@ def stream(
         return stream(sampler, interval, count, fmt, output, int(output_mode, 8),
                       None if no_events else events_window, listen, otlp,
                       StoreOptions(store, retain, max_size) if store else None,
-                      gpu_idle_memory_bytes=_gpu_idle_memory(gpu_idle_memory), gpu_idle_window_s=gpu_idle_window)
+                      gpu_idle_memory_bytes=_gpu_idle_memory(gpu_idle_memory), gpu_idle_window_s=gpu_idle_window,
+                      log_state=log_state)
 
     _run(lambda: _sampler(ctx, host_root, all_, match, max_user), job)
 
@@ -593,6 +601,7 @@ def serve(
     otlp_compression: str = _Otlp.compression(),
     otlp_ca_file: Optional[str] = _Otlp.ca_file(),
     gpu_idle_memory: str = _gpu_idle_memory_option(),
+    log_state: Optional[str] = _log_state_option(),
     host_root: Optional[str] = _host_root_option(),
     all_: bool = _all_option(),
     match: Optional[str] = _match_option(),
@@ -608,7 +617,8 @@ def serve(
     def job(sampler: Sampler) -> int:
         from cgstat.app.stream import serve
 
-        return serve(sampler, listen, interval, count, otlp, gpu_idle_memory_bytes=_gpu_idle_memory(gpu_idle_memory))
+        return serve(sampler, listen, interval, count, otlp, gpu_idle_memory_bytes=_gpu_idle_memory(gpu_idle_memory),
+                     log_state=log_state)
 
     _run(lambda: _sampler(ctx, host_root, all_, match, max_user), job)
 

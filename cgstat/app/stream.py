@@ -24,11 +24,13 @@ if TYPE_CHECKING:  # the exporter and events are imported by the runs that use t
 def stream(sampler: Sampler, interval_s: float, count: Optional[int], fmt: str, output: Optional[str],
            output_mode: int, events_window_s: Optional[float], listen: Optional[str],
            otlp: Optional[OtlpOptions] = None, store: Optional[StoreOptions] = None,
-           gpu_idle_memory_bytes: int = DEFAULT_MEMORY_BYTES, gpu_idle_window_s: float = DEFAULT_WINDOW_S) -> int:
+           gpu_idle_memory_bytes: int = DEFAULT_MEMORY_BYTES, gpu_idle_window_s: float = DEFAULT_WINDOW_S,
+           log_state: Optional[str] = None) -> int:
     """`cgstat stream`: the sink for `fmt` on `output` (stdout when None; one that can block
     on its own thread), events judged over `events_window_s` (None: no events), /metrics
     beside it when `listen`, an OTLP push beside it when `otlp`, every tick kept in `store`
-    too when given; GPUs held idle: at least `gpu_idle_memory_bytes` for `gpu_idle_window_s`."""
+    too when given; GPUs held idle: at least `gpu_idle_memory_bytes` for `gpu_idle_window_s`; where the kernel
+    log was read to kept in `log_state`."""
     from cgstat.outputs.formats import make_sink
 
     events = None
@@ -40,14 +42,16 @@ def stream(sampler: Sampler, interval_s: float, count: Optional[int], fmt: str, 
     sinks = [make_sink(fmt, output, output_mode, sampler.warner.warn, queue=True), *_otlp_sinks(sampler, otlp)]
     if store is not None:
         sinks.append(store.sink(sampler.warner.warn))
-    return run_stream(sampler, sinks, interval_s, count, events, listen, gpu_idle_memory_bytes=gpu_idle_memory_bytes)
+    return run_stream(sampler, sinks, interval_s, count, events, listen, gpu_idle_memory_bytes=gpu_idle_memory_bytes,
+                      log_state=log_state)
 
 
 def serve(sampler: Sampler, listen: str, interval_s: float, count: Optional[int],
-          otlp: Optional[OtlpOptions] = None, gpu_idle_memory_bytes: int = DEFAULT_MEMORY_BYTES) -> int:
+          otlp: Optional[OtlpOptions] = None, gpu_idle_memory_bytes: int = DEFAULT_MEMORY_BYTES,
+          log_state: Optional[str] = None) -> int:
     """`cgstat serve`: a stream whose only sinks are the endpoint (and an OTLP push)."""
     return run_stream(sampler, _otlp_sinks(sampler, otlp), interval_s, count, None, listen,
-                      gpu_idle_memory_bytes=gpu_idle_memory_bytes)
+                      gpu_idle_memory_bytes=gpu_idle_memory_bytes, log_state=log_state)
 
 
 def _otlp_sinks(sampler: Sampler, otlp: Optional[OtlpOptions]) -> List[Sink]:
@@ -60,12 +64,13 @@ def _otlp_sinks(sampler: Sampler, otlp: Optional[OtlpOptions]) -> List[Sink]:
 
 def run_stream(sampler: Sampler, sinks: Sequence[Sink], interval_s: float, count: Optional[int],
                events: Optional[EventDetector] = None, listen: Optional[str] = None,
-               gpu_idle_memory_bytes: int = DEFAULT_MEMORY_BYTES) -> int:
+               gpu_idle_memory_bytes: int = DEFAULT_MEMORY_BYTES, log_state: Optional[str] = None) -> int:
     """Ticks every interval on a drift-free schedule, each into every sink; the first one
     interval after start.
 
     `events`: diagnostics events raised from the ticks go into the same ticks. `listen`:
     the Prometheus endpoint (a sink too) served beside the others, first among them.
+    `log_state`: the file keeping where the kernel log was read to (pipeline/logplace.py).
     """
     sinks = list(sinks)
     opened: List[Sink] = []
@@ -88,11 +93,20 @@ def run_stream(sampler: Sampler, sinks: Sequence[Sink], interval_s: float, count
     schedule = Schedule(interval_s, sampler.warner, watchdog_heartbeat_s()).install_signals()
     for sink in sinks:
         sink.watch_stop(lambda: schedule.stop)
-    # OOM kills: the kernel log since this process started (a kill during start-up, which
-    # takes seconds on a slow host, is in the backlog) or since a restarted agent's last
-    # read; v2 counters read as they change (events and the exporter's kept counters)
+    # OOM kills: the kernel log after where the last agent of this boot stopped reading
+    # (`log_state`), else since this process started (a kill during start-up, which takes
+    # seconds on a slow host, is in the backlog); v2 counters read as they change (events
+    # and the exporter's kept counters)
+    place = None
     if events is not None or any(sink.uses_kills for sink in sinks):
-        sampler.follow_kernel_log(since_usec=started_usec())
+        seq = None
+        if log_state is not None:
+            from cgstat.pipeline.logplace import LogPlace
+
+            place = LogPlace(log_state, sampler.host.boot_id)
+            seq = place.load()
+        if not sampler.follow_kernel_log(after_seq=seq, since_usec=started_usec() if seq is None else None):
+            place = None
         sampler.watch_memory_events()
     sampler.track_exits()  # an exit record in the tick after a cgroup goes
     ended = False
@@ -105,6 +119,10 @@ def run_stream(sampler: Sampler, sinks: Sequence[Sink], interval_s: float, count
                 for sink in sinks:
                     sink.reopen()
             _stream_tick(sampler, sinks, events)
+            if place is not None:  # after the tick's events were written: never ahead of them
+                why = place.save(sampler.kernel_log_seq)
+                if why:
+                    sampler.warner.warn("log-state", f"{why}: a restart may miss or repeat OOM kills")
             sdnotify.watchdog()  # a tick finished: a hung read or write stops these
         ended = True
     except ReaderGone:
