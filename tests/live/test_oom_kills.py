@@ -308,6 +308,14 @@ def test_runc_container_whose_init_is_oom_killed(realcg_env, make_container, see
     assert e["named_by"] == ("seen" if seen else "state")
     if seen:
         assert ev["cgroup"] == c.rel("cpu")  # the record's path, through the join
+    # its exit record (written in the tick that found it gone, before that tick's events)
+    (x,) = [r for r in s.lines if r.get("type") == "exit" and r.get("cgroup") == ev["cgroup"]]
+    validate(x)
+    assert x["ended_by"] == "oom_kill" and x["container"]["id"] == c.id
+    if seen:
+        assert x["samples"] >= 1 and x["started"] is not None and x["cpu_seconds_total"] is not None
+    else:  # gone before any tick read it: what the kernel log says
+        assert x["samples"] == 0 and x["started"] is None and x["oom_kills_total"] == 1
 
 
 def test_once_state_reports_a_kill_and_a_removal_between_runs(realcg_env, tmp_path):
