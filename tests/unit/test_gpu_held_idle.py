@@ -28,12 +28,13 @@ T0 = 1_700_000_000.0
 @pytest.fixture(scope="module")
 def gpu_record(tmp_path_factory):
     """One GPU record read through the real pynvml from the double: two processes holding
-    20 GiB each, one never sampled (0 % SM), one busy 6 ms of every 20 ms (30 %)."""
+    20 GiB each, one never sampled (0 % SM), one busy 6 ms of every 20 ms (30 %). No cgroup
+    is shown: the GPU record lists every process anyway."""
     folder = tmp_path_factory.mktemp("held")
     scenario = D.write_scenario(folder / "s.txt", D.Scenario().gpu(0, uuid=GPU0)
                                 .proc(0, IDLE_PID, 20 * GiB).proc(0, BUSY_PID, 20 * GiB)
                                 .periodic(0, BUSY_PID, sm=100, period=1000, cycle=20_000, busy=6000))
-    proc = subprocess.run([sys.executable, "-m", "cgstat", "once", "--window", "0", "--all"],
+    proc = subprocess.run([sys.executable, "-m", "cgstat", "once", "--window", "0", "--match", "^/no-such-cgroup$"],
                           env=D.env(scenario), cwd=ROOT, capture_output=True, timeout=60)
     assert proc.returncode == 0, proc.stderr.decode()
     (g,) = [json.loads(line) for line in proc.stdout.splitlines() if b'"type":"gpu"' in line]
