@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 import sys
-from typing import Callable, List, Optional, Type
+from typing import Any, Callable, List, Optional, Type
 
 import typer
 import typer.core
@@ -207,6 +207,50 @@ def _listen(value: Optional[str]) -> Optional[str]:
     except ValueError as exc:
         raise typer.BadParameter(str(exc)) from None
     return value
+
+
+def _groups(value: Optional[str]) -> Optional[str]:
+    """--metrics / --disable-metrics checked before anything starts (exit 2 on a group not known)."""
+    if value is None:
+        return None
+    from cgstat.outputs.prometheus_budget import groups_off
+
+    try:
+        groups_off(_group_list(value), None)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc)) from None
+    return value
+
+
+def _group_list(value: Optional[str]) -> Optional[List[str]]:
+    return None if value is None else [g.strip() for g in value.split(",") if g.strip()]
+
+
+def _metrics_option() -> Optional[str]:
+    return typer.Option(None, "--metrics", metavar="GROUPS", callback=_groups,
+                        help="Serve only these metric groups, comma-separated (docs/prometheus.md lists them; "
+                             "default: all).")
+
+
+def _disable_metrics_option() -> Optional[str]:
+    return typer.Option(None, "--disable-metrics", metavar="GROUPS", callback=_groups,
+                        help="Serve every metric group but these, comma-separated (e.g. dcgm,diskIO).")
+
+
+def _max_series_option() -> int:
+    return typer.Option(DEFAULT_MAX_SERIES, "--max-series", metavar="N", parser=_whole_number(0),
+                        help="Past N series, the least-used cgroups' series are summed into id=\"_other\" "
+                             "(0: no limit).")
+
+
+DEFAULT_MAX_SERIES = 100000  # ~2x what 1,000 containers make (docs/prometheus.md, the series budget)
+
+
+def _budget(metrics: Optional[str], disable: Optional[str], max_series: int) -> Any:
+    """The exporter's series budget from the options (a SeriesBudget)."""
+    from cgstat.outputs.prometheus_budget import SeriesBudget, groups_off
+
+    return SeriesBudget(max_series, groups_off(_group_list(metrics), _group_list(disable)))
 
 
 def _pid_number(value: object) -> int:
@@ -554,6 +598,9 @@ def stream(
     otlp_ca_file: Optional[str] = _Otlp.ca_file(),
     gpu_idle_memory: str = _gpu_idle_memory_option(),
     gpu_idle_window: float = _gpu_idle_window_option(),
+    metrics: Optional[str] = _metrics_option(),
+    disable_metrics: Optional[str] = _disable_metrics_option(),
+    max_series: int = _max_series_option(),
     oom_kills: str = _oom_kills_option(),
     store: Optional[str] = typer.Option(None, "--store", envvar="CGSTAT_STORE", metavar="DIR", callback=_not_empty,
                                         help="Also keep every tick in the store DIR (see cgstat record)."),
@@ -579,7 +626,7 @@ def stream(
                       None if no_events else events_window, listen, otlp,
                       StoreOptions(store, retain, max_size) if store else None,
                       gpu_idle_memory_bytes=_gpu_idle_memory(gpu_idle_memory), gpu_idle_window_s=gpu_idle_window,
-                      log_state=log_state)
+                      log_state=log_state, budget=_budget(metrics, disable_metrics, max_series))
 
     _run(lambda: _sampler(ctx, host_root, all_, match, max_user), job)
 
@@ -602,6 +649,9 @@ def serve(
     otlp_ca_file: Optional[str] = _Otlp.ca_file(),
     gpu_idle_memory: str = _gpu_idle_memory_option(),
     log_state: Optional[str] = _log_state_option(),
+    metrics: Optional[str] = _metrics_option(),
+    disable_metrics: Optional[str] = _disable_metrics_option(),
+    max_series: int = _max_series_option(),
     host_root: Optional[str] = _host_root_option(),
     all_: bool = _all_option(),
     match: Optional[str] = _match_option(),
@@ -618,7 +668,7 @@ def serve(
         from cgstat.app.stream import serve
 
         return serve(sampler, listen, interval, count, otlp, gpu_idle_memory_bytes=_gpu_idle_memory(gpu_idle_memory),
-                     log_state=log_state)
+                     log_state=log_state, budget=_budget(metrics, disable_metrics, max_series))
 
     _run(lambda: _sampler(ctx, host_root, all_, match, max_user), job)
 

@@ -812,6 +812,7 @@ class Family(NamedTuple):
     labels: Tuple[str, ...]  # beyond the scope's own (a cgroup's id, name, ...; a GPU's gpu, uuid)
     field: str  # the record field whose value is the sample, as is ("" when made otherwise)
     note: str = ""  # how it differs from its cAdvisor (or dcgm-exporter) counterpart
+    group: str = ""  # its metric group (METRIC_GROUPS), for --metrics / --disable-metrics
 
     @property
     def cadvisor(self) -> bool:
@@ -826,8 +827,39 @@ class Family(NamedTuple):
 
 
 def _family(name: str, kind: str, help: str, source: str = "", scope: str = "cgroup",
-            labels: Tuple[str, ...] = (), field: str = "", note: str = "") -> Family:
-    return Family(name, kind, help, source or field, scope, labels, field, note)
+            labels: Tuple[str, ...] = (), field: str = "", note: str = "", group: str = "") -> Family:
+    return Family(name, kind, help, source or field, scope, labels, field, note, group)
+
+
+# Metric groups, for `serve --metrics/--disable-metrics` (cAdvisor's names where it has the
+# group: its --enable_metrics/--disable_metrics). A family made from fields is in the group
+# of its first field's path (_FIELD_GROUPS: the longest prefix wins); the others name theirs.
+METRIC_GROUPS = {
+    "cgstat": "the exporter's own health: ticks, durations, record counts, folded cgroups",
+    "base": "container_last_seen and cgstat_cgroup_info (what a series' cgroup is)",
+    "cpu": "CPU time, CFS periods and throttling, weight/shares, quota and period",
+    "cpuset": "the effective cpuset (cgstat_cpuset_info)",
+    "memory": "usage, working set, limits, memory.stat counters, memory events, page faults",
+    "hugetlb": "hugetlb memory",
+    "oom_event": "OOM kills (container_oom_events_total)",
+    "diskIO": "block IO per device, blkio bytes, IO limits",
+    "network": "network counters per interface",
+    "process": "processes and threads (pids controller)",
+    "pressure": "PSI stall totals",
+    "gpu": "GPU use per container and per process, cgstat's GPU device series",
+    "dcgm": "dcgm-exporter's device series (DCGM_FI_*)",
+    "exited": "what cgroups that are gone used (cgstat_exited_*), kept a while",
+}
+_FIELD_GROUPS = (("cpu.cpuset", "cpuset"), ("cpu.", "cpu"), ("memory.hugetlb", "hugetlb"),
+                 ("memory.oom_kills_total", "oom_event"), ("memory.", "memory"), ("io.", "diskIO"),
+                 ("network.", "network"), ("pids.", "process"), ("pressure.", "pressure"), ("gpu.", "gpu"))
+
+
+def _field_group(path: str) -> str:
+    for prefix, group in _FIELD_GROUPS:  # longest prefixes first
+        if path.startswith(prefix):
+            return group
+    raise ValueError("no metric group for the series of %s (fields._FIELD_GROUPS)" % path)
 
 
 # The labels of every cgroup series (container_label_<key>: the container's labels, bounded;
@@ -882,11 +914,12 @@ def _field_families(table: Tuple[Field, ...], scope: str) -> Tuple[Family, ...]:
         for m in f.metrics:
             if m.kind:
                 out.append(Family(m.family, m.kind, m.help, m.source or f.path, scope,
-                                  ITEM_LABELS.get(item, ()) + _label_names(m.labels), f.path, m.counterpart))
+                                  ITEM_LABELS.get(item, ()) + _label_names(m.labels), f.path, m.counterpart,
+                                  _field_group(f.path)))
             else:
                 if m.family not in shared:
                     shared[m.family] = []
-                    out.append(_SHARED[m.family])
+                    out.append(_SHARED[m.family]._replace(group=_field_group(f.path)))
                 shared[m.family].append(f.path)
     return tuple(f._replace(source=_collapsed(shared[f.name])) if f.name in shared else f for f in out)
 
@@ -1009,6 +1042,8 @@ FAMILIES: Tuple[Family, ...] = (
     _family("cgstat_gpus", "gauge", "GPU device records in the last tick.", "count of type gpu records", "self"),
     _family("cgstat_record_errors", "gauge", "Read problems in the last tick's records, by error kind.",
             "records' errors[].error", "self", ("error",)),
+    _family("cgstat_folded_cgroups", "gauge", "Cgroups whose series are summed into id=\"_other\" (serve "
+            "--max-series); only with a budget.", "the series budget", "self"),
     # cgroups: the cAdvisor meanings
     _family("container_last_seen", "gauge", "Last time a container was seen by the exporter.", "record ts"),
 ) + _field_families(RECORD, "cgroup") + (
@@ -1062,6 +1097,31 @@ FAMILIES: Tuple[Family, ...] = (
             "1 for each reason NVML gives for the GPU's clocks being held down now.",
             "gpu.clocks_event_reasons[]", "gpu", ("reason",)),
 ) + tuple(_family(d.name, "gauge", d.help, d.source, "gpu", DCGM_LABELS) for d in DCGM_SERIES)
+
+# the groups of the families not made from one field's path (the exporter's own: "cgstat")
+_OTHER_GROUPS = {"container_last_seen": "base", "cgstat_cgroup_info": "base", "container_spec_cpu_quota": "cpu",
+                 "container_spec_cpu_period": "cpu", "cgstat_cpuset_info": "cpuset",
+                 "cgstat_io_limit_bytes_per_second": "diskIO", "cgstat_io_limit_ops_per_second": "diskIO",
+                 "container_blkio_device_usage_total": "diskIO"}
+
+
+def _grouped(family: Family) -> Family:
+    if family.group:
+        return family
+    if family.scope == "self":
+        return family._replace(group="cgstat")
+    if family.name in DCGM_NAMES:
+        return family._replace(group="dcgm")
+    if family.name in _OTHER_GROUPS:
+        return family._replace(group=_OTHER_GROUPS[family.name])
+    if family.name.startswith("cgstat_exited_"):
+        return family._replace(group="exited")
+    if family.name.startswith(("cgstat_container_gpu_", "cgstat_gpu_")):
+        return family._replace(group="gpu")
+    raise ValueError("no metric group for %s (fields._OTHER_GROUPS)" % family.name)
+
+
+FAMILIES = tuple(_grouped(family) for family in FAMILIES)
 
 # -- CSV columns (`--format csv`) ----------------------------------------------------------------
 #

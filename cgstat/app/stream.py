@@ -19,17 +19,18 @@ if TYPE_CHECKING:  # the exporter and events are imported by the runs that use t
     from cgstat.outputs.otlp import OtlpOptions
     from cgstat.pipeline.events import EventDetector
     from cgstat.pipeline.sampler import Sampler
+    from cgstat.outputs.prometheus_budget import SeriesBudget
 
 
 def stream(sampler: Sampler, interval_s: float, count: Optional[int], fmt: str, output: Optional[str],
            output_mode: int, events_window_s: Optional[float], listen: Optional[str],
            otlp: Optional[OtlpOptions] = None, store: Optional[StoreOptions] = None,
            gpu_idle_memory_bytes: int = DEFAULT_MEMORY_BYTES, gpu_idle_window_s: float = DEFAULT_WINDOW_S,
-           log_state: Optional[str] = None) -> int:
+           log_state: Optional[str] = None, budget: Optional[SeriesBudget] = None) -> int:
     """`cgstat stream`: the sink for `fmt` on `output` (stdout when None; one that can block
     on its own thread), events judged over `events_window_s` (None: no events), /metrics
     beside it when `listen`, an OTLP push beside it when `otlp`, every tick kept in `store`
-    too when given; GPUs held idle: at least `gpu_idle_memory_bytes` for `gpu_idle_window_s`; where the kernel
+    too when given (/metrics with `budget`: its groups and --max-series); GPUs held idle: at least `gpu_idle_memory_bytes` for `gpu_idle_window_s`; where the kernel
     log was read to kept in `log_state`."""
     from cgstat.outputs.formats import make_sink
 
@@ -43,15 +44,16 @@ def stream(sampler: Sampler, interval_s: float, count: Optional[int], fmt: str, 
     if store is not None:
         sinks.append(store.sink(sampler.warner.warn))
     return run_stream(sampler, sinks, interval_s, count, events, listen, gpu_idle_memory_bytes=gpu_idle_memory_bytes,
-                      log_state=log_state)
+                      log_state=log_state, budget=budget)
 
 
 def serve(sampler: Sampler, listen: str, interval_s: float, count: Optional[int],
           otlp: Optional[OtlpOptions] = None, gpu_idle_memory_bytes: int = DEFAULT_MEMORY_BYTES,
-          log_state: Optional[str] = None) -> int:
+          log_state: Optional[str] = None,
+          budget: Optional[SeriesBudget] = None) -> int:
     """`cgstat serve`: a stream whose only sinks are the endpoint (and an OTLP push)."""
     return run_stream(sampler, _otlp_sinks(sampler, otlp), interval_s, count, None, listen,
-                      gpu_idle_memory_bytes=gpu_idle_memory_bytes, log_state=log_state)
+                      gpu_idle_memory_bytes=gpu_idle_memory_bytes, log_state=log_state, budget=budget)
 
 
 def _otlp_sinks(sampler: Sampler, otlp: Optional[OtlpOptions]) -> List[Sink]:
@@ -64,13 +66,15 @@ def _otlp_sinks(sampler: Sampler, otlp: Optional[OtlpOptions]) -> List[Sink]:
 
 def run_stream(sampler: Sampler, sinks: Sequence[Sink], interval_s: float, count: Optional[int],
                events: Optional[EventDetector] = None, listen: Optional[str] = None,
-               gpu_idle_memory_bytes: int = DEFAULT_MEMORY_BYTES, log_state: Optional[str] = None) -> int:
+               gpu_idle_memory_bytes: int = DEFAULT_MEMORY_BYTES, log_state: Optional[str] = None,
+               budget: Optional[SeriesBudget] = None) -> int:
     """Ticks every interval on a drift-free schedule, each into every sink; the first one
     interval after start.
 
     `events`: diagnostics events raised from the ticks go into the same ticks. `listen`:
     the Prometheus endpoint (a sink too) served beside the others, first among them.
     `log_state`: the file keeping where the kernel log was read to (pipeline/logplace.py).
+    `budget`: the endpoint's metric groups and series budget (None: every series).
     """
     sinks = list(sinks)
     opened: List[Sink] = []
@@ -82,7 +86,7 @@ def run_stream(sampler: Sampler, sinks: Sequence[Sink], interval_s: float, count
             from cgstat.outputs.serve import Exporter  # only when asked: HTTP costs a start-up
 
             exporter = Exporter(listen, sampler.warner, stale_after_s=max(60.0, 5 * interval_s),
-                                gpu_idle_memory_bytes=gpu_idle_memory_bytes)
+                                gpu_idle_memory_bytes=gpu_idle_memory_bytes, budget=budget)
             sampler.warner.once("serving", f"serving /metrics and /healthz on http://{exporter.address}/")
             exporter.open()  # /metrics answers (self-metrics) before the first tick
             opened.append(exporter)

@@ -31,6 +31,9 @@ from cgstat.outputs.prometheus_labels import (
 )
 from cgstat.timestamps import ts_millis
 
+if TYPE_CHECKING:
+    from cgstat.outputs.prometheus_budget import Fold
+
 if TYPE_CHECKING:  # the record types are for the type checker only
     from cgstat.records import CgroupRecord, GpuRecord, GpuUse, IoDevice, Sampled
 
@@ -464,7 +467,7 @@ def _self_samples(self_metrics: Dict[str, Any], records: Sequence[Sampled], out:
 def render(records: Sequence[Sampled], fmt: str = TEXT, self_metrics: Optional[Dict[str, Any]] = None,
            timestamps: bool = True, cache: Optional[LabelCache] = None,
            retained: Iterable[Tuple[str, int]] = (), held_idle: Iterable[Tuple[str, float]] = (),
-           exited: Iterable[Tuple[str, Any]] = ()) -> bytes:
+           exited: Iterable[Tuple[str, Any]] = (), fold: Optional[Fold] = None) -> bytes:
     """The exposition of one tick.
 
     `records`: the Sampler's records (types cgroup, pod, gpu; anything else is skipped).
@@ -477,6 +480,8 @@ def render(records: Sequence[Sampled], fmt: str = TEXT, self_metrics: Optional[D
     written without a timestamp (the scrape's time: the series stays current while kept).
     `held_idle`: (labels, GPU-seconds) of cgstat_gpu_held_idle_seconds_total (HeldIdleSeconds).
     `exited`: (labels, exit record) of gone cgroups (ExitRetention): the cgstat_exited_* gauges.
+    `fold`: the tick's series budget (prometheus_budget.py): groups turned off, cgroups
+    folded into _other; the same Fold gives the same exposition in either format.
     """
     if fmt not in CONTENT_TYPES:
         raise ValueError("unknown exposition format %r" % (fmt,))
@@ -484,29 +489,50 @@ def render(records: Sequence[Sampled], fmt: str = TEXT, self_metrics: Optional[D
     _self_samples(self_metrics or {}, records, out)
     last = cache.workloads if cache is not None else {}
     kept: Dict[str, WorkloadLabels] = {}
+    folding = fold is not None and fold.budget.active and fold.spans
+    if fold is not None:  # (a render made again reads them again)
+        retained, held_idle, exited = list(retained), list(held_idle), list(exited)
+    starts: List[List[int]] = []  # where each cgroup's pieces begin and end, family by family (a fold's)
+    ends: List[List[int]] = []
+    folds: List[CgroupRecord] = []
+    bases: List[str] = []
     for record in records:
         if not isinstance(record, dict):
             continue
         kind = record.get("type")
         if kind == "cgroup" or kind == "pod":
             workload = cast("CgroupRecord", record)
-            _cgroup_samples(workload, out, fmt, timestamps, workload_labels(workload, last, kept))
+            labels = workload_labels(workload, last, kept)
+            if folding:
+                starts.append(list(map(len, out)))
+                folds.append(workload)
+                bases.append(labels.base)
+            _cgroup_samples(workload, out, fmt, timestamps, labels)
+            if folding:
+                ends.append(list(map(len, out)))
         elif kind == "gpu":
             _gpu_samples(cast("GpuRecord", record), out, fmt, timestamps)
     if cache is not None:
         cache.workloads = kept  # one reference swap: a render in another thread sees either
+    if fold is not None and not folding:
+        ends.append(list(map(len, out)))
     oom_name = FAMILIES[F_OOM].name
-    for labels, value in retained:
-        out[F_OOM].append(("%s{%s} %d\n" % (oom_name, labels, value)).encode("utf-8", "backslashreplace"))
+    for kept_labels, value in retained:
+        out[F_OOM].append(("%s{%s} %d\n" % (oom_name, kept_labels, value)).encode("utf-8", "backslashreplace"))
     held_name = FAMILIES[F_HELD_IDLE].name
-    for labels, r in exited:
+    for kept_labels, r in exited:
         for index, key in F_EXITED:
             v = _num(r.get(key))
             if v is not None:
-                out[index].append(("%s{%s} %s\n" % (FAMILIES[index].name, labels, v)).encode(
+                out[index].append(("%s{%s} %s\n" % (FAMILIES[index].name, kept_labels, v)).encode(
                     "utf-8", "backslashreplace"))
-    for labels, seconds in held_idle:
-        out[F_HELD_IDLE].append(("%s{%s} %s\n" % (held_name, labels, _num(seconds))).encode("utf-8", "backslashreplace"))
+    for kept_labels, seconds in held_idle:
+        out[F_HELD_IDLE].append(("%s{%s} %s\n" % (held_name, kept_labels, _num(seconds))).encode("utf-8", "backslashreplace"))
+    if fold is not None:
+        millis = [ts_millis(r.get("ts")) if timestamps else None for r in folds]
+        if fold.apply(out, starts, ends, folds, bases, millis, _value, lambda ms: _ts_suffix(ms, fmt).encode()):
+            fold.spans = True  # past the budget without noting where each cgroup is: again
+            return render(records, fmt, self_metrics, timestamps, cache, retained, held_idle, exited, fold)
     parts: List[bytes] = []
     for family, pieces in zip(FAMILIES, out):
         if pieces:

@@ -23,6 +23,7 @@ from cgstat import __version__
 from cgstat.errors import CgstatError
 from cgstat.outputs import prometheus
 from cgstat.outputs.http import DEFAULT_LISTEN, MetricsServer, address_note
+from cgstat.outputs.prometheus_budget import SeriesBudget
 from cgstat.outputs.prometheus_labels import LabelCache
 from cgstat.outputs.prometheus_heldidle import HeldIdleSeconds
 from cgstat.outputs.prometheus_retention import ExitRetention, OomRetention
@@ -43,8 +44,13 @@ class Exporter(Sink):
 
     def __init__(self, listen: str = DEFAULT_LISTEN, warner: Optional[Warner] = None,
                  stale_after_s: float = 60.0, timestamps: bool = True,
-                 gpu_idle_memory_bytes: int = DEFAULT_MEMORY_BYTES):
+                 gpu_idle_memory_bytes: int = DEFAULT_MEMORY_BYTES, budget: Optional[SeriesBudget] = None):
         self.warner = warner or Warner()
+        warner_ = self.warner
+        # the series budget: groups turned off, --max-series (None: every series, no fold)
+        self.budget = budget if budget is not None and (budget.active or budget.dropped) else None
+        if budget is not None:
+            budget.say = lambda message: warner_.once("max-series", message)
         self.timestamps = timestamps
         self.ticks = 0
         self.render_s: Optional[float] = None
@@ -96,10 +102,12 @@ class Exporter(Sink):
         retained = self.retention.update(records, kills, began, late)
         held = self.held_idle.update(records, began) if records else []
         exited = self.exits.update(records, began)
-        text = prometheus.render(records, prometheus.TEXT, own, stamps, labels, retained, held, exited)
+        fold = self.budget.tick() if self.budget is not None else None
+        text = prometheus.render(records, prometheus.TEXT, own, stamps, labels, retained, held, exited, fold)
 
         def openmetrics() -> bytes:  # made on the first scrape that asks, in the server thread
-            return prometheus.render(records, prometheus.OPENMETRICS, own, stamps, labels, retained, held, exited)
+            return prometheus.render(records, prometheus.OPENMETRICS, own, stamps, labels, retained, held, exited,
+                                     fold)
 
         self.server.publish(text, openmetrics)
         self.render_s = time.monotonic() - began

@@ -12,6 +12,7 @@ import pytest
 from cgstat import fieldkeys, fields, records, schema
 from cgstat.outputs import prometheus as prom
 from cgstat.outputs import table
+from cgstat.outputs.prometheus_budget import SeriesBudget
 from tests.helpers.contract import ROOT, validate
 from tests.helpers.fieldtable import example
 
@@ -78,7 +79,8 @@ def _rendered():
     records = [example(fields.RECORD), example(fields.GPU_RECORD)]
     records[0]["network"]["interfaces"][0]["name"] = "eth0"
     text = prom.render(records, prom.TEXT, {"version": "t", "ticks_total": 3, "tick_duration_seconds": 0.5,
-                                            "render_duration_seconds": 0.25, "last_tick_timestamp_seconds": 9.0})
+                                            "render_duration_seconds": 0.25, "last_tick_timestamp_seconds": 9.0},
+                       fold=SeriesBudget(10 ** 6).tick())  # a budget not reached: its gauge, no fold
     return records, {f.name: f for f in parser.text_string_to_metric_families(text.decode())}
 
 

@@ -1,0 +1,110 @@
+#!/usr/bin/env python3
+"""What the series budget does: series per container by metric group, the endpoint's series
+at 100 and 1,000 cgroups with and without `--max-series`, and the render's CPU time.
+
+    python3 bench/series_budget.py                     # 100 and 1,000 cgroups, tables
+    python3 bench/series_budget.py --cgroups 1000 --max-series 10000 --reps 9
+
+The synthetic host of bench/prometheus_cost.py (every cgroup a Docker container with a
+name, an image and 3 labels, one block device, PSI). Render CPU: process time of one
+`Exporter.publish()` (text format), median of --reps after 3 warm-up publishes, for: no
+budget (the exporter as it was), a budget not reached (the default 100,000: what counting
+costs), and --max-series (folding).
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import os
+import statistics
+import sys
+import tempfile
+import time
+from collections import Counter
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.dirname(HERE))
+sys.path.insert(0, HERE)
+
+from prometheus_cost import build_host  # noqa: E402
+
+from cgstat import fields  # noqa: E402
+from cgstat.outputs.prometheus_budget import SeriesBudget  # noqa: E402
+from cgstat.outputs.serve import Exporter  # noqa: E402
+from cgstat.pipeline.sampler import Sampler  # noqa: E402
+from cgstat.pipeline.warner import Warner  # noqa: E402
+
+GROUP = {f.name: f.group for f in fields.FAMILIES}
+
+
+def _series(text: bytes) -> Counter:
+    """Series by group."""
+    by = Counter()
+    for line in text.split(b"\n"):
+        if line and not line.startswith(b"#"):
+            name = line.split(b"{", 1)[0].split(b" ", 1)[0].decode()
+            by[GROUP.get(name, "?")] += 1
+    return by
+
+
+def _cpu(exporter: Exporter, records, reps: int) -> float:
+    for _ in range(3):
+        exporter.publish(records, 0.01)
+    times = []
+    for _ in range(reps):
+        t = time.process_time()
+        exporter.publish(records, 0.01)
+        times.append(time.process_time() - t)
+    return statistics.median(times)
+
+
+def measure(n: int, max_series: int, reps: int) -> dict:
+    with tempfile.TemporaryDirectory() as root:
+        build_host(root, n)
+        sampler = Sampler(host_root=root, warner=Warner(io.StringIO()))
+        sampler.warm_up()
+        records = sampler.tick()
+        out = {"cgroups": n}
+        for label, budget in (("none", None), ("100000", SeriesBudget(100000)),
+                              (str(max_series), SeriesBudget(max_series))):
+            exporter = Exporter("127.0.0.1:0", Warner(io.StringIO()), budget=budget)
+            try:
+                cpu = _cpu(exporter, records, reps)
+                text = exporter.server._snapshot.body(False, False)[0]  # what /metrics serves
+            finally:
+                exporter.close()
+            groups = _series(text)
+            out[label] = {"series": sum(groups.values()), "render_cpu_ms": round(cpu * 1000, 1),
+                          "bytes": len(text), "groups": dict(groups)}
+    return out
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--cgroups", type=int, nargs="+", default=[100, 1000])
+    ap.add_argument("--max-series", type=int, default=10000)
+    ap.add_argument("--reps", type=int, default=5)
+    args = ap.parse_args()
+    print("load average at start: %.2f %.2f %.2f" % os.getloadavg())
+    results = [measure(n, args.max_series, args.reps) for n in args.cgroups]
+    m = str(args.max_series)
+    print("| cgroups | series | series, --max-series %s | render CPU: no budget | budget not reached | "
+          "--max-series %s | bytes / with budget |" % (m, m))
+    print("|---:|---:|---:|---:|---:|---:|---:|")
+    for r in results:
+        print("| %d | %d | %d | %.1f ms | %.1f ms | %.1f ms | %s / %s |" % (
+            r["cgroups"], r["none"]["series"], r[m]["series"], r["none"]["render_cpu_ms"],
+            r["100000"]["render_cpu_ms"], r[m]["render_cpu_ms"], format(r["none"]["bytes"], ","),
+            format(r[m]["bytes"], ",")))
+    last = results[-1]
+    print("\nseries per container by group (unfolded, %d cgroups):" % last["cgroups"])
+    for group in fields.METRIC_GROUPS:
+        count = last["none"]["groups"].get(group, 0)
+        print("  %-10s %6.2f" % (group, count / last["cgroups"]))
+    print("load average at end: %.2f %.2f %.2f" % os.getloadavg())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
