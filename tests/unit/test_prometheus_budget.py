@@ -279,3 +279,16 @@ def test_far_below_the_budget_a_render_notes_no_spans_and_past_it_is_made_again(
     assert third.spans and third.count == 2
     assert {s.labels["id"]: s.value for s in samples if s.name == "container_cpu_usage_seconds_total"} == {
         "/a": 5.0, OTHER: 3.0}
+
+
+@pytest.mark.parametrize("args, said", [
+    (["--metrics", "cpu,nope"], "unknown metric group 'nope'"),
+    (["--disable-metrics", "disk_io"], "unknown metric group 'disk_io'"),
+    (["--max-series", "-1"], "--max-series"),
+])
+def test_a_bad_group_or_budget_is_a_usage_error(args, said):
+    import sys
+
+    run = subprocess.run([sys.executable, "-m", "cgstat", "serve", "--count", "1", *args],
+                         capture_output=True, text=True, timeout=60)
+    assert run.returncode == 2 and said in run.stderr, run.stderr
