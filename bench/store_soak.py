@@ -68,7 +68,7 @@ def main() -> int:
                 if isinstance(cpu, dict):
                     cpu["usage_seconds_total"] = round(cpu.get("usage_seconds_total") or 0.0, 6) + rng.random()
                 record["ts"] = time.strftime("%Y-%m-%dT%H:%M:%S.000Z", time.gmtime(wall_s))
-                lines.append((n, orjson.dumps(record).decode()))
+                lines.append((n, orjson.dumps(record)))
             rec.write(wall_s, lines)
             if (i + 1) % per_day == 0:
                 size = sum(os.path.getsize(os.path.join(store, n)) for n in os.listdir(store))

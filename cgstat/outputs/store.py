@@ -48,7 +48,7 @@ class StoreSink(Sink):
             raise SinkError(str(exc)) from None
 
     def write(self, records: Iterable[JsonObject], tick: TickInfo = NO_INFO) -> None:
-        lines: List[Tuple[Hashable, str]] = []
+        lines: List[Tuple[Hashable, bytes]] = []
         seen: Dict[str, int] = {}
         wall_s: Optional[float] = None
         for record in records:
@@ -60,7 +60,7 @@ class StoreSink(Sink):
                 continue
             if wall_s is None:
                 wall_s = parse_ts(record.get("ts"))
-            lines.append((record_key(record, seen), line.decode("utf-8")))
+            lines.append((record_key(record, seen), line))
         if not lines:
             return
         try:

@@ -36,33 +36,36 @@ class Encoder:
 
     def reset(self) -> None:
         self._keys: Dict[Hashable, int] = {}
-        self._previous: Dict[int, List[str]] = {}
+        self._previous: Dict[int, List[bytes]] = {}
 
-    def encode(self, wall_s: float, lines: Sequence[Tuple[Hashable, str]]) -> bytes:
-        """The payload of one tick: its lines (`(key, line)`: a key names the same workload
-        from tick to tick; None for a line compared with nothing), in order."""
+    def encode(self, wall_s: float, lines: Sequence[Tuple[Hashable, bytes]]) -> bytes:
+        """The payload of one tick: its lines (`(key, line)`, UTF-8 as dumps_record makes
+        them: a key names the same workload from tick to tick; None for a line compared
+        with nothing), in order. Lines are cut and compared as bytes: only what is kept is
+        decoded."""
         entries: List[Any] = []
         keys, previous = self._keys, self._previous
         for key, line in lines:
             if key is None:
-                entries.append([-1, line])
+                entries.append([-1, line.decode("utf-8")])
                 continue
             kid = keys.get(key)
             if kid is None:
                 kid = keys[key] = len(keys)
-            pieces = line.split(",")
+            pieces = line.split(b",")
             old = previous.get(kid)
             previous[kid] = pieces
             if old is None or len(old) != len(pieces):
-                entries.append([kid, line])
+                entries.append([kid, line.decode("utf-8")])
                 continue
             changed = list(compress(range(len(pieces)), map(ne, old, pieces)))  # in C: no loop here
             if len(changed) > 1:
-                entries.append([kid, changed, list(itemgetter(*changed)(pieces))])
+                kept = b",".join(itemgetter(*changed)(pieces)).decode("utf-8").split(",")
             elif changed:
-                entries.append([kid, changed, [pieces[changed[0]]]])
+                kept = [pieces[changed[0]].decode("utf-8")]
             else:
-                entries.append([kid, changed, changed])
+                kept = []
+            entries.append([kid, changed, kept])
         return orjson.dumps([wall_s, entries])
 
 

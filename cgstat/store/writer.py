@@ -83,7 +83,7 @@ class Recorder:
             self._seq = max(self._seq, name.seq)
         self._other = self.folder.size(MARKER)
 
-    def write(self, wall_s: float, lines: Sequence[Tuple[Hashable, str]]) -> None:
+    def write(self, wall_s: float, lines: Sequence[Tuple[Hashable, bytes]]) -> None:
         """One tick; StoreError when it can't be written (the store stays whole, the next
         tick starts a block)."""
         assert self.folder is not None, "open() first"
