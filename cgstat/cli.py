@@ -371,6 +371,8 @@ def _otlp_encoding(value: str) -> str:
 
 
 def _otlp_headers(values: List[str]) -> List[str]:
+    if not values:  # typer calls this for the default too: no OTLP (ssl, http.client) for a run without it
+        return values
     from cgstat.outputs.otlp_http import parse_header
 
     for value in values:
