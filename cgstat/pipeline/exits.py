@@ -39,6 +39,11 @@ _K_TX = C.NETWORK_TX_BYTES_TOTAL[-1]
 _GPU_OBJ, _K_SM = C.GPU_SM_PERCENT
 _K_GPU_MEM, _K_GPU_J = C.GPU_MEMORY_BYTES[-1], C.GPU_ENERGY_JOULES_TOTAL[-1]
 (_K_INTERVAL,) = C.INTERVAL_S
+_PIDS_OBJ, _K_PIDS = C.PIDS_CURRENT
+
+
+def _kept(new: Optional[float], old: Optional[float]) -> Optional[float]:
+    return old if new is None else new
 
 
 def _max(a: Optional[float], b: Optional[float]) -> Optional[float]:
@@ -76,16 +81,24 @@ class ExitLedger:
         # objects are dicts, or null where a controller is missing)
         cpu, mem, io, net = (r.get(_CPU_OBJ) or _NONE, r.get(_MEM_OBJ) or _NONE, r.get(_IO_OBJ) or _NONE,
                              r.get(_NET_OBJ) or _NONE)
-        row[_CPU] = finite(cpu.get(_K_CPU))
-        row[_PEAK] = finite(mem.get(_K_PEAK))
-        row[_PEAK_SEEN] = _max(row[_PEAK_SEEN], finite(mem.get(_K_USAGE)))
+        # A total a record lacks keeps its last reading: a controller's figures can go before
+        # the cgroup does (on a v1 host a memory cgroup nested apart from the CPU one is joined
+        # to the record through its members, and a killed workload has none).
+        cpu_s = finite(cpu.get(_K_CPU))
         oom = finite(mem.get(_K_OOM))
-        # killed in its last interval: its counter rose (the kernel log, where readable, says
-        # it too, at the end of the tick); an older kill it lived on after does not count
-        row[_KILLED] = oom is not None and row[_OOM] is not None and oom > row[_OOM]
-        row[_OOM] = oom
-        row[_IO_R], row[_IO_W] = finite(io.get(_K_IO_R)), finite(io.get(_K_IO_W))
-        row[_NET_RX], row[_NET_TX] = finite(net.get(_K_RX)), finite(net.get(_K_TX))
+        pids = r.get(_PIDS_OBJ)
+        current = finite(pids.get(_K_PIDS)) if isinstance(pids, dict) else None
+        if oom is not None and row[_OOM] is not None and oom > row[_OOM]:
+            row[_KILLED] = True  # killed in this interval (the kernel log, where readable, says it too)
+        elif row[_KILLED] and (current > 0 if current is not None else
+                               cpu_s is not None and row[_CPU] is not None and cpu_s > row[_CPU]):
+            row[_KILLED] = False  # it lived on after the kill: not how it ended
+        row[_CPU] = _kept(cpu_s, row[_CPU])
+        row[_OOM] = _kept(oom, row[_OOM])
+        row[_PEAK] = _kept(finite(mem.get(_K_PEAK)), row[_PEAK])
+        row[_PEAK_SEEN] = _max(row[_PEAK_SEEN], finite(mem.get(_K_USAGE)))
+        row[_IO_R], row[_IO_W] = _kept(finite(io.get(_K_IO_R)), row[_IO_R]), _kept(finite(io.get(_K_IO_W)), row[_IO_W])
+        row[_NET_RX], row[_NET_TX] = _kept(finite(net.get(_K_RX)), row[_NET_RX]), _kept(finite(net.get(_K_TX)), row[_NET_TX])
         gpu = r.get(_GPU_OBJ)
         if isinstance(gpu, dict):
             row[_HAS_GPU] = True

@@ -117,3 +117,28 @@ def test_a_cgroup_left_out_of_the_list_whose_folder_is_there_has_not_ended():
     assert asked == [{"unified": "/x"}]  # the record's paths are what is checked
     (e,) = ledger.end_tick(set(), [], TS[2], lambda paths: False)
     assert e["cgroup"] == PATH
+
+
+def test_a_kill_then_figures_gone_before_the_cgroup_still_ended_by_the_kill():
+    """A v1 host: the memory cgroup, nested apart from the CPU one, is joined to the record
+    through its members; once the only one is killed the records lack memory figures until
+    the empty cgroup is removed. The kill (from the log) is how it ended, and the totals are
+    the last ones read."""
+    ledger = ExitLedger()
+    ledger.see(_rec(TS[0], 1.0, 100 << 20, oom=0))
+    assert ledger.end_tick({PATH: None}, [_kill(PATH, exists=True, named_by="live")], TS[1]) == []
+    after = record(cgroup=PATH, container=TRAINER, ts=TS[2], interval_s=10.0,
+                   cpu={"usage_seconds_total": 1.0}, memory={"usage_bytes": None, "oom_kills_total": None},
+                   pids={"current": 0})
+    ledger.see(after)
+    (e,) = ledger.end_tick(set(), [], TS[3])
+    assert e["ended_by"] == "oom_kill"
+    assert e["oom_kills_total"] == 0 and e["memory_peak_bytes"] == 100 << 20 and e["cpu_seconds_total"] == 1.0
+    # one that lived on, its processes still there after the kill
+    ledger.see(_rec(TS[0], 1.0, 100, oom=0))
+    ledger.end_tick({PATH: None}, [_kill(PATH, exists=True, named_by="live")], TS[1])
+    ledger.see(record(cgroup=PATH, container=TRAINER, ts=TS[2], interval_s=10.0,
+                      cpu={"usage_seconds_total": 1.0}, memory={"usage_bytes": None, "oom_kills_total": None},
+                      pids={"current": 3}))
+    (e,) = ledger.end_tick(set(), [], TS[3])
+    assert e["ended_by"] == "exit"
