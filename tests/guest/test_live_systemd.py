@@ -3,6 +3,7 @@ socket, serve, and the one-shot's timer."""
 from __future__ import annotations
 
 import json
+import re
 import time
 
 import pytest
@@ -217,3 +218,49 @@ def test_the_once_timer_keeps_state_across_two_firings(units):
     assert 15 <= recs[1]["interval_s"] <= 45, recs[1]["interval_s"]
     st = g.sh("ls -l /var/lib/private/cgstat-once/", check=True).out
     assert "once.state" in st
+
+
+@pytest.mark.guest_ci("trixie")
+def test_the_dynamic_user_names_dockers_containers_from_their_0600_state(cgstat_service):
+    from tests.guest.busybox import docker_image
+
+    g = cgstat_service
+    g.run(["systemctl", "start", "docker.service"], timeout_s=300, check=True)
+    image = docker_image(g)
+    cid = g.sh("docker run -d --name live-dyn --label role=dyn %s sleep 100000" % image,
+               timeout_s=180, check=True).out.strip()
+    try:
+        # what the agent reads: root's, mode 0600; the agent is not root
+        st = g.sh("stat -c '%%a %%U' /var/lib/docker/containers/%s/config.v2.json" % cid, check=True).out.split()
+        assert st == ["600", "root"], st
+        user = show(g, "cgstat.service", "User", "DynamicUser", "AmbientCapabilities")
+        assert user["DynamicUser"] == "yes" and "cap_dac_read_search" in user["AmbientCapabilities"], user
+        mark = cursor(g)
+        rec = wait_for(g, "the container's record", lambda: [
+            r for r in records(journal(g, "cgstat.service", mark))
+            if r.get("type") == "cgroup" and (r.get("container") or {}).get("id") == cid], timeout_s=90)[-1]
+    finally:
+        g.run(["docker", "rm", "-f", "live-dyn"], timeout_s=120)
+    c = rec["container"]
+    assert (c["runtime"], c["name"], c["image"], c["labels"]) == ("docker", "live-dyn", image, {"role": "dyn"}), c
+    assert rec["cgroup"] == "/system.slice/docker-%s.scope" % cid
+
+
+@pytest.mark.guest_ci("trixie")
+def test_systemd_analyze_security_of_the_live_units(units):
+    g = units
+    try:
+        g.run(["systemctl", "start", "cgstat.service", "cgstat-serve.service"], timeout_s=240, check=True)
+        levels = {}
+        for unit in ("cgstat.service", "cgstat-serve.service"):
+            out = g.run(["systemd-analyze", "security", "--no-pager", unit], timeout_s=120).out
+            m = re.search(r"Overall exposure level for %s: ([0-9.]+) (\w+)" % re.escape(unit), out)
+            assert m, out[-2000:]
+            levels[unit] = (float(m.group(1)), m.group(2))
+    finally:
+        g.run(["systemctl", "stop", "cgstat.service", "cgstat-serve.service"], timeout_s=120)
+    g.security = levels
+    print("systemd-analyze security (live):", levels)
+    # the bound the shipped files meet offline (tests/unit/test_systemd_unit.py): the live
+    # units, with their real properties, meet it too
+    assert all(score <= 2.0 for score, _ in levels.values()), levels
