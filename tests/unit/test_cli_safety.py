@@ -230,7 +230,8 @@ def test_fuzzed_command_lines_never_give_a_traceback(monkeypatch, command, befor
     seen = []
 
     def fake_stream(agent, sink, interval, count, events=None, listen=None, gpu_idle_memory_bytes=1 << 30,
-                    log_state=None):
+                    log_state=None, budget=None):
+        assert budget is None or budget.max_series >= 0
         assert math.isfinite(interval) and cli.MIN_INTERVAL_S <= interval <= cli.MAX_INTERVAL_S
         assert gpu_idle_memory_bytes >= 1
         assert count is None or count >= 1

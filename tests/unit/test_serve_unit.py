@@ -92,7 +92,8 @@ def test_network_is_loopback_only_by_default() -> None:
 def test_same_sandbox_as_the_stream_unit_apart_from_network_and_logs() -> None:
     differ = {"PrivateNetwork", "IPAddressAllow", "RestrictAddressFamilies", "SocketBindDeny",
               "SocketBindAllow", "ExecStart", "ExecReload", "Environment", "LogsDirectory",
-              "LogsDirectoryMode", "Sockets"}  # Sockets: each its own kernel log socket unit
+              "LogsDirectoryMode", "Sockets",  # Sockets: each its own kernel log socket unit
+              "RuntimeDirectory"}  # each its own place in the kernel log (--log-state)
     stream: Dict[str, List[str]] = {}
     serve: Dict[str, List[str]] = {}
     for s, k, v in settings(STREAM_UNIT):
@@ -102,6 +103,7 @@ def test_same_sandbox_as_the_stream_unit_apart_from_network_and_logs() -> None:
         if s == "Service" and k not in differ:
             serve.setdefault(k, []).append(v)
     assert serve == stream
-    # serve writes nothing: no writable directory at all
+    # serve writes nothing but its place in the kernel log, on tmpfs, gone when it stops
+    assert values("RuntimeDirectory") == ["cgstat-serve"] and values("RuntimeDirectoryPreserve") == ["restart"]
     assert not values("LogsDirectory") and not values("StateDirectory") and not values("ReadWritePaths")
     assert values("ProtectSystem") == ["strict"]
