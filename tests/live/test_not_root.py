@@ -164,7 +164,11 @@ def test_kernel_log_passed_as_a_descriptor_needs_no_privilege(open_tmp, realcg_e
         assert first, proc.stderr.read()
         killer = g.start([sys.executable, "-c", "x = bytearray(200 << 20)"], stdout=subprocess.DEVNULL)
         assert killer.wait(60) == -9
-        out, err = proc.communicate(timeout=120)
+        # the rest through the same buffered reader: communicate() reads the descriptor and
+        # would miss what readline() had already buffered past the first line
+        out = proc.stdout.read()
+        err = proc.stderr.read()
+        proc.wait(timeout=120)
     finally:
         if proc.poll() is None:
             proc.kill()

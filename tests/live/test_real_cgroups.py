@@ -342,8 +342,12 @@ def test_runc_container_with_relative_cgroups_path(make_container, run_cgstat):
     assert own["cpu"] == c.rel("cpu")
     assert own["memory"] == c.rel("memory")
 
+    # the kernel's own count of the container's CPU around cgstat's window: under a 0.5
+    # core quota it runs at most half a core, less when the host's cores are busy elsewhere
+    before, t0 = c.stats()["data"]["cpu"]["usage"]["total"], time.monotonic()
     recs = once(run_cgstat, c.id, window=2)
     ref = c.stats()["data"]
+    used = (ref["cpu"]["usage"]["total"] - before) / 1e9 / (time.monotonic() - t0) * 100
     rec = R.find(recs, c.rel("cpu"))
     assert rec["cgroup"].endswith("/docker/" + c.id)
     assert rec["paths"].get(c.hier.key("memory")) == c.rel("memory")
@@ -358,7 +362,8 @@ def test_runc_container_with_relative_cgroups_path(make_container, run_cgstat):
     assert rec["pids"]["limit"] == 64 == ref["pids"]["limit"]
     assert rec["pids"]["current"] == ref["pids"]["current"]
     assert rec["cpu"]["limit_cores"] == 0.5
-    approx(rec["cpu"]["percent"], 50.0, rel=0.10)
+    assert rec["cpu"]["percent"] <= 50.0 * 1.05  # the quota holds
+    approx(rec["cpu"]["percent"], used, rel=0.15)
     assert rec["cpu"]["throttled_periods_total"] > 0
 
 
