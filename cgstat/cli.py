@@ -384,11 +384,12 @@ def _otlp_headers(values: List[str]) -> List[str]:
 
 
 def _duration(value: object) -> float:
-    """Seconds from `300`, `300s`, `5m` or `1h`."""
+    """Seconds from `300`, `300s`, `5m` or `1h` (the store's lengths of time, read alike)."""
+    from cgstat.store.times import parse_span
+
     text = str(value).strip()
-    scale = {"s": 1.0, "m": 60.0, "h": 3600.0}.get(text[-1:], 0.0)
     try:
-        seconds = float(text[:-1] if scale else text) * (scale or 1.0)
+        seconds = parse_span(text)
     except ValueError:
         raise typer.BadParameter(f"{text!r} is not a duration (300, 300s, 5m, 1h)") from None
     return _seconds(seconds, 1.0, 86400.0)
