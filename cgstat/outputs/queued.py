@@ -8,8 +8,9 @@ failure). Nothing here waits for the writer: the queue is bounded by its bytes, 
 that begins while the queue is over the bound is dropped whole (its records are still made:
 rates, events and every other sink go on). So what goes out is whole ticks of whole lines,
 in order, with gaps; a tick once begun is never cut. The drops are said on stderr once per
-episode (from the first tick dropped to the next one written), when it ends or at close,
-with the count.
+episode (from the first tick dropped to the next one written), when it ends, with the count
+(episodes closer together than the diagnostics channel repeats a line are counted, not
+said); the episode still open at close is always said, with the run's total.
 
 - SIGHUP: `reopen()` is queued, so it happens between two ticks, after those before it.
 - A reader gone (EPIPE): the writer stops; the next write (or close) ends the run with
@@ -148,7 +149,7 @@ class QueuedSink(Sink):
                     self._abandon()  # stopped, and the reader took nothing for close_stall_s
                     return  # the writer still holds the inner sink: not closed under it
         self._say()
-        self._end_episode()
+        self._end_episode(at_close=True)
         self.dropped_lines = self.inner.dropped_lines
         self.inner.close()
 
@@ -163,12 +164,15 @@ class QueuedSink(Sink):
         self.ticks_dropped += 1
         self.lines_dropped += lines
 
-    def _end_episode(self) -> None:
+    def _end_episode(self, at_close: bool = False) -> None:
         if not self._episode_ticks:
             return
+        # The last line of a run carries its total: under a key of its own, an episode that
+        # ends at close is never held back as a repeat of one said a moment before.
+        key = "dropped at close" if at_close else "dropped"
         took = time.monotonic() - self._episode_began
         total = f"; {self.ticks_dropped} ticks in all" if self.ticks_dropped > self._episode_ticks else ""
-        self._warn("dropped", f"{self.inner.label}: the reader did not keep up: {self._episode_ticks} ticks "
+        self._warn(key, f"{self.inner.label}: the reader did not keep up: {self._episode_ticks} ticks "
                    f"({self._episode_lines} lines) dropped whole over {took:.0f} s, the lines written are "
                    f"complete{total}")
         self._episode_ticks = self._episode_lines = 0
@@ -179,7 +183,7 @@ class QueuedSink(Sink):
             self._queue.clear()
             self._queue.append(_CLOSE)  # should the reader wake, the writer ends after the piece it is in
             self._queued_bytes = 0
-        self._end_episode()
+        self._end_episode(at_close=True)
         self._warn("dropped", f"{self.inner.label}: the reader took nothing for {self.close_stall_s:g} s: "
                    f"{lines} lines not written at the end")
 

@@ -11,6 +11,7 @@ import fcntl
 import io
 import json
 import os
+import re
 import threading
 
 import pytest
@@ -131,8 +132,16 @@ def test_a_blocked_reader_delays_no_tick_and_drops_are_whole_ticks_said_once(no_
     dropped = count - len(ticks)
     assert sink.ticks_dropped == dropped and sink.ticks_written == len(ticks)
     said = [x for x in err.getvalue().splitlines() if "did not keep up" in x]
-    assert len(said) == 1, err.getvalue()  # one episode, said once, with its count
-    assert f": {dropped} ticks ({dropped * LINES_PER_TICK} lines) dropped whole" in said[0]
+    # One episode as a rule: the reader starts after the last tick. A writer thread that
+    # starts late (a loaded machine) lets one more tick in after the first drops: two
+    # episodes then, the first said when it ends, the last at close with the run's total.
+    assert 1 <= len(said) <= 2, err.getvalue()
+    episodes = [int(re.search(r"keep up: (\d+) ticks \((\d+) lines\)", x).group(1)) for x in said]
+    assert sum(episodes) == dropped
+    if len(said) == 1:
+        assert f": {dropped} ticks ({dropped * LINES_PER_TICK} lines) dropped whole" in said[0]
+    else:
+        assert said[-1].endswith(f"; {dropped} ticks in all"), said
 
 
 def test_the_end_of_a_run_writes_every_queued_line_in_order(no_signals):
