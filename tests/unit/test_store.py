@@ -3,6 +3,7 @@ a kill, damage, garbage, a clock going back and a bound on size lose nothing els
 folder that is not a store of cgstat's is refused."""
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -312,6 +313,35 @@ def test_dump_formats(recorded):
     usage = [s for f in text_string_to_metric_families(proc.stdout.decode()) for s in f.samples
              if s.name == "container_cpu_usage_seconds_total" and s.labels.get("id") == "/"]
     assert [s.value for s in usage] == [15.5 + t * 0.731 for t in (10, 11, 12)]
+
+
+PROMTOOL = shutil.which("promtool")
+
+
+@pytest.mark.skipif(PROMTOOL is None, reason="promtool not installed (Debian package prometheus)")
+def test_dump_openmetrics_backfills_with_promtool(tmp_path, recorded):
+    """What `dump --format openmetrics` writes is what Prometheus's own backfill takes:
+    every sample stamped (cgstat's counts too), each family once; the samples read back
+    from the blocks made are the store's."""
+    path, _ = recorded
+    since, until = repr(T0 + 10), repr(T0 + 12)
+    proc = subprocess.run([sys.executable, "-m", "cgstat", "dump", "--store", str(path), "--since", since,
+                           "--until", until, "--format", "openmetrics"], capture_output=True, cwd=ROOT, check=True)
+    dumped, tsdb = tmp_path / "dump.om", tmp_path / "tsdb"
+    dumped.write_bytes(proc.stdout)
+    made = subprocess.run([PROMTOOL, "tsdb", "create-blocks-from", "openmetrics", str(dumped), str(tsdb)],
+                          capture_output=True, text=True)
+    assert made.returncode == 0, made.stderr + made.stdout
+    (tsdb / "wal").mkdir(exist_ok=True)  # `tsdb dump` opens the folder as a TSDB, which has one
+    out = subprocess.run([PROMTOOL, "tsdb", "dump", "--match", '{__name__=~"container_cpu_usage_seconds_total|'
+                          'cgstat_cgroups",id=~"/|",type=~"pod|"}', str(tsdb)],
+                         capture_output=True, text=True, check=True).stdout.splitlines()
+    usage = [line for line in out if 'container_cpu_usage_seconds_total' in line and 'id="/"' in line]
+    assert [float(line.split()[-2]) for line in usage] == [15.5 + t * 0.731 for t in (10, 11, 12)]
+    assert [int(line.split()[-1]) for line in usage] == [int((T0 + t) * 1000) for t in (10, 11, 12)]
+    pods = [line for line in out if "cgstat_cgroups" in line]
+    assert [line.split()[-2:] for line in pods] == [[str(sum(orjson.loads(x)["type"] == "pod" for x in LINES)),
+                                                     str(int((T0 + t) * 1000))] for t in (10, 11, 12)]
 
 
 def test_times_and_sizes():
