@@ -43,7 +43,12 @@ def join_trees(layout: Layout, trees: Trees, member_paths: MemberPaths, joins: J
        (the same subtree under another base); else P itself when it exists; else, when
        P's parent is joined to another path in H, the folder of P's name below that one.
        Joins climb from the deepest cgroups up, then the last rule runs from the top down.
-    3. Otherwise P has no folder in H, and that controller's figures are null.
+    3. P has no members and no folder of its own path in H: the one H folder joined to
+       nothing whose path is P's below another base (`/base/P`, as a runtime given a
+       relative path makes it). A workload whose processes ended before cgstat first read
+       it (one that lived less than a tick) has no member to say where it is, and its
+       parent is joined to itself (the root): only the path says it.
+    4. Otherwise P has no folder in H, and that controller's figures are null.
     H folders joined to nothing are cgroups of their own, keyed by their H path. Joins
     found through processes are kept by (folder inode), so membership is read once per
     new cgroup.
@@ -101,6 +106,7 @@ def join_trees(layout: Layout, trees: Trees, member_paths: MemberPaths, joins: J
             if candidate is not None and candidate.path not in taken:
                 joined[path] = candidate
                 taken.add(candidate.path)
+        _join_by_suffix(anchor_tree, h, tree, order, joined, taken, member_paths)
         found[h.name] = joined
         claimed[h.name] = taken
 
@@ -152,6 +158,29 @@ def _target(folder: Folder, h: Hierarchy, tree: Dict[str, Folder], child_parents
         if best in tree and (best == path or _leaf(best) == _leaf(path)):
             return tree[best]
     return tree.get(path)
+
+
+def _join_by_suffix(anchor_tree: Dict[str, Folder], h: Hierarchy, tree: Dict[str, Folder], order: List[str],
+                    joined: Dict[str, Folder], taken: Set[str], member_paths: MemberPaths) -> None:
+    """Rule 3: each anchor cgroup still without an H folder, with no member saying where
+    it is in H, takes the one H folder joined to nothing whose path ends in its own
+    (`/base` + its path); none when there are two (which would be a guess)."""
+    missing = [p for p in order if p != "/" and p not in joined]
+    if not missing:
+        return
+    by_leaf: Dict[str, List[str]] = {}
+    for q in tree:
+        if q not in taken and q != "/":
+            by_leaf.setdefault(_leaf(q), []).append(q)
+    for path in missing:
+        near = [q for q in by_leaf.get(_leaf(path), ()) if q != path and q.endswith(path) and q not in taken]
+        if len(near) != 1:
+            continue
+        members = member_paths(anchor_tree[path])
+        if members and members.get(h.name) is not None:
+            continue  # its members sit elsewhere in H (rule 1 said no): not this folder
+        joined[path] = tree[near[0]]
+        taken.add(near[0])
 
 
 def _leaf(path: str) -> str:

@@ -64,3 +64,49 @@ def test_a_removed_cgroup_gets_one_exit_record_with_its_cpu_seconds(make_group):
     else:  # this host nests the memory hierarchy elsewhere: the records had no memory figures either
         assert e["memory_peak_source"] is None and e["memory_peak_bytes"] is None
     assert e["container"] is None and e["gpu_seconds_total"] is None
+
+
+_ALLOCATE = "x = bytearray(48 << 20)\nx[::4096] = b'x' * len(x[::4096])\n"  # 48 MiB touched, then exits
+
+
+def test_a_workload_gone_before_its_first_read_has_its_memory_totals(make_group):
+    """Its process ended before cgstat first read the group (a workload that lived less
+    than a tick): no member says where its memory cgroup is, which on a host nesting the
+    memory hierarchy elsewhere (this machine's own sandbox) is not at the group's path.
+    The exit record still has the kernel's peak, from the folder of its path there."""
+    g = make_group(("pids", "cpu", "cpuacct", "memory"))
+    assert g.start([sys.executable, "-c", _ALLOCATE]).wait(timeout=60) == 0
+    peak_file = "memory.peak" if R.Hierarchies().v2 else "memory.max_usage_in_bytes"
+    try:
+        kernel_peak = int(g.read("memory", peak_file))
+    except OSError:  # a v2 kernel before memory.peak (5.19)
+        kernel_peak = None
+    env = dict(os.environ, PYTHONPATH=ROOT)
+    stream = subprocess.Popen([sys.executable, "-m", "cgstat", "stream", "--interval", "0.5", "--count", "60",
+                               "--no-events", "--match", g.name], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, cwd=ROOT, env=env)
+    mine, exits = [], []
+    try:
+        for line in stream.stdout:
+            rec = json.loads(line)
+            if rec.get("cgroup") != g.cgroup:
+                continue
+            if rec["type"] == "exit":
+                exits.append(rec)
+                stream.terminate()
+                continue
+            mine.append(rec)
+            if len(mine) == 2:
+                g.destroy()
+    finally:
+        _, err = stream.communicate(timeout=60)
+    assert stream.returncode == 0, err.decode()
+    (e,) = exits
+    validate(e)
+    assert mine[0]["paths"]["memory"] == g.rel("memory")  # the group's own memory folder, wherever it is
+    assert e["samples"] == len(mine) >= 2 and e["ended_by"] == "exit"
+    assert e["oom_kills_total"] == 0
+    if kernel_peak is not None:
+        assert e["memory_peak_source"] == "memory.peak" and e["memory_peak_bytes"] == kernel_peak >= 48 << 20
+    else:
+        assert e["memory_peak_source"] == "highest_seen" and e["memory_peak_bytes"] is not None

@@ -66,11 +66,13 @@ def test_empty_cgroups_are_looked_at_again_a_share_at_a_time(tmp_path, monkeypat
 
 def _v1_nested_memory(root):
     """A v1 host where /job's memory folder sits at /nested/job (the layout of this
-    machine's own memory cgroup): only a member process can tell the two are one."""
+    machine's own memory cgroup), beside another /other/job: only a member process can
+    tell which of the two is /job's."""
     synth.v1_host(root)
     synth.v1_cgroup(root, "/job")
     mem = os.path.join(root, "sys/fs/cgroup/memory")
     os.makedirs(os.path.join(mem, "nested"))
+    os.makedirs(os.path.join(mem, "other/job"))
     os.rename(os.path.join(mem, "job"), os.path.join(mem, "nested/job"))
 
 
@@ -94,7 +96,7 @@ def test_join_asks_empty_cgroups_again_without_rejoining_until_one_has_members(t
     monkeypatch.setattr(membership, "member_pids", lambda local: asked.append(local) or real_members(local))
 
     cgroups = disc.join()
-    assert joins == [1000.0] and _memory_of(cgroups, "/job") is None  # empty: nothing joins it
+    assert joins == [1000.0] and _memory_of(cgroups, "/job") is None  # empty, two of its name: no join
     job = next(cg for cg in cgroups if cg.path == "/job")
     anchor = next(f for f in job.folders if f.hierarchy is disc.layout.anchor)
     job_delay = recheck_after_s(anchor.inode)
