@@ -5,7 +5,12 @@ A render (outputs/prometheus.py) gives each tick's per-family pieces and where e
 cgroup's begin; `Fold.apply` takes out the turned-off families and the folded cgroups'
 series, and adds _other's: the sum of the folded series, label set by label set (a
 block device's, an interface's, a memory event's). Identity families (info series) are
-not summed; container_last_seen is the latest folded one's.
+not summed; container_last_seen is the latest folded one's. The sums are made a family at
+a time, not a series at a time: the folded records' pieces are sliced out in runs, each
+brace's labels after the workload's are looked up (learnt once: the braces are the same
+objects from tick to tick, prometheus_labels.LabelCache) and the values read back in one
+call; a tick that folds the same cgroups as the last, with no counter lower, compares
+their counters a family at a time too.
 
 A counter of _other stays monotone whatever comes and goes: a cgroup that leaves _other
 (it died, or got its own series back) takes its counter with it, so its last folded
@@ -21,7 +26,10 @@ series does not flap in and out of _other from tick to tick.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable, Dict, FrozenSet, Iterable, List, Optional, Sequence, Set, Tuple
+import functools
+import operator
+from typing import (TYPE_CHECKING, Any, Callable, Dict, FrozenSet, Iterable, List, NamedTuple, Optional, Sequence,
+                    Set, Tuple)
 
 from cgstat import fields
 
@@ -67,8 +75,12 @@ class SeriesBudget:
         self.off = off
         self.say = say
         self.dropped = tuple(i for i, family in enumerate(_FAMILIES) if family.group in off)
+        # the cgroup families summed into _other's series
+        self.summed = tuple(i for i in _CGROUP_SCOPE if i not in _NOT_SUMMED and i not in self.dropped)
         self.kept: Set[str] = set()  # cgroups with their own series last tick
-        self.folded: Dict[str, Dict[_Key, Any]] = {}  # folded cgroups' counters, last tick
+        self.folded = NO_FOLDED  # folded cgroups' counters, last tick
+        self.last_keys: FrozenSet[_Key] = frozenset()  # their label sets
+        self.rests: Dict[bytes, bytes] = {}  # a folded series' braces -> its labels after the workload's
         self.offsets: Dict[_Key, Any] = {}  # counters carried for cgroups gone from _other
         self.told = False
         self.other_series = 0  # _other's series last tick
@@ -84,7 +96,7 @@ class SeriesBudget:
         # where each cgroup's series are is noted only near the budget (a render that finds
         # itself past it without is made again)
         fold.spans = self.active and (self.last_series is None or self.last_series > 0.9 * self.max_series
-                                      or bool(self.folded) or bool(self.offsets))
+                                      or bool(self.folded.paths) or bool(self.offsets))
         return fold
 
 
@@ -145,7 +157,7 @@ class Fold:
         fixed = total - 4 * sum(counts) + 1
         paths = [str(r.get("cgroup")) for r in records]
         budget.last_series = fixed + sum(counts)
-        if fixed + sum(counts) <= budget.max_series and not budget.folded and not budget.offsets:
+        if fixed + sum(counts) <= budget.max_series and not budget.folded.paths and not budget.offsets:
             budget.kept = set(paths)
             return
         order = sorted(range(n), key=lambda i: (paths[i] in budget.kept, _usage(records[i])), reverse=True)
@@ -161,32 +173,37 @@ class Fold:
                 used += counts[i]
             else:
                 folded.append(i)
-        sums: Dict[_Key, Any] = {}
-        mine: Dict[int, Dict[_Key, Any]] = {}
-        for i in folded:
-            mine[i] = self._add(out, starts[i], ends[i], bases[i], sums)
         # _other's own series: the label sets of the folded ones and the carried ones (at
         # most those carried and those folded last tick)
-        keys = set(sums) | set(budget.offsets)
-        for before in budget.folded.values():
-            keys.update(before)
+        cuts: Dict[int, int] = {}
+        folded.sort()
+        sums, now = self._sums(out, starts, ends, bases, folded, cuts)
+        keys = set(sums) | set(budget.offsets) | budget.last_keys
+        moved = False
         while kept and fixed + used + len(keys) > budget.max_series:
             i = kept.pop()
             used -= counts[i]
             folded.append(i)
-            mine[i] = self._add(out, starts[i], ends[i], bases[i], sums)
-            keys.update(sums)
+            keys.update(self._keys(out, starts, ends, bases, [i], cuts))
+            moved = True
+        if moved:
+            folded.sort()
+            sums, now = self._sums(out, starts, ends, bases, folded, cuts)
         self.folded_at = frozenset(folded)
         self.count = len(folded)
         # counters: carry what left _other (gone, given its own series, or made again lower)
-        now = {paths[i]: mine[i] for i in folded}
+        now = now._replace(paths=tuple(paths[i] for i in folded))
         offsets = budget.offsets
-        for path, before in budget.folded.items():
-            after = now.get(path)
-            for key, value in before.items():
-                if after is None or key not in after or after[key] < value:
-                    offsets[key] = offsets.get(key, 0) + value
+        before = budget.folded
+        if not before.same_as(now):
+            mine = now.by_path()
+            for path, counters in before.by_path().items():
+                after = mine.get(path)
+                for key, value in counters.items():
+                    if after is None or key not in after or after[key] < value:
+                        offsets[key] = offsets.get(key, 0) + value
         budget.folded = now
+        budget.last_keys = now.keys()
         budget.kept = {paths[i] for i in kept}
         keys = set(sums) | set(offsets)
         budget.other_series = len(keys)
@@ -204,29 +221,92 @@ class Fold:
             budget.say("%d cgroups' series past --max-series %d: the least used are folded into id=\"%s\" "
                        "(cgstat_folded_cgroups says how many)" % (len(folded), budget.max_series, OTHER))
 
-    def _add(self, out: List[List[bytes]], a_row: Sequence[int], b_row: Sequence[int], base: str,
-             sums: Dict[_Key, Any]) -> Dict[_Key, Any]:
-        """Add one folded record's series to `sums` (by label set); its counters."""
-        cut = len(("{" + base).encode("utf-8", "backslashreplace"))
-        counters: Dict[_Key, Any] = {}
-        dropped = self.budget.dropped
-        for family in [f for f, a, b in zip(_ALL, a_row, b_row) if a != b]:
-            if family in _NOT_SUMMED or family in dropped:
-                continue
+    def _cut(self, bases: Sequence[str], i: int, cuts: Dict[int, int]) -> int:
+        """Where record i's labels after its workload's begin in its braces (b'{' + base)."""
+        cut = cuts.get(i)
+        if cut is None:
+            cut = cuts[i] = len(("{" + bases[i]).encode("utf-8", "backslashreplace"))
+        return cut
+
+    def _rests(self, pieces: List[bytes], rows: Iterable[Tuple[int, int, int]]) -> None:
+        """Learn the labels after the workload's of the braces in `rows` ((first, end, cut))."""
+        rests = self.budget.rests
+        for a, b, cut in rows:
+            for brace in pieces[a + 1:b:4]:
+                if brace not in rests:
+                    rests[brace] = brace[cut:]
+
+    def _keys(self, out: List[List[bytes]], starts: Sequence[Sequence[int]], ends: Sequence[Sequence[int]],
+              bases: Sequence[str], chosen: Sequence[int], cuts: Dict[int, int]) -> Set[_Key]:
+        """The label sets (keys of _other's series) of the records `chosen`."""
+        keys: Set[_Key] = set()
+        rests = self.budget.rests
+        for family in self.budget.summed:
             pieces = out[family]
-            counter = family in _COUNTERS
-            last_seen = family == _LAST_SEEN
-            for j in range(a_row[family], b_row[family], 4):
-                key = (family, pieces[j + 1][cut:])
-                text = pieces[j + 2]
-                value = int(text) if text.isdigit() else float(text)
-                if last_seen:
+            rows = [(starts[i][family], ends[i][family], i) for i in chosen]
+            rows = [(a, b, i) for a, b, i in rows if a != b]
+            if not rows:
+                continue
+            braces = [brace for a, b, _ in rows for brace in pieces[a + 1:b:4]]
+            try:
+                found = set(map(rests.__getitem__, braces))
+            except KeyError:
+                self._rests(pieces, [(a, b, self._cut(bases, i, cuts)) for a, b, i in rows])
+                found = set(map(rests.__getitem__, braces))
+            keys.update((family, rest) for rest in found)
+        return keys
+
+    def _sums(self, out: List[List[bytes]], starts: Sequence[Sequence[int]], ends: Sequence[Sequence[int]],
+              bases: Sequence[str], folded: Sequence[int], cuts: Dict[int, int]) -> Tuple[Dict[_Key, Any], Folded]:
+        """The sums of the folded records' series by label set, and their counters. A family
+        at a time: its folded pieces are sliced out in runs of records, their labels looked
+        up (the braces are the same objects tick after tick, see LabelCache) and their
+        values read back all at once."""
+        runs: List[Tuple[int, int]] = []
+        for i in folded:
+            if runs and runs[-1][1] == i - 1:
+                runs[-1] = (runs[-1][0], i)
+            else:
+                runs.append((i, i))
+        rests = self.budget.rests
+        seen = 0
+        sums: Dict[_Key, Any] = {}
+        counters: List[Tuple[int, List[bytes], List[Any]]] = []
+        for family in self.budget.summed:
+            pieces = out[family]
+            segment: List[bytes] = []
+            for a, b in runs:
+                first, last = starts[a][family], ends[b][family]
+                if first != last:
+                    segment += pieces[first:last]
+            if not segment:
+                continue
+            braces = segment[1::4]
+            seen += len(braces)
+            try:
+                keys = list(map(rests.__getitem__, braces))
+            except KeyError:
+                rows = [(starts[i][family], ends[i][family], self._cut(bases, i, cuts)) for i in folded]
+                self._rests(pieces, [(a, b, cut) for a, b, cut in rows if a != b])
+                keys = list(map(rests.__getitem__, braces))
+            values = _numbers(segment[2::4])
+            if family == _LAST_SEEN:
+                for rest, value in zip(keys, values):
+                    key = (family, rest)
                     sums[key] = max(sums.get(key, value), value)
-                    continue
+                continue
+            if family in _COUNTERS:
+                counters.append((family, keys, values))
+            first_key = keys[0]
+            if keys.count(first_key) == len(keys):  # one label set (most families): summed in one go
+                sums[(family, first_key)] = functools.reduce(operator.add, values, 0)
+                continue
+            for rest, value in zip(keys, values):
+                key = (family, rest)
                 sums[key] = sums.get(key, 0) + value
-                if counter:
-                    counters[key] = value
-        return counters
+        if len(rests) > 2 * seen + 1024:
+            rests.clear()  # mostly the braces of workloads gone or given their own series: learnt again
+        return sums, Folded((), tuple(counters), tuple((starts[i], ends[i]) for i in folded))
 
     def _take_out(self, out: List[List[bytes]], starts: Sequence[Sequence[int]], ends: Sequence[Sequence[int]]) -> None:
         """Leave only the kept records' pieces in the cgroup families (runs of them, sliced)."""
@@ -254,6 +334,59 @@ class Fold:
                 kept += pieces[starts[a][family]:ends[b][family]]
             kept += pieces[last:]
             out[family] = kept
+
+
+class Folded(NamedTuple):
+    """The counters of one tick's folded records: what _other must not lose when one leaves.
+
+    `counters`: (family, each series' labels after the workload's, their values) of every
+    counter family, the folded records' series one after the other in `paths`' order;
+    `rows`: where each record's pieces began and ended in each family (render's spans)."""
+
+    paths: Tuple[str, ...]
+    counters: Tuple[Tuple[int, List[bytes], List[Any]], ...]
+    rows: Tuple[Tuple[Sequence[int], Sequence[int]], ...]
+
+    def same_as(self, now: Folded) -> bool:
+        """The same records folded, the same series, no counter lower: nothing to carry
+        (compared a family at a time)."""
+        if self.paths != now.paths or len(self.counters) != len(now.counters):
+            return False
+        for (family, keys, values), (family_now, keys_now, values_now) in zip(self.counters, now.counters):
+            if family != family_now or keys != keys_now or any(map(operator.lt, values_now, values)):
+                return False
+        return True
+
+    def by_path(self) -> Dict[str, Dict[_Key, Any]]:
+        """{path: {(family, labels): counter}}."""
+        out: Dict[str, Dict[_Key, Any]] = {path: {} for path in self.paths}
+        for family, keys, values in self.counters:
+            at = 0
+            for path, (first, end) in zip(self.paths, self.rows):
+                mine = out[path]
+                length = (end[family] - first[family]) // 4
+                for j in range(at, at + length):
+                    mine[(family, keys[j])] = values[j]
+                at += length
+        return out
+
+    def keys(self) -> FrozenSet[_Key]:
+        return frozenset((family, rest) for family, keys, _ in self.counters for rest in set(keys))
+
+
+NO_FOLDED = Folded((), (), ())
+
+
+def _numbers(texts: List[bytes]) -> List[Any]:
+    """Sample values read back, as they were written: an int's text as an int (the sum is
+    written as one), a float's (repr: always a '.', an 'e', nan or inf) as a float."""
+    try:
+        return list(map(int, texts))
+    except ValueError:
+        pass
+    if not any(map(bytes.isdigit, texts)):  # a family of floats
+        return list(map(float, texts))
+    return [int(text) if text.lstrip(b"-").isdigit() else float(text) for text in texts]
 
 
 def _usage(record: CgroupRecord) -> Tuple[float, float]:

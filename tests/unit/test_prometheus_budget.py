@@ -195,6 +195,29 @@ def test_every_family_sums_to_the_unfolded_endpoints(scrapes):
     assert ticks[-1][2]  # cgroups did leave _other: counters carried
 
 
+def test_each_of_others_series_is_the_sum_of_the_folded_cgroups_same_label_set(scrapes):
+    """At the first tick (nothing carried yet), label set by label set: _other's series (a
+    device's, a memory event's, ...) is the sum of the unfolded endpoint's series of the
+    cgroups that have none of their own, whose labels but the workload's are the same."""
+    ticks, _ = scrapes
+    samples, full, carried, _, _ = ticks[0]
+    assert not carried
+    own = {dict(labels)["id"] for _, labels in samples if "id" in dict(labels)}
+    workload = {"id", "name", "image"}  # the synthetic containers' labels (no container labels)
+    want = defaultdict(float)
+    for (name, labels), value in full.items():
+        mine = dict(labels)
+        if name in NOT_SUMMED or "id" not in mine or mine["id"] in own:
+            continue
+        want[(name, tuple(sorted((k, v) for k, v in mine.items() if k not in workload)))] += value
+    got = {(name, tuple(sorted((k, v) for k, v in dict(labels).items() if k not in ("id", "name")))): value
+           for (name, labels), value in samples.items()
+           if dict(labels).get("id") == OTHER and name not in NOT_SUMMED}
+    assert len(want) > 30 and set(got) == set(want)
+    for key, value in want.items():
+        assert got[key] == pytest.approx(value, rel=1e-12), key
+
+
 def test_no_counter_goes_down_across_the_scrapes(scrapes):
     ticks, _ = scrapes
     for reader in ("reference", "split"):
@@ -245,6 +268,24 @@ def test_a_cgroup_leaving_other_takes_its_counter_and_other_stays_monotone():
     fourth, own = other(_record("/c", 3.0), _record("/d", 0.5), _record("/e", 0.25))
     assert fourth["container_cpu_usage_seconds_total"] == 4.25
     assert fourth["container_memory_working_set_bytes"] == 20
+
+
+def test_the_same_cgroups_folded_again_carry_nothing_until_a_counter_goes_down():
+    budget = SeriesBudget(15)
+
+    def other(*records):
+        text = prom.render(list(records), fold=budget.tick()).decode()
+        samples = [s for f in text_string_to_metric_families(text) for s in f.samples]
+        return {s.name: s.value for s in samples if s.labels.get("id") == OTHER}
+
+    three = (_record("/a", 5.0), _record("/b", 1.0), _record("/c", 2.0))
+    assert other(*three)["container_cpu_usage_seconds_total"] == 3.0
+    assert other(*three)["container_cpu_usage_seconds_total"] == 3.0  # nothing left, nothing carried
+    assert not budget.offsets
+    # /c made again (its counter from 0.5): the 2.0 it had counted stays counted
+    again = other(_record("/a", 5.0), _record("/b", 1.0), _record("/c", 0.5))
+    assert again["container_cpu_usage_seconds_total"] == 3.5
+    assert other(_record("/a", 5.0), _record("/b", 1.5), _record("/c", 0.5))["container_cpu_usage_seconds_total"] == 4.0
 
 
 def test_groups_turned_off_leave_out_exactly_their_families():
