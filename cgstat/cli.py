@@ -228,19 +228,19 @@ def _group_list(value: Optional[str]) -> Optional[List[str]]:
 
 def _metrics_option() -> Optional[str]:
     return typer.Option(None, "--metrics", metavar="GROUPS", callback=_groups,
-                        help="Serve only these metric groups, comma-separated (docs/prometheus.md lists them; "
-                             "default: all).")
+                        help="Serve (and push over OTLP) only these metric groups, comma-separated "
+                             "(docs/prometheus.md lists them; default: all).")
 
 
 def _disable_metrics_option() -> Optional[str]:
     return typer.Option(None, "--disable-metrics", metavar="GROUPS", callback=_groups,
-                        help="Serve every metric group but these, comma-separated (e.g. dcgm,diskIO).")
+                        help="Serve (and push) every metric group but these, comma-separated (e.g. dcgm,diskIO).")
 
 
 def _max_series_option() -> int:
     return typer.Option(DEFAULT_MAX_SERIES, "--max-series", metavar="N", parser=_whole_number(0),
-                        help="Past N series, the least-used cgroups' series are summed into id=\"_other\" "
-                             "(0: no limit).")
+                        help="Past N series (the OTLP push: N data points), the least-used cgroups' series are "
+                             "summed into id=\"_other\" (OTLP: cgstat.cgroup=\"_other\"); 0: no limit.")
 
 
 DEFAULT_MAX_SERIES = 100000  # ~2x what 1,000 containers make (docs/prometheus.md, the series budget)

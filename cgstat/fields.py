@@ -855,7 +855,8 @@ _FIELD_GROUPS = (("cpu.cpuset", "cpuset"), ("cpu.", "cpu"), ("memory.hugetlb", "
                  ("network.", "network"), ("pids.", "process"), ("pressure.", "pressure"), ("gpu.", "gpu"))
 
 
-def _field_group(path: str) -> str:
+def field_group(path: str) -> str:
+    """The metric group of a field's series (and of its OTLP metric)."""
     for prefix, group in _FIELD_GROUPS:  # longest prefixes first
         if path.startswith(prefix):
             return group
@@ -915,11 +916,11 @@ def _field_families(table: Tuple[Field, ...], scope: str) -> Tuple[Family, ...]:
             if m.kind:
                 out.append(Family(m.family, m.kind, m.help, m.source or f.path, scope,
                                   ITEM_LABELS.get(item, ()) + _label_names(m.labels), f.path, m.counterpart,
-                                  _field_group(f.path)))
+                                  field_group(f.path)))
             else:
                 if m.family not in shared:
                     shared[m.family] = []
-                    out.append(_SHARED[m.family]._replace(group=_field_group(f.path)))
+                    out.append(_SHARED[m.family]._replace(group=field_group(f.path)))
                 shared[m.family].append(f.path)
     return tuple(f._replace(source=_collapsed(shared[f.name])) if f.name in shared else f for f in out)
 

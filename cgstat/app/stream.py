@@ -30,8 +30,9 @@ def stream(sampler: Sampler, interval_s: float, count: Optional[int], fmt: str, 
     """`cgstat stream`: the sink for `fmt` on `output` (stdout when None; one that can block
     on its own thread), events judged over `events_window_s` (None: no events), /metrics
     beside it when `listen`, an OTLP push beside it when `otlp`, every tick kept in `store`
-    too when given (/metrics with `budget`: its groups and --max-series); GPUs held idle: at least `gpu_idle_memory_bytes` for `gpu_idle_window_s`; where the kernel
-    log was read to kept in `log_state`."""
+    too when given (/metrics and the push within `budget`: its groups and --max-series); GPUs
+    held idle: at least `gpu_idle_memory_bytes` for `gpu_idle_window_s`; where the kernel log
+    was read to kept in `log_state`."""
     from cgstat.outputs.formats import make_sink
 
     events = None
@@ -40,7 +41,8 @@ def stream(sampler: Sampler, interval_s: float, count: Optional[int], fmt: str, 
 
         events = EventDetector(window_s=events_window_s, gpu_idle_memory_bytes=gpu_idle_memory_bytes,
                                gpu_idle_window_s=gpu_idle_window_s)
-    sinks = [make_sink(fmt, output, output_mode, sampler.warner.warn, queue=True), *_otlp_sinks(sampler, otlp)]
+    sinks = [make_sink(fmt, output, output_mode, sampler.warner.warn, queue=True),
+             *_otlp_sinks(sampler, otlp, budget)]
     if store is not None:
         sinks.append(store.sink(sampler.warner.warn))
     return run_stream(sampler, sinks, interval_s, count, events, listen, gpu_idle_memory_bytes=gpu_idle_memory_bytes,
@@ -52,16 +54,20 @@ def serve(sampler: Sampler, listen: str, interval_s: float, count: Optional[int]
           log_state: Optional[str] = None,
           budget: Optional[SeriesBudget] = None) -> int:
     """`cgstat serve`: a stream whose only sinks are the endpoint (and an OTLP push)."""
-    return run_stream(sampler, _otlp_sinks(sampler, otlp), interval_s, count, None, listen,
+    return run_stream(sampler, _otlp_sinks(sampler, otlp, budget), interval_s, count, None, listen,
                       gpu_idle_memory_bytes=gpu_idle_memory_bytes, log_state=log_state, budget=budget)
 
 
-def _otlp_sinks(sampler: Sampler, otlp: Optional[OtlpOptions]) -> List[Sink]:
+def _otlp_sinks(sampler: Sampler, otlp: Optional[OtlpOptions], budget: Optional[SeriesBudget] = None) -> List[Sink]:
+    """The OTLP push, when asked, bound by the same metric groups and --max-series as /metrics
+    (its own count: data points, not the exposition's series)."""
     if otlp is None:
         return []
     from cgstat.outputs.otlp import OtlpSink  # only when asked: protobuf costs a start-up
+    from cgstat.outputs.otlp_budget import OtlpBudget
 
-    return [OtlpSink(otlp, sampler.warner.warn)]
+    own = OtlpBudget(budget.max_series, budget.off) if budget is not None else None
+    return [OtlpSink(otlp, sampler.warner.warn, budget=own)]
 
 
 def run_stream(sampler: Sampler, sinks: Sequence[Sink], interval_s: float, count: Optional[int],

@@ -28,6 +28,7 @@ import time
 from typing import TYPE_CHECKING, Callable, Deque, Iterable, List, NamedTuple, Optional, Sequence, Tuple
 
 from cgstat.errors import CgstatError
+from cgstat.outputs.otlp_budget import OtlpBudget
 from cgstat.outputs.otlp_encode import Encoder, rejected
 from cgstat.outputs.otlp_http import Receiver
 from cgstat.outputs.sink import NO_INFO, Sink, SinkError, TickInfo
@@ -69,10 +70,13 @@ class OtlpSink(Sink):
     def __init__(self, options: OtlpOptions, warn: Optional[Callable[[str, str], None]] = None,
                  receiver: Optional[Receiver] = None, max_bytes: int = MAX_BUFFER_BYTES,
                  close_timeout_s: float = CLOSE_TIMEOUT_S, stop_timeout_s: float = STOP_TIMEOUT_S,
-                 clock: Callable[[], float] = time.monotonic):
+                 clock: Callable[[], float] = time.monotonic, budget: Optional[OtlpBudget] = None):
         self.options = options
         self.warn = warn
-        self.encoder = Encoder(options.encoding)  # CgstatError (what to install) without opentelemetry-proto
+        if budget is not None:  # folding is said once, as the sink says things: from the tick's thread
+            budget.say = lambda message: self._warn("otlp-max-series", message)
+        # CgstatError (what to install) without opentelemetry-proto
+        self.encoder = Encoder(options.encoding, budget)
         try:
             self.receiver = receiver or Receiver(options.endpoint, options.headers, options.timeout_s,
                                                  options.ca_file)

@@ -19,7 +19,9 @@ import orjson
 
 from cgstat import __version__
 from cgstat.errors import CgstatError
+from cgstat.outputs.otlp_budget import OtlpBudget
 from cgstat.outputs.otlp_names import CGROUP_METRICS, GPU_METRICS, ITEM_ATTRIBUTE, POD_METRICS, Metric
+from cgstat.outputs.prometheus_budget import usage
 from cgstat.timestamps import ts_millis
 
 if TYPE_CHECKING:  # the record types are for the type checker only
@@ -39,13 +41,16 @@ Point = Tuple[Attrs, Any]  # (attributes, value: int or float)
 class Resource:
     """One record's resource and metrics, made of it (the form both encodings are written from)."""
 
-    __slots__ = ("key", "attributes", "time_ns", "start_ns", "metrics")
+    __slots__ = ("key", "attributes", "time_ns", "start_ns", "metrics", "path", "usage")
 
-    def __init__(self, key: Attrs, attributes: Attrs, time_ns: int, start_ns: int):
+    def __init__(self, key: Attrs, attributes: Attrs, time_ns: int, start_ns: int, path: Optional[str] = None,
+                 usage: Tuple[float, float] = (0.0, 0.0)):
         self.key = key  # what tells it from the tick's other resources (a GPU's: with its hw.id)
         self.attributes = attributes
         self.time_ns = time_ns
         self.start_ns = start_ns
+        self.path = path  # a cgroup or pod record's cgroup (what the series budget folds); None for a GPU
+        self.usage = usage  # its CPU percent and working set (the budget folds the least used)
         self.metrics: Dict[str, Tuple[Metric, List[Point]]] = {}  # name -> its kind and data points
 
 
@@ -174,12 +179,13 @@ def _fill(res: Resource, record: JsonObject, plan: Plan, attrs: Attrs) -> None:
 class Encoder:
     """Makes each tick's request; keeps the resources' start times between ticks."""
 
-    def __init__(self, encoding: str = "protobuf"):
+    def __init__(self, encoding: str = "protobuf", budget: Optional[OtlpBudget] = None):
         if encoding not in ENCODINGS:
             raise ValueError(f"unknown OTLP encoding {encoding!r} ({', '.join(ENCODINGS)})")
         self.encoding = encoding
         self.content_type = CONTENT_TYPES[encoding]
         self.starts = StartTimes()
+        self.budget = budget if budget is not None and budget.active else None  # groups off, --max-series
         self._pb: Optional[ProtobufWriter] = None
         if encoding == "protobuf":
             self._pb = ProtobufWriter(load_protobuf())
@@ -205,10 +211,12 @@ class Encoder:
         out = []
         for key, now, record, table, point in made:
             res = Resource(key, key[:len(key) - len(point)] if point else key, now, starts[key])
+            if not point:
+                res.path, res.usage = str(record.get("cgroup")), usage(record)
             _fill(res, record, table, point)
             if res.metrics:
                 out.append(res)
-        return out
+        return self.budget.apply(out) if self.budget is not None else out
 
     def encode(self, records: Iterable[JsonObject]) -> bytes:
         """The request body for one tick."""

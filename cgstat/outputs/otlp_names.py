@@ -34,6 +34,7 @@ class Metric(NamedTuple):
     status: str = ""  # the semantic conventions' stability ("" for cgstat's own names)
     keys: Tuple[str, ...] = ()  # the keys to the value in the record (to the array, for an item's field)
     leaf: str = ""  # an item's field: its key in the item ("" for a plain field)
+    group: str = ""  # its metric group (fields.METRIC_GROUPS), as its field's series
 
 
 class Semconv(NamedTuple):
@@ -123,10 +124,11 @@ def _metric(f: fields.Field, scope: str) -> Metric:
     item = item_of(f.path)
     keys = tuple((item[:-2] if item else f.path).split("."))
     leaf = f.path.rsplit(".", 1)[1] if item else ""
+    group = fields.field_group(f.path)
     if conv is None or not name:
-        return Metric(own, f.path, unit, monotonic, keys=keys, leaf=leaf)
+        return Metric(own, f.path, unit, monotonic, keys=keys, leaf=leaf, group=group)
     status = conv.pod_status if scope == "pod" and conv.pod_status else conv.status
-    return Metric(name, f.path, conv.unit or unit, monotonic, conv.scale, conv.attributes, status, keys, leaf)
+    return Metric(name, f.path, conv.unit or unit, monotonic, conv.scale, conv.attributes, status, keys, leaf, group)
 
 
 def _numbers(table: Tuple[fields.Field, ...], extra: Tuple[str, ...]) -> List[fields.Field]:

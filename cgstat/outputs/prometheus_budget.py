@@ -160,19 +160,8 @@ class Fold:
         if fixed + sum(counts) <= budget.max_series and not budget.folded.paths and not budget.offsets:
             budget.kept = set(paths)
             return
-        order = sorted(range(n), key=lambda i: (paths[i] in budget.kept, _usage(records[i])), reverse=True)
-        # room for _other's own series: last tick's count, else one cgroup's worth (the loop
-        # below makes sure)
-        room = budget.max_series - fixed - (budget.other_series or max(counts, default=0))
-        kept: List[int] = []
-        folded: List[int] = []
-        used = 0
-        for i in order:
-            if used + counts[i] <= room:
-                kept.append(i)
-                used += counts[i]
-            else:
-                folded.append(i)
+        kept, folded, used = choose(paths, counts, [usage(r) for r in records], budget.kept,
+                                    budget.max_series - fixed, budget.other_series)
         # _other's own series: the label sets of the folded ones and the carried ones (at
         # most those carried and those folded last tick)
         cuts: Dict[int, int] = {}
@@ -196,12 +185,7 @@ class Fold:
         offsets = budget.offsets
         before = budget.folded
         if not before.same_as(now):
-            mine = now.by_path()
-            for path, counters in before.by_path().items():
-                after = mine.get(path)
-                for key, value in counters.items():
-                    if after is None or key not in after or after[key] < value:
-                        offsets[key] = offsets.get(key, 0) + value
+            carry(offsets, before.by_path(), now.by_path())
         budget.folded = now
         budget.last_keys = now.keys()
         budget.kept = {paths[i] for i in kept}
@@ -389,7 +373,40 @@ def _numbers(texts: List[bytes]) -> List[Any]:
     return [int(text) if text.lstrip(b"-").isdigit() else float(text) for text in texts]
 
 
-def _usage(record: CgroupRecord) -> Tuple[float, float]:
+def choose(paths: Sequence[str], counts: Sequence[int], usages: Sequence[Tuple[float, float]], kept_before: Set[str],
+           room: int, other_before: int) -> Tuple[List[int], List[int], int]:
+    """Which cgroups keep their own series (the rules of the budget, for /metrics and the
+    OTLP push alike): those that had them last tick first, then the busiest (`usages`: CPU,
+    then working set), while their `counts` fit in `room` less _other's own series (last
+    tick's count, else one cgroup's worth). (kept, folded, series kept), by position; kept
+    from the most to the least used."""
+    order = sorted(range(len(paths)), key=lambda i: (paths[i] in kept_before, usages[i]), reverse=True)
+    room -= other_before or max(counts, default=0)
+    kept: List[int] = []
+    folded: List[int] = []
+    used = 0
+    for i in order:
+        if used + counts[i] <= room:
+            kept.append(i)
+            used += counts[i]
+        else:
+            folded.append(i)
+    return kept, folded, used
+
+
+def carry(offsets: Dict[Any, Any], before: Dict[str, Dict[Any, Any]], now: Dict[str, Dict[Any, Any]]) -> None:
+    """Add to `offsets` the counters that left _other since last tick (`before`, `now`:
+    {cgroup: {series: counter}} of the folded ones): a cgroup gone or given its own series,
+    a series gone, a counter lower (the cgroup made again). What it had counted stays counted."""
+    for path, counters in before.items():
+        after = now.get(path)
+        for key, value in counters.items():
+            if after is None or key not in after or after[key] < value:
+                offsets[key] = offsets.get(key, 0) + value
+
+
+def usage(record: Any) -> Tuple[float, float]:
+    """How much a cgroup record used: CPU percent, then working set (0 for unknown)."""
     cpu: Any = record.get("cpu")
     memory: Any = record.get("memory")
     percent = cpu.get("percent") if isinstance(cpu, dict) else None

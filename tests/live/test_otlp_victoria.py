@@ -3,20 +3,23 @@ tests/helpers/victoria.py), queried back through its Prometheus API.
 
 One receiver and one `cgstat stream --otlp-endpoint` for the module (a tick every 0.5 s, one
 cgroup of ours matched: little CPU). The first test reads a cgroup's CPU and memory back and
-finds the stream's record of that tick and `cgstat once`'s CPU time; the second stops the receiver for two minutes, starts it again,
-and finds every tick the stream wrote during and around that time in the receiver.
+finds the stream's record of that tick and `cgstat once`'s CPU time; the second stops the
+receiver for two minutes, starts it again, and finds every tick the stream wrote during and
+around that time in the receiver; the third reads back the series of a synthetic host of 60
+containers pushed with `--max-series 300`.
 """
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
 
 import pytest
 
-from tests.helpers import realcg, victoria
+from tests.helpers import realcg, synth, victoria
 
 pytest.importorskip("opentelemetry.proto.collector.metrics.v1.metrics_service_pb2")
 
@@ -167,3 +170,57 @@ def _millis(ts: str) -> int:
     from cgstat.timestamps import ts_millis
 
     return ts_millis(ts)
+
+
+SYNTH_CGROUPS = 60
+SYNTH_MAX_SERIES = 300
+
+
+@pytest.mark.realcg
+def test_the_push_within_max_series_holds_that_many_series_and_the_same_sums(setup, tmp_path):
+    """A synthetic host of 60 Docker containers (about 1,400 data points a tick) pushed with
+    --max-series 300: the receiver holds at most 300 series of that host, among them
+    cgstat.cgroup="_other", and each tick's CPU time and memory summed over the host's series
+    are those of the stream's own records of that tick."""
+    vm = setup.vm
+    root = str(tmp_path / "host")
+    synth.v2_host(root)
+    hostname = "cgstat-budget-%d" % os.getpid()
+    synth.write(os.path.join(root, "etc/hostname"), hostname + "\n")
+    # the records' time is the tree's boot time plus its uptime: now, for the receiver's retention
+    synth.write(os.path.join(root, "proc/stat"), "cpu  1 2 3 4\nbtime %d\n" % (time.time() - 1000))
+    for i in range(SYNTH_CGROUPS):
+        cid = "%064x" % (i + 1)
+        usage = "usage_usec %d\nuser_usec 1\nsystem_usec 1\n" % (1000000 * (i + 1))
+        memory = "%d\n" % ((1 << 20) * (i + 1))
+        synth.v2_cgroup(root, "/system.slice/docker-%s.scope" % cid, {"cpu.stat": usage, "memory.current": memory})
+        synth.write(os.path.join(root, "var/lib/docker/containers", cid, "config.v2.json"),
+                    json.dumps({"ID": cid, "Name": "/job-%d" % i, "Config": {"Image": "busybox:1", "Labels": {}}}))
+    output = str(tmp_path / "stream.jsonl")
+    subprocess.run([sys.executable, "-m", "cgstat", "--host-root", root, "stream", "--interval", "0.5", "--count", "3",
+                    "--no-events", "--output", output, "--otlp-endpoint", vm.otlp, "--max-series",
+                    str(SYNTH_MAX_SERIES)], cwd=REPO, check=True, timeout=120, stdout=subprocess.DEVNULL,
+                   stderr=subprocess.DEVNULL)
+    with open(output) as f:
+        records = [r for r in map(json.loads, f) if r.get("type") == "cgroup"]
+    assert len({r["cgroup"] for r in records}) == SYNTH_CGROUPS and len(records) == 3 * SYNTH_CGROUPS
+    host = '{host.name="%s"}' % hostname
+    series = wait_for(lambda: (lambda got: len({s["timestamps"][-1] for s in got
+                                                if s["metric"]["__name__"] == "container.cpu.time"}) and got)(
+        vm.export(host)), 30)
+    assert series, "nothing of %s in the receiver: %s" % (hostname, vm.tail())
+    assert 100 < len(series) <= SYNTH_MAX_SERIES
+    other = [s for s in series if s["metric"].get("cgstat.cgroup") == "_other"]
+    assert other and all(s["metric"].get("container.name") == "_other" for s in other)
+    (folded,) = [s for s in other if s["metric"]["__name__"] == "cgstat.folded_cgroups"]
+    own = {s["metric"].get("cgstat.cgroup") for s in series} - {"_other"}
+    assert folded["values"][-1] == SYNTH_CGROUPS - len(own) and len(own) > 5
+    # the synthetic files never move (nor the tree's clock: the ticks are one sample): the
+    # host's series sum to a tick's records
+    last = records[-SYNTH_CGROUPS:]
+    for name, keys in (("container.cpu.time", ("cpu", "usage_seconds_total")),
+                       ("container.memory.usage", ("memory", "usage_bytes"))):
+        pushed = [s for s in series if s["metric"]["__name__"] == name]
+        want = sum(r[keys[0]][keys[1]] for r in last)
+        assert want > 0 and sum(s["values"][-1] for s in pushed) == pytest.approx(want, rel=1e-9), name
+        assert len(pushed) == len(own) + 1
