@@ -7,7 +7,10 @@ giving no data point (never a fake 0). A counter's start time is when cgstat fir
 resource (the kernel's counters begin at the cgroup's creation, which no file says); it
 stays the same while the resource is seen, as cumulative temporality wants. Events and
 other records are left out. Protobuf needs the `opentelemetry-proto` package (the `otlp`
-extra), imported when the first request is made; JSON needs nothing. Reads no host file.
+extra), imported when the first request is made; JSON needs nothing (JsonWriter: orjson's
+bytes of the request, its text pieces kept from tick to tick). With a series budget
+(outputs/otlp_budget.py) the resources are folded before either is written. Reads no host
+file.
 """
 
 from __future__ import annotations
@@ -130,50 +133,63 @@ def _number(value: Any, scale: float) -> Any:
     return None
 
 
-def _add(res: Resource, metric: Metric, attrs: Attrs, value: Any) -> None:
-    number = _number(value, metric.scale)
-    if number is None:
-        return
-    kept = res.metrics.get(metric.name)
-    if kept is None:
-        kept = res.metrics[metric.name] = (metric, [])
-    kept[1].append((metric.attributes + attrs, number))
-
-
 # A table's metrics grouped by the object their values are in (`memory`, `io.devices`), in
-# the table's order within each: a record's object is reached once for all its fields.
-Plan = Tuple[Tuple[Tuple[str, ...], Tuple[Metric, ...]], ...]
+# the table's order within each: a record's object is reached once for all its fields. Each
+# metric with what a data point needs of it, looked up once: (metric, key in the object or
+# the item, name, scale, fixed attributes).
+Prepared = Tuple[Metric, str, str, float, Attrs]
+Plan = Tuple[Tuple[Tuple[str, ...], Tuple[Prepared, ...]], ...]
 
 
 def _plan(table: Tuple[Metric, ...]) -> Plan:
-    groups: Dict[Tuple[str, ...], List[Metric]] = {}
+    groups: Dict[Tuple[str, ...], List[Prepared]] = {}
     for metric in table:
         parent = metric.keys if metric.leaf else metric.keys[:-1]
-        groups.setdefault(parent, []).append(metric)
+        key = metric.leaf or metric.keys[-1]
+        groups.setdefault(parent, []).append((metric, key, metric.name, metric.scale, metric.attributes))
     return tuple((parent, tuple(metrics)) for parent, metrics in groups.items())
 
 
 _PLANS = {"cgroup": _plan(CGROUP_METRICS), "pod": _plan(POD_METRICS), "gpu": _plan(GPU_METRICS)}
 
 
+def _add_all(out: Dict[str, Tuple[Metric, List[Point]]], metrics: Tuple[Prepared, ...], obj: Dict[str, Any],
+             attrs: Attrs) -> None:
+    """The data points of one object's fields (an int in range, most of them, taken as it is;
+    the rest through _number)."""
+    get = obj.get
+    for metric, key, name, scale, fixed in metrics:
+        value = get(key)
+        if value is None:
+            continue
+        if value.__class__ is int and scale == 1.0 and -_INT64_MAX <= value <= _INT64_MAX:
+            number = value
+        else:
+            number = _number(value, scale)
+            if number is None:
+                continue
+        kept = out.get(name)
+        if kept is None:
+            kept = out[name] = (metric, [])
+        kept[1].append((fixed + attrs if attrs else fixed, number))
+
+
 def _fill(res: Resource, record: JsonObject, plan: Plan, attrs: Attrs) -> None:
+    out = res.metrics
     for parent, metrics in plan:
         obj = _get(record, parent)
         if obj is None:
             continue
-        if isinstance(obj, dict):  # plain fields of one object
-            for metric in metrics:
-                _add(res, metric, attrs, obj.get(metric.keys[-1]))
+        if obj.__class__ is dict:  # plain fields of one object
+            _add_all(out, metrics, obj, attrs)
             continue
         if not isinstance(obj, list):
             continue
-        attr, keys = ITEM_ATTRIBUTE[metrics[0].path.rsplit(".", 1)[0]]
+        attr, keys = ITEM_ATTRIBUTE[metrics[0][0].path.rsplit(".", 1)[0]]
         for entry in obj:
             if isinstance(entry, dict):
                 label = next((entry[k] for k in keys if entry.get(k)), None)
-                item = attrs + (((attr, label),) if label is not None else ())
-                for metric in metrics:
-                    _add(res, metric, item, entry.get(metric.leaf))
+                _add_all(out, metrics, entry, attrs + (((attr, label),) if label is not None else ()))
 
 
 class Encoder:
@@ -187,6 +203,7 @@ class Encoder:
         self.starts = StartTimes()
         self.budget = budget if budget is not None and budget.active else None  # groups off, --max-series
         self._pb: Optional[ProtobufWriter] = None
+        self._json = JsonWriter()
         if encoding == "protobuf":
             self._pb = ProtobufWriter(load_protobuf())
 
@@ -222,7 +239,7 @@ class Encoder:
         """The request body for one tick."""
         resources = self.resources(records)
         if self.encoding == "json":
-            return orjson.dumps(to_json(resources))
+            return self._json.write(resources)
         assert self._pb is not None
         return self._pb.write(resources)
 
@@ -267,7 +284,8 @@ def _json_attrs(attrs: Attrs) -> List[Dict[str, Any]]:
 
 
 def to_json(resources: Sequence[Resource]) -> Dict[str, Any]:
-    """The request as OTLP/JSON: int64 as decimal strings, enums as numbers, camelCase keys."""
+    """The request as OTLP/JSON: int64 as decimal strings, enums as numbers, camelCase keys.
+    What JsonWriter writes, as objects (the reference its bytes are checked against)."""
     out = []
     for res in resources:
         now, start = str(res.time_ns), str(res.start_ns)
@@ -292,6 +310,77 @@ def to_json(resources: Sequence[Resource]) -> Dict[str, Any]:
         out.append({"resource": {"attributes": _json_attrs(res.attributes)},
                     "scopeMetrics": [{"scope": {"name": "cgstat", "version": __version__}, "metrics": metrics}]})
     return {"resourceMetrics": out}
+
+
+class JsonWriter:
+    """Requests in OTLP/JSON, the bytes orjson makes of to_json(), made of kept pieces.
+
+    A request is mostly the same text tick after tick: resources' attributes, metric names
+    and units, data points' attributes. Those pieces are encoded once (by orjson, so
+    escaped as it escapes) and kept; a tick writes only its times and values between them.
+    Resource attributes are kept for the resources of the last tick; point attributes (a
+    device, an interface, a direction) while they stay few."""
+
+    MAX_POINT_ATTRIBUTES = 4096
+
+    def __init__(self) -> None:
+        self._resources: Dict[Attrs, bytes] = {}
+        self._points: Dict[Attrs, bytes] = {}
+        self._metrics: Dict[Tuple[str, str, bool], Tuple[bytes, bytes]] = {}
+        self._scope = b',"scopeMetrics":[{"scope":' + orjson.dumps({"name": "cgstat", "version": __version__}) + \
+            b',"metrics":['
+
+    def write(self, resources: Sequence[Resource]) -> bytes:
+        kept: Dict[Attrs, bytes] = {}
+        points = self._points
+        if len(points) > self.MAX_POINT_ATTRIBUTES:
+            points.clear()
+        dumps = orjson.dumps
+        parts: List[bytes] = [b'{"resourceMetrics":[']
+        first_resource = True
+        for res in resources:
+            head = kept.get(res.attributes) or self._resources.get(res.attributes)
+            if head is None:
+                head = b'{"resource":{"attributes":' + dumps(_json_attrs(res.attributes)) + b"}" + self._scope
+            kept[res.attributes] = head
+            parts.append(head if first_resource else b"," + head)
+            first_resource = False
+            gauge_time = b'"timeUnixNano":"%d",' % res.time_ns
+            sum_time = b'"timeUnixNano":"%d","startTimeUnixNano":"%d",' % (res.time_ns, res.start_ns)
+            first_metric = True
+            for name, (metric, pts) in res.metrics.items():
+                key = (name, metric.unit, metric.monotonic)
+                ends = self._metrics.get(key)
+                if ends is None:
+                    ends = self._metrics[key] = self._metric_ends(name, metric)
+                parts.append(ends[0] if first_metric else b"," + ends[0])
+                first_metric = False
+                times = sum_time if metric.monotonic else gauge_time
+                first_point = True
+                for attrs, value in pts:
+                    opening = points.get(attrs)
+                    if opening is None:
+                        opening = points[attrs] = b'{"attributes":' + dumps(_json_attrs(attrs)) + b","
+                    if value.__class__ is int:
+                        number = b'"asInt":"%d"}' % value
+                    else:
+                        number = b'"asDouble":' + dumps(value) + b"}"
+                    parts += (opening if first_point else b"," + opening, times, number)
+                    first_point = False
+                parts.append(ends[1])
+            parts.append(b"]}]}")
+        parts.append(b"]}")
+        self._resources = kept
+        return b"".join(parts)
+
+    @staticmethod
+    def _metric_ends(name: str, metric: Metric) -> Tuple[bytes, bytes]:
+        """What stands before a metric's data points and after them."""
+        opening = b'{"name":' + orjson.dumps(name) + b',"unit":' + orjson.dumps(metric.unit)
+        if metric.monotonic:
+            return (opening + b',"sum":{"dataPoints":[',
+                    b'],"aggregationTemporality":%d,"isMonotonic":true}}' % CUMULATIVE)
+        return opening + b',"gauge":{"dataPoints":[', b"]}}"
 
 
 # -- protobuf, through opentelemetry-proto ---------------------------------------------------

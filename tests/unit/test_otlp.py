@@ -17,6 +17,7 @@ import subprocess
 import sys
 import threading
 
+import orjson
 import pytest
 
 from cgstat import fields
@@ -206,6 +207,28 @@ def test_json_is_otlp_json_and_says_what_protobuf_says():
             if any(kv.key == "k8s.pod.uid" for kv in rm.resource.attributes)]
     assert pods and all(kv.value.string_value for rm in pods for kv in rm.resource.attributes
                         if kv.key.startswith("k8s."))
+
+
+def test_the_json_writer_writes_what_orjson_makes_of_the_request_tick_after_tick():
+    """JsonWriter keeps the pieces of the request (attributes, names) from tick to tick and
+    writes times and values between them: its bytes are orjson's of to_json() (the request
+    as objects), with hostile names, values of every kind, points and resources that change."""
+    hostile = {"runtime": "docker", "id": "b" * 64, "name": 'we"b\\\n\u202e\x1b[31m', "image": "ng\tinx:1.27",
+               "pod": None}
+    first = [record(), record(cgroup="/gone", container=hostile), fixture_records()[0]]
+    second = [record(ts="2026-12-01T10:00:01.250Z", container=hostile,
+                     cpu={"usage_seconds_total": 13, "user_seconds_total": 1.5e-7, "periods_total": 2 ** 70,
+                          "weight": True},
+                     memory={"usage_bytes": -1, "working_set_bytes": float("nan"), "oom_group": False}),
+              record(ts="2026-12-01T10:00:01.250Z", cgroup="/new")]
+    encoder = otlp_encode.Encoder("json")
+    for tick in (first, second, second, []):
+        body = encoder.encode(tick)
+        assert body == orjson.dumps(otlp_encode.to_json(encoder.resources(tick)))
+        json.loads(body)
+    assert encoder.encode([]) == b'{"resourceMetrics":[]}'
+    cpu = points(json.loads(encoder.encode(second)), "cgstat.cpu.periods")
+    assert sorted(cpu.values()) == [7.0, float(2 ** 70)]
 
 
 @needs_proto
