@@ -496,6 +496,7 @@ def render(records: Sequence[Sampled], fmt: str = TEXT, self_metrics: Optional[D
     ends: List[List[int]] = []
     folds: List[CgroupRecord] = []
     bases: List[str] = []
+    mark = list(map(len, out)) if folding else []  # where the next cgroup's pieces begin
     for record in records:
         if not isinstance(record, dict):
             continue
@@ -504,14 +505,17 @@ def render(records: Sequence[Sampled], fmt: str = TEXT, self_metrics: Optional[D
             workload = cast("CgroupRecord", record)
             labels = workload_labels(workload, last, kept)
             if folding:
-                starts.append(list(map(len, out)))
+                starts.append(mark)
                 folds.append(workload)
                 bases.append(labels.base)
             _cgroup_samples(workload, out, fmt, timestamps, labels)
             if folding:
-                ends.append(list(map(len, out)))
+                mark = list(map(len, out))
+                ends.append(mark)
         elif kind == "gpu":
             _gpu_samples(cast("GpuRecord", record), out, fmt, timestamps)
+            if folding:
+                mark = list(map(len, out))
     if cache is not None:
         cache.workloads = kept  # one reference swap: a render in another thread sees either
     if fold is not None and not folding:

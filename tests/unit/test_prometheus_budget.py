@@ -288,6 +288,21 @@ def test_the_same_cgroups_folded_again_carry_nothing_until_a_counter_goes_down()
     assert other(_record("/a", 5.0), _record("/b", 1.5), _record("/c", 0.5))["container_cpu_usage_seconds_total"] == 4.0
 
 
+def test_a_gpu_record_between_cgroups_keeps_its_series_and_the_fold_its_sums():
+    gpu = {"schema": 1, "type": "gpu", "ts": "2026-11-29T20:10:12.807Z", "host": "node1",
+           "gpu": {"index": 0, "uuid": "GPU-1", "name": "NVIDIA H100", "utilization_percent": 50,
+                   "memory_used_bytes": 1 << 30, "memory_total_bytes": 80 << 30}}
+    records = [_record("/a", 5.0), gpu, _record("/b", 1.0), gpu, _record("/c", 2.0), _record("/d", 0.5)]
+    plain = prom.render(records).decode()
+    lines = [line for line in plain.splitlines() if line and not line.startswith("#")]
+    text = prom.render(records, fold=SeriesBudget(len(lines) - 4).tick()).decode()
+    gpu_lines = [line for line in plain.splitlines() if 'uuid="GPU-1"' in line]
+    assert gpu_lines and gpu_lines == [line for line in text.splitlines() if 'uuid="GPU-1"' in line]
+    samples = [s for f in text_string_to_metric_families(text) for s in f.samples]
+    cpu = {s.labels["id"]: s.value for s in samples if s.name == "container_cpu_usage_seconds_total"}
+    assert set(cpu) == {"/a", "/c", OTHER} and cpu[OTHER] == 1.5  # /b and /d, the least used
+
+
 def test_groups_turned_off_leave_out_exactly_their_families():
     records = [_record("/a", 5.0)]
     off = groups_off(None, ["cpu", "process"])
