@@ -3,6 +3,7 @@
 
     python3 bench/otlp_cost.py                  # 100 and 1,000 cgroups, table
     python3 bench/otlp_cost.py --cgroups 1000 --json
+    python3 bench/otlp_cost.py --against main~3      # and the encoder as it was there, interleaved
 
 The synthetic host of bench/prometheus_cost.py (every cgroup a Docker container with a name
 and an image, one block device, PSI; no root needed) is sampled by the real Sampler; its
@@ -16,6 +17,10 @@ receiver on loopback that reads each request and answers 200.
 - bytes: the request, plain and gzip level 1 (what the sink sends).
 - push: wall time from OtlpSink.write() to the receiver having read the request (gzip
   included), median of --reps.
+- --max-series: encode CPU and bytes with the series budget folding to that many data
+  points (outputs/otlp_budget.py), in the same turns.
+- --against REF: otlp_encode.py as it is at git REF (bench/against.py) encodes the same
+  records in the same turns, and says whether its bytes are this checkout's.
 """
 
 from __future__ import annotations
@@ -39,6 +44,7 @@ sys.path.insert(0, HERE)
 from prometheus_cost import build_host  # noqa: E402
 
 from cgstat.outputs.otlp import OtlpOptions, OtlpSink  # noqa: E402
+from cgstat.outputs.otlp_budget import OtlpBudget  # noqa: E402
 from cgstat.outputs.otlp_encode import Encoder  # noqa: E402
 from cgstat.pipeline.sampler import Sampler  # noqa: E402
 from cgstat.pipeline.warner import Warner  # noqa: E402
@@ -65,18 +71,21 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         pass
 
 
-def _cpu(job, reps: int, warmup: int):
-    for _ in range(warmup):
-        job()
-    spent = []
+def _turns(jobs: dict, reps: int, warmup: int) -> dict:
+    """Process time of each job, median of `reps` taken in turn after `warmup` each."""
+    for job in jobs.values():
+        for _ in range(warmup):
+            job()
+    spent: dict = {label: [] for label in jobs}
     for _ in range(reps):
-        t = time.process_time()
-        job()
-        spent.append(time.process_time() - t)
-    return round(statistics.median(spent) * 1000, 1)
+        for label, job in jobs.items():
+            t = time.process_time()
+            job()
+            spent[label].append(time.process_time() - t)
+    return {label: round(statistics.median(s) * 1000, 1) for label, s in spent.items()}
 
 
-def measure(n: int, reps: int, warmup: int) -> dict:
+def measure(n: int, reps: int, warmup: int, max_series: int = 10000, against: str = "") -> dict:
     with tempfile.TemporaryDirectory() as root:
         build_host(root, n)
         sampler = Sampler(host_root=root, warner=Warner(io.StringIO()))
@@ -88,6 +97,12 @@ def measure(n: int, reps: int, warmup: int) -> dict:
             records = sampler.tick()
             tick_cpu.append(time.process_time() - t)
     row = {"cgroups": n, "records": len(records), "tick_cpu_ms": round(statistics.median(tick_cpu) * 1000, 1)}
+    row["points"] = sum(len(points) for res in Encoder("json").resources(records) for _, points in res.metrics.values())
+    old = None
+    if against:
+        from against import module_at
+
+        old = module_at(against, "cgstat/outputs/otlp_encode.py")
     for encoding in ("protobuf", "json"):
         try:
             encoder = Encoder(encoding)
@@ -97,8 +112,19 @@ def measure(n: int, reps: int, warmup: int) -> dict:
         t = time.process_time()
         body = encoder.encode(records)
         first = round((time.process_time() - t) * 1000, 1)
-        row[encoding] = {"first_ms": first, "encode_ms": _cpu(lambda: encoder.encode(records), reps, warmup),
-                         "bytes": len(body), "gzip_bytes": len(gzip.compress(body, 1))}
+        bounded = Encoder(encoding, OtlpBudget(max_series))
+        jobs = {"here": lambda: encoder.encode(records), "bounded": lambda: bounded.encode(records)}
+        if old is not None:
+            there = old.Encoder(encoding)
+            jobs["there"] = lambda: there.encode(records)
+        cpu = _turns(jobs, reps, warmup)
+        small = bounded.encode(records)
+        row[encoding] = {"first_ms": first, "encode_ms": cpu["here"], "bytes": len(body),
+                         "gzip_bytes": len(gzip.compress(body, 1)), "bounded_ms": cpu["bounded"],
+                         "bounded_bytes": len(small), "bounded_points": sum(
+                             len(p) for res in bounded.resources(records) for _, p in res.metrics.values())}
+        if old is not None:
+            row[encoding].update(against_ms=cpu["there"], against_same_bytes=there.encode(records) == body)
     receiver = _Receiver()
     sink = OtlpSink(OtlpOptions("http://127.0.0.1:%d/v1/metrics" % receiver.server_address[1],
                                 "protobuf" if isinstance(row["protobuf"], dict) else "json"), None)
@@ -125,8 +151,13 @@ def main() -> int:
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--max-series", type=int, default=10000)
+    ap.add_argument("--against", metavar="REF", default="",
+                    help="also encode with otlp_encode.py as it is at git REF, interleaved")
     args = ap.parse_args()
-    rows = [measure(n, args.reps, args.warmup) for n in args.cgroups]
+    print("load average at start: %.2f %.2f %.2f" % os.getloadavg(), file=sys.stderr)
+    rows = [measure(n, args.reps, args.warmup, args.max_series, args.against) for n in args.cgroups]
+    print("load average at end: %.2f %.2f %.2f" % os.getloadavg(), file=sys.stderr)
     if args.json:
         print(json.dumps(rows, indent=2))
         return 0
@@ -140,6 +171,17 @@ def main() -> int:
                 continue
             print("| {0} | {1} ms | {2} | {encode_ms} ms ({first_ms} ms) | {bytes:,} | {gzip_bytes:,} |".format(
                 r["cgroups"], r["tick_cpu_ms"], encoding, **e))
+    print("\n| cgroups | data points | encoding | encode CPU | --max-series %d: points | encode CPU | bytes |"
+          % args.max_series + (" at %s: encode CPU | same bytes |" % args.against if args.against else ""))
+    print("|---:|---:|---|---:|---:|---:|---:|" + ("---:|---|" if args.against else ""))
+    for r in rows:
+        for encoding in ("protobuf", "json"):
+            e = r[encoding]
+            if isinstance(e, str):
+                continue
+            print("| {0} | {1:,} | {2} | {encode_ms} ms | {bounded_points:,} | {bounded_ms} ms | {bounded_bytes:,} |"
+                  .format(r["cgroups"], r["points"], encoding, **e)
+                  + (" {against_ms} ms | {against_same_bytes} |".format(**e) if args.against else ""))
     for r in rows:
         print("push to a loopback receiver, %d cgroups: %s ms median (write to the request read)"
               % (r["cgroups"], r["push_ms_median"]))

@@ -4,13 +4,15 @@ at 100 and 1,000 cgroups with and without `--max-series`, and the render's CPU t
 
     python3 bench/series_budget.py                     # 100 and 1,000 cgroups, tables
     python3 bench/series_budget.py --cgroups 1000 --max-series 10000 --reps 9
+    python3 bench/series_budget.py --against main~3     # and the fold as it was there, interleaved
 
 The synthetic host of bench/prometheus_cost.py (every cgroup a Docker container with a
 name, an image and 3 labels, one block device, PSI). Render CPU: process time of one
 `Exporter.publish()` (text format), median of --reps taken in turn after 3 warm-up
 publishes each, for: no
 budget (the exporter as it was), a budget not reached (the default 100,000: what counting
-costs), and --max-series (folding).
+costs), and --max-series (folding); with --against REF, also --max-series with
+prometheus_budget.py as it is at git REF (bench/against.py), in the same turns.
 """
 
 from __future__ import annotations
@@ -49,7 +51,14 @@ def _series(text: bytes) -> Counter:
     return by
 
 
-def measure(n: int, max_series: int, reps: int) -> dict:
+def _cgroups_only(text: bytes) -> bytes:
+    """The exposition without the exporter's own timings (they differ from one exporter to
+    another), to compare two folds' bytes."""
+    skip = (b"cgstat_render_duration_seconds ", b"cgstat_tick_duration_seconds ", b"cgstat_last_tick_timestamp_seconds ")
+    return b"\n".join(line for line in text.split(b"\n") if not line.startswith(skip))
+
+
+def measure(n: int, max_series: int, reps: int, against: str = "") -> dict:
     with tempfile.TemporaryDirectory() as root:
         build_host(root, n)
         sampler = Sampler(host_root=root, warner=Warner(io.StringIO()))
@@ -57,8 +66,13 @@ def measure(n: int, max_series: int, reps: int) -> dict:
         records = sampler.tick()
         out = {"cgroups": n}
         labels = ("none", "100000", str(max_series))
-        exporters = [Exporter("127.0.0.1:0", Warner(io.StringIO()), budget=budget)
-                     for budget in (None, SeriesBudget(100000), SeriesBudget(max_series))]
+        budgets = [None, SeriesBudget(100000), SeriesBudget(max_series)]
+        if against:
+            from against import module_at
+
+            labels += ("at " + against,)
+            budgets.append(module_at(against, "cgstat/outputs/prometheus_budget.py").SeriesBudget(max_series))
+        exporters = [Exporter("127.0.0.1:0", Warner(io.StringIO()), budget=budget) for budget in budgets]
         times = {label: [] for label in labels}
         try:
             for exporter in exporters:
@@ -74,7 +88,7 @@ def measure(n: int, max_series: int, reps: int) -> dict:
                 groups = _series(text)
                 out[label] = {"series": sum(groups.values()),
                               "render_cpu_ms": round(statistics.median(times[label]) * 1000, 1),
-                              "bytes": len(text), "groups": dict(groups)}
+                              "bytes": len(text), "groups": dict(groups), "body": _cgroups_only(text)}
         finally:
             for exporter in exporters:
                 exporter.close()
@@ -86,9 +100,11 @@ def main() -> int:
     ap.add_argument("--cgroups", type=int, nargs="+", default=[100, 1000])
     ap.add_argument("--max-series", type=int, default=10000)
     ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--against", metavar="REF", default="",
+                    help="also fold with prometheus_budget.py as it is at git REF, interleaved")
     args = ap.parse_args()
     print("load average at start: %.2f %.2f %.2f" % os.getloadavg())
-    results = [measure(n, args.max_series, args.reps) for n in args.cgroups]
+    results = [measure(n, args.max_series, args.reps, args.against) for n in args.cgroups]
     m = str(args.max_series)
     print("| cgroups | series | series, --max-series %s | render CPU: no budget | budget not reached | "
           "--max-series %s | bytes / with budget |" % (m, m))
@@ -98,6 +114,13 @@ def main() -> int:
             r["cgroups"], r["none"]["series"], r[m]["series"], r["none"]["render_cpu_ms"],
             r["100000"]["render_cpu_ms"], r[m]["render_cpu_ms"], format(r["none"]["bytes"], ","),
             format(r[m]["bytes"], ",")))
+    if args.against:
+        print("\n| cgroups | --max-series %s at %s | here | bytes alike |" % (m, args.against))
+        print("|---:|---:|---:|---|")
+        for r in results:
+            there = r["at " + args.against]
+            print("| %d | %.1f ms | %.1f ms | %s |" % (r["cgroups"], there["render_cpu_ms"], r[m]["render_cpu_ms"],
+                                                     there["body"] == r[m]["body"]))
     last = results[-1]
     print("\nseries per container by group (unfolded, %d cgroups):" % last["cgroups"])
     for group in fields.METRIC_GROUPS:
