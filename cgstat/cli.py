@@ -7,6 +7,7 @@ one-line "Invalid value" message), 1 an expected failure with a one-line reason.
 
 from __future__ import annotations
 
+import copy
 import math
 import sys
 from typing import Any, Callable, List, Optional, Type
@@ -79,6 +80,38 @@ class _Command(typer.core.TyperCommand):
     def collect_usage_pieces(self, ctx: typer.Context) -> List[str]:  # type: ignore[override]
         return [p[1:-1] if p.startswith("{") and p.endswith("}") else p
                 for p in super().collect_usage_pieces(ctx)]
+
+
+def _name(info: Any) -> str:
+    """A registered command's name, as typer derives it (get_command_name)."""
+    return info.name or info.callback.__name__.lower().replace("_", "-")
+
+
+class _Group(typer.core.TyperGroup):
+    """The commands' click objects, each made when it is first asked for: typer inspects
+    every parameter of a command it makes (signatures, annotations, defaults), which for
+    all of them is a cron `once` run's largest cost after the imports, where a run uses
+    one. --help and an unknown command's suggestions ask for all of them."""
+
+    def get_command(self, ctx: typer.Context, cmd_name: str) -> Any:  # type: ignore[override]
+        if cmd_name not in self.commands:
+            infos = [i for i in app.registered_commands if _name(i) == cmd_name]
+            self._make(infos or app.registered_commands)
+        return super().get_command(ctx, cmd_name)
+
+    def list_commands(self, ctx: typer.Context) -> List[str]:  # type: ignore[override]
+        self._make(app.registered_commands)
+        return super().list_commands(ctx)
+
+    def _make(self, infos: List[Any]) -> None:
+        made = dict(self.commands)
+        for info in infos:
+            if _name(info) not in made:
+                one = typer.Typer(add_completion=False)  # a lone command: typer makes just that
+                one.registered_commands = [info]
+                made[_name(info)] = typer.main.get_command(one)
+        # in the order they were declared, as typer lists them
+        self.commands = {n: made[n] for n in (_name(i) for i in app.registered_commands) if n in made}
 
 
 def _host_root_option() -> Optional[str]:
@@ -276,7 +309,7 @@ def _version(value: bool) -> None:
         raise typer.Exit(0)
 
 
-@app.callback()
+@app.callback(cls=_Group)
 def _root(
     ctx: typer.Context,
     version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
@@ -629,7 +662,9 @@ def stream(
                       None if no_events else events_window, listen, otlp,
                       StoreOptions(store, retain, max_size) if store else None,
                       gpu_idle_memory_bytes=_gpu_idle_memory(gpu_idle_memory), gpu_idle_window_s=gpu_idle_window,
-                      log_state=log_state, budget=_budget(metrics, disable_metrics, max_series))
+                      log_state=log_state,
+                      # the endpoint's and the push's alone: without them the field table isn't loaded
+                      budget=_budget(metrics, disable_metrics, max_series) if listen or otlp else None)
 
     _run(lambda: _sampler(ctx, host_root, all_, match, max_user), job)
 
@@ -936,7 +971,9 @@ def _blame(exc: click_errors.UsageError) -> None:
 
 def main(argv: Optional[List[str]] = None) -> None:
     """The console script: usage errors as one line (journals and cron mail), exit status 2."""
-    command = typer.main.get_command(app)
+    root = copy.copy(app)  # the group without its commands: _Group makes the one asked for
+    root.registered_commands = []
+    command = typer.main.get_command(root)
     try:
         code = command.main(args=argv, prog_name="cgstat", standalone_mode=False)
     except click_errors.UsageError as exc:
