@@ -52,7 +52,9 @@ class Kept:
     """What is kept for one life of a folder: its inode, the names of the files kept (a
     tuple shared by every folder keeping the same names), and per name its descriptor or,
     for a slow file, its parsed value; `last` holds, per file read through a descriptor,
-    the hash of the bytes last read, the parser and what it made of them (see read_parsed)."""
+    the hash of the bytes last read, the parser and what it made of them (see read_parsed):
+    three slots per name, in the order of `names` (one list per folder rather than a dict
+    of tuples: a host has thousands of folders)."""
 
     __slots__ = ("inode", "names", "values", "last")
 
@@ -60,7 +62,7 @@ class Kept:
         self.inode = inode
         self.names = names
         self.values = values
-        self.last: Optional[Dict[Key, Tuple[int, Callable[[str], Any], Any]]] = None
+        self.last: Optional[List[Any]] = None
 
     def value(self, name: Key) -> Any:
         return self.values[self.names.index(name)]
@@ -213,6 +215,8 @@ class KeptFiles:
         else:
             entry.names = self._shared(names + (name,))
             entry.values = entry.values + (value,)
+            if entry.last is not None:
+                entry.last += (None, None, None)
 
     def _drop(self, folder: Folder, entry: Kept, name: Key) -> None:
         """Keep nothing more for `name` (its descriptor, if any, is the caller's to close)."""
@@ -224,11 +228,12 @@ class KeptFiles:
         entry.names = self._shared(names[:i] + names[i + 1:])
         entry.values = entry.values[:i] + entry.values[i + 1:]
         if entry.last is not None:
-            entry.last.pop(name, None)
+            del entry.last[3 * i:3 * i + 3]
 
-    def _pread_kept(self, folder: Folder, name: str) -> Optional[Tuple[Kept, bytes]]:
-        """(its entry, the file's bytes) read through the descriptor kept for it, or None
-        when none is kept (a slow file never has one); raises ReadError like read_bytes."""
+    def _pread_kept(self, folder: Folder, name: str) -> Optional[Tuple[Kept, int, bytes]]:
+        """(its entry, the name's place in it, the file's bytes) read through the descriptor
+        kept for it, or None when none is kept (a slow file never has one); raises ReadError
+        like read_bytes."""
         tree = self._mounts.get(folder.hierarchy.mount_dir)
         if tree is None:
             return None
@@ -238,22 +243,23 @@ class KeptFiles:
         names = entry.names
         if name not in names or name in SLOW:
             return None
-        fd = entry.values[names.index(name)]
+        i = names.index(name)
+        fd = entry.values[i]
         try:
             data = os.pread(fd, _READ, 0)
             if name in _MANY_RECORDS:
-                return entry, _rest_of_records(fd, data, folder.local + "/" + name)
+                return entry, i, _rest_of_records(fd, data, folder.local + "/" + name)
         except OSError as exc:
             # ENODEV: removed under us. Whatever it was, don't keep a descriptor that fails.
             self.forget(folder)
             raise read_error(exc, folder.local + "/" + name) from None
-        return entry, (data if len(data) < _READ else _whole(data, folder.local + "/" + name))
+        return entry, i, (data if len(data) < _READ else _whole(data, folder.local + "/" + name))
 
     def read(self, folder: Folder, name: str) -> bytes:
         """The bytes of a file of `folder` through a kept descriptor; raises ReadError like
         read_bytes. Slow files are read with open/read/close (they never hold a slot)."""
         kept = self._pread_kept(folder, name)
-        return self._open(folder, name) if kept is None else kept[1]
+        return self._open(folder, name) if kept is None else kept[2]
 
     def read_parsed(self, folder: Folder, name: str, parser: Callable[[str], T]) -> T:
         """parser(the file's text), read as read() does; raises ReadError like read(), and
@@ -270,17 +276,16 @@ class KeptFiles:
         kept = self._pread_kept(folder, name)
         if kept is None:
             return parser(self._open(folder, name).decode())
-        entry, data = kept
+        entry, i, data = kept
         digest = hash(data)
         last = entry.last
+        at = 3 * i
         if last is None:
-            last = entry.last = {}
-        else:
-            known = last.get(name)
-            if known is not None and known[0] == digest and known[1] is parser:
-                return known[2]
+            last = entry.last = [None] * (3 * len(entry.names))
+        elif last[at + 1] is parser and last[at] == digest:
+            return last[at + 2]
         value = self._parse_shared(parser, data)
-        last[name] = (digest, parser, value)
+        last[at:at + 3] = (digest, parser, value)
         return value
 
     def _parse_shared(self, parser: Callable[[str], T], data: bytes) -> T:
@@ -428,10 +433,13 @@ class KeptFiles:
             for path, entry in list(tree.items()):
                 if not any(n in SLOW for n in entry.names):
                     continue
-                kept = [(n, v) for n, v in zip(entry.names, entry.values) if n not in SLOW]
+                kept = [i for i, n in enumerate(entry.names) if n not in SLOW]
                 if kept:
-                    entry.names = self._shared(tuple(n for n, _ in kept))
-                    entry.values = tuple(v for _, v in kept)
+                    last = entry.last
+                    if last is not None:
+                        entry.last = [x for i in kept for x in last[3 * i:3 * i + 3]]
+                    entry.names = self._shared(tuple(entry.names[i] for i in kept))
+                    entry.values = tuple(entry.values[i] for i in kept)
                 else:
                     del tree[path]
 

@@ -10,6 +10,7 @@ Below a user's delegated subtree only what kernel/delegated.py admits is walked.
 from __future__ import annotations
 
 import os
+from sys import intern
 from typing import Dict, FrozenSet, Iterator, List, Optional, Tuple
 
 from cgstat.kernel.delegated import DELEGATED, SubtreeCaps
@@ -154,7 +155,9 @@ class Walker:
                 watcher.watched(wd, folder)
             for name, child_local, child_ino in children:
                 text = decode_name(name)
-                child = path + text if path == "/" else path + "/" + text
+                # one string for the path in every hierarchy (a hybrid host has it in up to
+                # six): the folders, their cgroup and the kept files' trees share it
+                child = intern(path + text if path == "/" else path + "/" + text)
                 below = subtree
                 if below is None and delegated(text):
                     below = child
