@@ -45,7 +45,9 @@ def _number(v: Any) -> Optional[float]:
 def holdings(gpu_records: List[Mapping[str, Any]]) -> Dict[Tuple[str, str], Holding]:
     """(cgroup, GPU UUID or index) -> what the cgroup's processes hold there; processes
     whose cgroup is unknown are nobody's (gpu_process_outside_container says them)."""
-    out: Dict[Tuple[str, str], Holding] = {}
+    # summed in lists first: a Holding made once per key, not _replace()d per process
+    # (each GPU lists its processes, so a cgroup's key comes back once per process)
+    sums: Dict[Tuple[str, str], List[Any]] = {}
     for r in gpu_records:
         dev = r.get(_GPU)
         if not isinstance(dev, dict):
@@ -53,17 +55,23 @@ def holdings(gpu_records: List[Mapping[str, Any]]) -> Dict[Tuple[str, str], Hold
         uuid = dev.get(_UUID)
         gpu = str(uuid or dev.get(_INDEX))
         for p in r.get(_PROCESSES) or ():
-            if not isinstance(p, dict) or not isinstance(p.get(_P_CGROUP), str):
+            if not isinstance(p, dict):
                 continue
-            key = (p[_P_CGROUP], gpu)
+            cgroup = p.get(_P_CGROUP)
+            if not isinstance(cgroup, str):
+                continue
+            key = (cgroup, gpu)
             mem = _number(p.get(_P_MEMORY)) or 0
             sm = _number(p.get(_P_SM))
-            h = out.get(key)
-            if h is None:
-                container = p.get(_P_CONTAINER)
-                out[key] = Holding(p[_P_CGROUP], container if isinstance(container, dict) else None,
-                                   dev.get(_INDEX), uuid, int(mem), sm, r)
+            s = sums.get(key)
+            if s is None:
+                sums[key] = [int(mem), sm, p, dev, uuid, r]
             else:
-                both = None if h.sm_percent is None or sm is None else h.sm_percent + sm
-                out[key] = h._replace(memory_bytes=h.memory_bytes + int(mem), sm_percent=both)
+                s[0] += int(mem)
+                s[1] = None if s[1] is None or sm is None else s[1] + sm
+    out: Dict[Tuple[str, str], Holding] = {}
+    for key, (mem, sm, p, dev, uuid, r) in sums.items():
+        container = p.get(_P_CONTAINER)
+        out[key] = Holding(key[0], container if isinstance(container, dict) else None,
+                           dev.get(_INDEX), uuid, mem, sm, r)
     return out

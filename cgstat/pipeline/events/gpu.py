@@ -109,7 +109,11 @@ class GpuProcessOutsideContainer(GpuRule):
         self.open: Dict[Tuple[str, int], Episode] = {}
 
     def judge(self, gpu_records: List[Mapping[str, Any]], events: List[EventRecord]) -> None:
-        present: Dict[Tuple[str, int], Tuple[Mapping[str, Any], Mapping[str, Any]]] = {}
+        present: Set[Tuple[str, int]] = set()
+        # the processes not yet raised (their last listing): most ticks none, so the
+        # per-process work of a steady GPU is one key
+        fresh: Dict[Tuple[str, int], Tuple[Mapping[str, Any], Mapping[str, Any]]] = {}
+        raised = self.open
         for g in gpu_records:
             dev: Mapping[str, Any] = g[_GPU] if isinstance(g.get(_GPU), dict) else {}
             uuid = str(dev.get(_UUID) or dev.get(_INDEX))
@@ -118,10 +122,11 @@ class GpuProcessOutsideContainer(GpuRule):
                     continue
                 pid = p.get(_P_PID)
                 if isinstance(pid, int):
-                    present[(uuid, pid)] = (g, p)
-        for key, (g, p) in present.items():
-            if key in self.open:
-                continue
+                    key = (uuid, pid)
+                    present.add(key)
+                    if key not in raised:
+                        fresh[key] = (g, p)
+        for key, (g, p) in fresh.items():
             dev = g.get(_GPU) or {}
             where = ("in cgroup %s" % p.get(_P_CGROUP)) if p.get(_P_CGROUP) else "whose cgroup is unknown (another PID namespace, or gone)"
             msg = ("GPU process %s (%s) on GPU %s runs outside any container, %s, using %s of GPU memory: "
