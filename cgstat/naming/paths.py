@@ -16,6 +16,11 @@ from cgstat.naming.runtimes.registry import CONTAINER_PATTERNS, ID_PARENTS, MONI
 
 _HEX64 = r"[0-9a-f]{64}"
 _BARE_ID = re.compile(rf"^({_HEX64})$")
+# runc's systemd driver turns a cgroupsPath "<slice>:<prefix>:<name>" into the scope
+# <prefix>-<name>.scope (libcontainer/cgroups/systemd, getUnitName): `ctr run
+# --runc-systemd-cgroup --cgroup system.slice:<prefix>:<id>` and other runc callers choose
+# the prefix, so an ID there is a candidate, as a bare one is.
+_SCOPED_ID = re.compile(rf"^.+-({_HEX64})\.scope$")
 _POD_SYSTEMD = re.compile(r"^kubepods(?:-(burstable|besteffort))?-pod([0-9a-f_]{32,36})\.slice$")
 _POD_CGROUPFS = re.compile(r"^pod([0-9a-f-]{32,36})$")
 _QOS = {"burstable": "burstable", "besteffort": "besteffort"}
@@ -134,9 +139,12 @@ def classify(path: str) -> PathInfo:
                    a container directly under a pod folder as a bare <64hex> (cgroupfs driver:
                    the runtime is not in the path)
     - Elsewhere:   a bare <64hex> under any other parent (dockerd --cgroup-parent, ctr
-                   --cgroup, CI runners, Nomad) is only a "candidate": a user can make such
-                   a folder, so it is a container only once a runtime's state knows that ID
-                   (naming/workload.Namer promotes it)
+                   --cgroup, CI runners, Nomad), or a <prefix>-<64hex>.scope of no known
+                   runtime (runc's systemd driver with a prefix of the caller's choosing:
+                   ctr --runc-systemd-cgroup --cgroup <slice>:<prefix>:<id>), is only a
+                   "candidate": a user can make such a folder, so it is a container only
+                   once a runtime's state knows that ID (naming/workload.Namer promotes it);
+                   until then it is the unit it names
     - Slurm:       .../slurm/uid_<U>/job_<J>[/step_<S>[/task_<T>]] (v1),
                    .../slurmstepd.scope/job_<J>[/step_<S>[/user/task_<T>]] (v2): the job
                    folder is the container (runtime slurm, ID the job ID); its steps and
@@ -176,9 +184,11 @@ def _classify(path: str) -> PathInfo:
                 return PathInfo("pod", pod_uid=pod_uid, qos=qos, unit=_unit(comp))
             continue
         ctr = _container(comp, parent, pod_uid is not None)
-        if ctr is None and last and _BARE_ID.match(comp):
-            # a bare ID the path alone can't vouch for: a container only if a runtime knows it
-            return PathInfo("candidate", None, comp, pod_uid, qos, _unit(comp))
+        if ctr is None and last:
+            # an ID the path alone can't vouch for: a container only if a runtime knows it
+            m = _BARE_ID.match(comp) or (comp.endswith(".scope") and _SCOPED_ID.match(comp))
+            if m:
+                return PathInfo("candidate", None, m.group(1), pod_uid, qos, _unit(comp))
         if ctr:
             runtime, cid = ctr
             if last:

@@ -185,6 +185,26 @@ def test_ctr_containers_in_any_namespace(tmp_path):
     assert (ours["runtime"], ours["name"]) == ("docker", "dockerd-one")
 
 
+def test_ctr_containers_under_runcs_systemd_driver(tmp_path):
+    """`ctr run --runc-systemd-cgroup --cgroup system.slice:<prefix>:<id>`: runc's systemd
+    driver makes <prefix>-<id>.scope, the prefix the caller's. A container once containerd's
+    state knows the ID; a scope of that form nobody knows stays the unit it is."""
+    root = str(tmp_path)
+    _host(root)
+    tasks = os.path.join(root, "run/containerd/io.containerd.runtime.v2.task")
+    v2_cgroup(root, f"/system.slice/cgstat-ctr-{CID}.scope")
+    v2_cgroup(root, f"/system.slice/made-up-{OTHER}.scope")
+    write(os.path.join(tasks, "default", CID, "config.json"),
+          json.dumps({"ociVersion": "1.0.2", "annotations": {"nerdctl/name": "web"}}))
+    assert classify(f"/system.slice/cgstat-ctr-{CID}.scope").kind == "candidate"
+    assert classify(f"/system.slice/docker-{CID}.scope").kind == "container"  # Docker's own: as before
+    recs = _by_path(root)
+    ours = recs[f"/system.slice/cgstat-ctr-{CID}.scope"]["container"]
+    assert (ours["runtime"], ours["id"], ours["name"]) == ("containerd", CID, "web")
+    unknown = recs[f"/system.slice/made-up-{OTHER}.scope"]
+    assert unknown["container"] is None and unknown["unit"] == f"made-up-{OTHER}.scope"
+
+
 def _by_path(root):
     records = list(Sampler(root, warner=Warner(io.StringIO())).tick())
     return {r["cgroup"]: r for r in records if r.get("type") == "cgroup"}
