@@ -3,7 +3,7 @@ own busybox-static, imported once per boot)."""
 from __future__ import annotations
 
 IMAGE = "cgstat-live-busybox:1"
-APPLETS = "sh sleep dd cat head true ls mkdir"
+APPLETS = "sh sleep dd cat head true ls mkdir ping tr"
 _TREE = ("set -e; d=$(mktemp -d); mkdir -p $d/bin $d/tmp $d/proc $d/sys $d/dev $d/etc; "
          "cp /bin/busybox $d/bin/; for a in %s; do ln -s busybox $d/bin/$a; done; " % APPLETS)
 

@@ -45,10 +45,13 @@ PACKAGES = [
     "python3", "python3-venv", "procps", "iproute2", "kmod", "util-linux", "logrotate",
     "busybox-static", "runc", "containerd", "docker.io", "podman", "uidmap", "curl",
 ]
-# Debian 13 splits Docker's CLI out of docker.io. Debian 12's Docker 20.10 refuses to run a
+# Debian 13 splits Docker's CLI out of docker.io; its podman only recommends what a container
+# needs for a network (netavark, which runs nft, and aardvark-dns rootful; pasta from passt
+# rootless) and
+# catatonit (the init of a pod's infra container). Debian 12's Docker 20.10 refuses to run a
 # container where the kernel has AppArmor on (Debian's does) and apparmor_parser is missing
 # (docker.io only recommends apparmor): a Debian 12 Docker host has it.
-SUITE_PACKAGES = {"trixie": ["docker-cli"], "bookworm": ["apparmor"]}
+SUITE_PACKAGES = {"trixie": ["docker-cli", "netavark", "nftables", "aardvark-dns", "passt", "catatonit"], "bookworm": ["apparmor"]}
 PYTHON = {"trixie": "3.13", "bookworm": "3.11"}
 
 # cgstat's runtime dependencies (pyproject.toml) and what the guest's tests import.
