@@ -127,24 +127,38 @@ def _rootless_user(g):
     return uid
 
 
-@pytest.fixture(scope="module")
-def podmen(guest):
-    """Root's and USER's containers, started once for the module (the same roles on each)."""
+def _trixie(guest):
     if guest.suite != "trixie":
         pytest.skip("Podman 5 is Debian 13's (Debian 12 has 4.3)")
+
+
+def _mem_total(guest):
+    return int(re.search(r"MemTotal:\s+(\d+) kB", guest.get("/proc/meminfo").decode()).group(1)) * 1024
+
+
+@pytest.fixture(scope="module")
+def podman_root(guest):
+    """Root's containers, one per role, for the module."""
+    _trixie(guest)
     t0 = time.monotonic()
     root = Podman(guest)
     root.start("root")
     guest.times["podman_root_s"] = round(time.monotonic() - t0, 1)
-    t1 = time.monotonic()
+    yield root
+    root.stop()
+
+
+@pytest.fixture(scope="module")
+def podman_user(guest):
+    """USER's containers (rootless, in its user@UID.service), the same roles."""
+    _trixie(guest)
+    t0 = time.monotonic()
     uid = _rootless_user(guest)
     user = Podman(guest, USER)
     user.uid = uid
     user.start("user")
-    guest.times["podman_user_s"] = round(time.monotonic() - t1, 1)
-    mem_total = int(re.search(r"MemTotal:\s+(\d+) kB", guest.get("/proc/meminfo").decode()).group(1)) * 1024
-    yield {"root": root, "user": user, "mem_total": mem_total}
-    root.stop()
+    guest.times["podman_user_s"] = round(time.monotonic() - t0, 1)
+    yield user
     user.stop()
 
 
@@ -292,10 +306,10 @@ def _mem_key(p):
 
 
 @pytest.mark.guest_ci("trixie")
-def test_rootful_podman_side_by_side_with_podman_stats(podmen):
-    p = podmen["root"]
+def test_rootful_podman_side_by_side_with_podman_stats(podman_root):
+    p = podman_root
     assert p.version() >= (5, 0)
-    ours, side, problems, burner = side_by_side(p, podmen["mem_total"], _mem_key(p))
+    ours, side, problems, burner = side_by_side(p, _mem_total(p.g), _mem_key(p))
     p.g.side_by_side_podman = side
     print(json.dumps(side, indent=1))
     assert not problems, (problems, side)
@@ -303,11 +317,11 @@ def test_rootful_podman_side_by_side_with_podman_stats(podmen):
 
 
 @pytest.mark.guest_ci("trixie")
-def test_rootless_podman_under_user_manager_side_by_side(podmen):
-    p = podmen["user"]
+def test_rootless_podman_under_user_manager_side_by_side(podman_user):
+    p = podman_user
     assert p.sh("podman info --format '{{.Host.Security.Rootless}} {{.Host.CgroupManager}}'").out.split() == \
         ["true", "systemd"]
-    ours, side, problems, burner = side_by_side(p, podmen["mem_total"], _mem_key(p))
+    ours, side, problems, burner = side_by_side(p, _mem_total(p.g), _mem_key(p))
     p.g.side_by_side_podman_rootless = side
     print(json.dumps(side, indent=1))
     assert not problems, (problems, side)
@@ -325,15 +339,16 @@ def _service(g):
 
 
 @pytest.mark.guest_ci("trixie")
-def test_oom_killed_and_removed_podman_container_is_named(podmen):
-    p = podmen["root"]
-    g = p.g
+def test_oom_killed_and_removed_podman_container_is_named(guest):
+    _trixie(guest)
+    g = guest
+    image = podman_image(g)
     _service(g)
     mark = g.run(["journalctl", "-n", "0", "--show-cursor", "--no-pager"]).out.strip().rsplit("cursor: ", 1)[-1]
     r = g.sh("podman run --name live-podman-oom --memory 32m --memory-swap 32m %s "
              "sh -c 'dd if=/dev/zero of=/dev/shm/f bs=1M count=200'; echo rc=$?; "
              "podman inspect -f '{{.Id}} {{.State.OOMKilled}}' live-podman-oom; podman rm live-podman-oom"
-             % p.image, timeout_s=180)
+             % image, timeout_s=180)
     assert "rc=137" in r.out, r
     cid = re.search(r"\b([0-9a-f]{64}) true\b", r.out)
     assert cid, r  # podman saw the OOM kill too
