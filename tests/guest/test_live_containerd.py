@@ -66,7 +66,6 @@ def _once(g, *args):
     return {rec["container"]["id"]: rec for rec in records(r.out) if rec.get("container")}
 
 
-@pytest.mark.guest_ci("trixie")
 def test_ctr_with_runc_systemd_cgroups_is_named(containerd):
     g, run = containerd
     cid = _hex64()
@@ -81,7 +80,6 @@ def test_ctr_with_runc_systemd_cgroups_is_named(containerd):
     assert rec["pids"]["current"] == 1
 
 
-@pytest.mark.guest_ci("trixie")
 def test_kubernetes_pod_layout_from_containerd_state(containerd):
     g, run = containerd
     qos = "burstable"

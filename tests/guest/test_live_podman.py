@@ -305,7 +305,6 @@ def _mem_key(p):
     return "working_set_bytes" if p.version() >= (5, 6) else "anon_bytes"
 
 
-@pytest.mark.guest_ci("trixie")
 def test_rootful_podman_side_by_side_with_podman_stats(podman_root):
     p = podman_root
     assert p.version() >= (5, 0)
@@ -316,7 +315,6 @@ def test_rootful_podman_side_by_side_with_podman_stats(podman_root):
     _check(p, ours, burner, p.inspect(), lambda cid: "/machine.slice/libpod-%s.scope" % cid)
 
 
-@pytest.mark.guest_ci("trixie")
 def test_rootless_podman_under_user_manager_side_by_side(podman_user):
     p = podman_user
     assert p.sh("podman info --format '{{.Host.Security.Rootless}} {{.Host.CgroupManager}}'").out.split() == \
@@ -338,7 +336,6 @@ def _service(g):
              timeout_s=180, check=True)
 
 
-@pytest.mark.guest_ci("trixie")
 def test_oom_killed_and_removed_podman_container_is_named(guest):
     _trixie(guest)
     g = guest
