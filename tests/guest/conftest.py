@@ -113,7 +113,10 @@ def guest(request):
     if os.environ.get("CGSTAT_GUEST_ATTACH"):  # a guest kept up by `python -m tests.guest.shell boot`
         g = attach(os.environ["CGSTAT_GUEST_ATTACH"], kind)
         _booted[kind] = g
-        yield g
+        try:
+            yield g
+        finally:
+            g.detach()
         return
     logdir = os.path.join(LOGS, "%s-%s-%d" % (kind, time.strftime("%Y%m%dT%H%M%S"), os.getpid()))
     g = Guest(kind, logdir)

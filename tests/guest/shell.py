@@ -32,6 +32,13 @@ def main(argv):
             g.close()
         return 0
     g = vm.attach(argv[1])
+    try:
+        return _command(g, argv)
+    finally:
+        g.detach()
+
+
+def _command(g, argv):
     if argv[0] == "run":
         r = g.run(argv[2:], timeout_s=float(os.environ.get("T", "300")))
         sys.stdout.write(r.out)

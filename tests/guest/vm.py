@@ -414,6 +414,16 @@ class Guest:
             self.sock = None
         shutil.rmtree(self.work, ignore_errors=True)
 
+    def detach(self) -> None:
+        """Leave a guest that ``attach`` joined (it stays up): the socket closed, this side's
+        folders removed (the logs' only where a test failed)."""
+        if self.sock is not None:
+            self.sock.close()
+            self.sock = None
+        shutil.rmtree(self.work, ignore_errors=True)
+        if not getattr(self, "failed", False):
+            shutil.rmtree(self.logdir, ignore_errors=True)
+
 
 def _die_with_parent() -> None:
     """In qemu's child before exec: SIGKILL when the harness dies (killed, crashed), so that
