@@ -13,6 +13,16 @@ not count) around Sampler.tick() and around the sink's write.
     python3 bench/store_cost.py                 # 100 cgroups, 600 ticks, figures for an hour
     python3 bench/store_cost.py --cgroups 1000 --ticks 60
     python3 bench/store_cost.py --json
+    python3 bench/store_cost.py --ab --cgroups 1000   # what --store adds to a real stream
+
+`--ab`: the whole cost of recording as a user pays it: real `cgstat stream` processes
+(stdout to /dev/null) over the same synthetic host, with and without `--store`, run in
+turn (A B, then B A, ...) so that the machine's load falls on both alike. A thread of
+this process moves the host's clock (proc/uptime, so `ts` and the intervals change every
+tick, as on a host of idle containers) and, with `--busy`, every counter of every cgroup
+(written in place: a read may now and then meet a file half written, on both sides). CPU a tick is (user+sys of a --count 1+T run - that
+of a --count 1 run) / T (start-up and the first tick cancel out), peak RSS the runs'
+largest; medians over the repetitions, and the median of the pairs' differences.
 """
 
 from __future__ import annotations
@@ -24,9 +34,11 @@ import random
 import shutil
 import sys
 import tempfile
+import threading
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from tests.helpers import synth  # noqa: E402
 
 from cgstat.outputs.store import StoreSink  # noqa: E402
@@ -104,24 +116,131 @@ class Busy:
         }
 
 
+def _host(work: str, n: int, rng: random.Random) -> list:
+    root = os.path.join(work, "host")
+    synth.v2_host(root)
+    groups = []
+    for _ in range(n):
+        cid = "%064x" % rng.getrandbits(256)
+        path = f"/system.slice/docker-{cid}.scope"
+        synth.v2_cgroup(root, path)
+        groups.append((os.path.join(root, "sys/fs/cgroup", path.lstrip("/")), Busy(rng)))
+    return groups
+
+
+def _move(groups: list) -> None:
+    for folder, busy in groups:
+        for name, content in busy.step().items():
+            with open(os.path.join(folder, name), "w") as f:
+                f.write(content)
+
+
+def ab(args: argparse.Namespace) -> dict:
+    """`stream` (stdout to /dev/null) against the same with `--store`, interleaved."""
+    import statistics
+
+    import tick_cost  # noqa: E402  (bench/: run_rusage, the rusage launcher)
+
+    work = tempfile.mkdtemp(prefix="cgstat-store-bench-")
+    here = os.getcwd()
+    try:
+        groups = _host(work, args.cgroups, random.Random(29))
+        _move(groups)
+        tick_cost.compile_c(work)
+        root = os.path.join(work, "host")
+        env = dict(os.environ, PYTHONPATH=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+        stop = threading.Event()
+
+        def mover() -> None:
+            uptime = 1000.0
+            while not stop.wait(args.interval):
+                uptime += args.interval
+                synth.write(os.path.join(root, "proc/uptime.new"), f"{uptime:.2f} 0.00\n")
+                os.replace(os.path.join(root, "proc/uptime.new"), os.path.join(root, "proc/uptime"))
+                if args.busy:
+                    _move(groups)
+
+        thread = threading.Thread(target=mover, daemon=True)
+        thread.start()
+
+        def argv(k: int, store: bool, n: int) -> list:
+            out = [sys.executable, "-m", "cgstat", "--host-root", root, "stream", "--interval", str(args.interval),
+                   "--count", str(k), "--match", "docker", "--no-events"]  # stdout: /dev/null
+            return out + (["--store", os.path.join(work, f"store-{n}-{k}")] if store else [])
+
+        # each checkout's cgstat (this one, and --before's), without and with the store
+        trees = [("", env["PYTHONPATH"])] + ([("before ", os.path.abspath(args.before))] if args.before else [])
+        variants = [(label, path, store) for label, path in trees for store in (False, True)]
+        cpu: dict = {v: [] for v in variants}
+        rss: dict = {v: [] for v in variants}
+        n = 0
+        for rep in range(args.reps):
+            for variant in (variants if rep % 2 == 0 else variants[::-1]):
+                got = []
+                for k in (1, 1 + args.ab_ticks):
+                    n += 1
+                    os.chdir(variant[1])  # `python -m` looks in the working folder first
+                    code, used, _, maxrss, err = tick_cost.run_rusage(argv(k, variant[2], n),
+                                                                      env=dict(env, PYTHONPATH=variant[1]))
+                    if code != 0:
+                        raise RuntimeError(f"stream exited {code}: {err.strip()}")
+                    got.append(used)
+                    rss[variant].append(maxrss / 1024)
+                cpu[variant].append((got[1] - got[0]) / args.ab_ticks * 1000)
+        stop.set()
+        thread.join()
+        out: dict = {"cgroups": args.cgroups, "busy": args.busy, "reps": args.reps, "ticks": args.ab_ticks,
+                     "interval_s": args.interval, "load": os.getloadavg()[0]}
+        for label, path in trees:
+            plain, stored = cpu[(label, path, False)], cpu[(label, path, True)]
+            diffs = [b - a for a, b in zip(plain, stored)]
+            key = label.strip().replace(" ", "_") + "_" if label else ""
+            out.update({
+                key + "stream_cpu_ms": statistics.median(plain), key + "stream_store_cpu_ms": statistics.median(stored),
+                key + "store_adds_ms": statistics.median(diffs),
+                key + "store_adds_share": statistics.median(diffs) / statistics.median(plain),
+                key + "stream_cpu_samples_ms": plain, key + "stream_store_cpu_samples_ms": stored,
+                key + "stream_peak_rss_mib": max(rss[(label, path, False)]),
+                key + "stream_store_peak_rss_mib": max(rss[(label, path, True)])})
+        return out
+    finally:
+        os.chdir(here)
+        shutil.rmtree(work, ignore_errors=True)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--cgroups", type=int, default=100)
     ap.add_argument("--ticks", type=int, default=600)
     ap.add_argument("--no-sync", action="store_true", help="no fdatasync per tick")
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--ab", action="store_true", help="real streams with and without --store (see above)")
+    ap.add_argument("--reps", type=int, default=5, help="--ab: pairs of runs")
+    ap.add_argument("--ab-ticks", type=int, default=10, help="--ab: ticks a run, past its first")
+    ap.add_argument("--interval", type=float, default=0.5, help="--ab: the streams' --interval")
+    ap.add_argument("--busy", action="store_true", help="--ab: every counter moves every tick")
+    ap.add_argument("--before", metavar="DIR", help="--ab: also a folder holding another cgstat package (an "
+                                                     "earlier checkout), its runs interleaved with this one's")
     args = ap.parse_args()
+    if args.ab:
+        out = ab(args)
+        if args.json:
+            print(json.dumps(out, indent=1))
+        else:
+            print(f"{out['cgroups']} {'busy' if out['busy'] else 'idle'} cgroups, {out['reps']} pairs of "
+                  f"{out['ticks']} ticks (load {out['load']:.1f}):")
+            for key in ("", "before_"):
+                if key + "stream_cpu_ms" in out:
+                    print(f"  {key or 'this '}stream {out[key + 'stream_cpu_ms']:.1f} ms CPU a tick, with --store "
+                          f"{out[key + 'stream_store_cpu_ms']:.1f} ms; --store adds {out[key + 'store_adds_ms']:.1f} "
+                          f"ms ({100 * out[key + 'store_adds_share']:.0f} %, median of the pairs); peak RSS "
+                          f"{out[key + 'stream_peak_rss_mib']:.1f} and {out[key + 'stream_store_peak_rss_mib']:.1f} MiB")
+        return 0
     rng = random.Random(29)
     work = tempfile.mkdtemp(prefix="cgstat-store-bench-")
     try:
         root = os.path.join(work, "host")
-        synth.v2_host(root)
-        groups = []
-        for i in range(args.cgroups):
-            cid = "%064x" % rng.getrandbits(256)
-            path = f"/system.slice/docker-{cid}.scope"
-            synth.v2_cgroup(root, path)
-            groups.append((os.path.join(root, "sys/fs/cgroup", path.lstrip("/")), Busy(rng)))
+        groups = _host(work, args.cgroups, rng)
         sampler = Sampler(host_root=root, match="docker", warner=Warner(stream=open(os.devnull, "w")), gpu=False)
         store = os.path.join(work, "store")
         sink = StoreSink(store, None, None, warn=None, sync=not args.no_sync)
@@ -130,10 +249,7 @@ def main() -> int:
         json_bytes = values = records = 0
 
         def move() -> None:
-            for folder, busy in groups:
-                for name, content in busy.step().items():
-                    with open(os.path.join(folder, name), "w") as f:
-                        f.write(content)
+            _move(groups)
 
         move()
         sampler.tick()

@@ -5,7 +5,7 @@
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, Iterable, List, Optional, Sequence
+from typing import TYPE_CHECKING, Iterable, List, Optional, Sequence, Tuple
 
 from cgstat import sdnotify
 from cgstat.kernel.kmsg import started_usec
@@ -100,6 +100,9 @@ def run_stream(sampler: Sampler, sinks: Sequence[Sink], interval_s: float, count
     except BaseException:
         _close(opened)
         raise
+    tee = _tee(sinks)
+    if tee is not None:
+        tee[0].share_lines(tee[1].line_of)  # each record serialised once, by the store's tee
     schedule = Schedule(interval_s, sampler.warner, watchdog_heartbeat_s()).install_signals()
     for sink in sinks:
         sink.watch_stop(lambda: schedule.stop)
@@ -161,12 +164,28 @@ def _stream_tick(sampler: Sampler, sinks: Sequence[Sink], events: Optional[Event
     it for its next scrape); its records die when this returns (a loop variable would keep
     them through the next tick).
     """
-    if len(sinks) == 1 and sinks[0].streams:
+    tee = _tee(sinks)
+    if (len(sinks) == 1 and sinks[0].streams) or tee is not None:
         stream: Iterable[JsonObject] = sampler.records()
         if events is not None:
             # records, then the tick's events (the kernel log's kills are read after the records)
             stream = events.watch(stream, kills=lambda: sampler.kills, late=lambda: sampler.late_counts)
-        _write(sampler, sinks[0], stream, NO_INFO)
+        if tee is None:
+            _write(sampler, sinks[0], stream, NO_INFO)
+            return
+        # `stream --store`: the store takes each record (and its line, made once) as it
+        # passes to the other output; the records are made one at a time all the same
+        output, store = tee
+        passed = store.tee(stream)
+        try:
+            _write(sampler, output, passed, NO_INFO)
+            for _ in passed:  # what the output did not take (a tick it dropped): made, and stored
+                pass
+        finally:
+            try:
+                store.end_tee()  # a tick whose records stopped coming is not stored
+            except SinkError as exc:
+                sampler.warner.warn("sink", str(exc))
         return
     began = time.monotonic()
     records: Sequence[JsonObject] = sampler.tick()
@@ -177,6 +196,17 @@ def _stream_tick(sampler: Sampler, sinks: Sequence[Sink], events: Optional[Event
         records = [*records, *events.observe(records, kills=sampler.kills, late=sampler.late_counts)]
     for sink in sinks:
         _write(sampler, sink, records, tick)
+
+
+def _tee(sinks: Sequence[Sink]) -> Optional[Tuple[Sink, Sink]]:
+    """(the output, the store) when the run's sinks are one streaming output and a sink
+    that tees (the store), else None."""
+    if len(sinks) != 2:
+        return None
+    for output, store in (sinks, sinks[::-1]):
+        if store.tees and output.streams and not output.tees:
+            return output, store
+    return None
 
 
 def _write(sampler: Sampler, sink: Sink, records: Iterable[JsonObject], tick: TickInfo) -> None:

@@ -91,14 +91,19 @@ class JsonLinesSink(ChunkSink):
         self._pending_bytes = 0
         self._head_continues = False  # _pending[0] is the rest of a line stdout began
         self.dropped_lines = 0
+        self._line_of: Callable[[JsonObject], Optional[bytes]] = dumps_record
+
+    def share_lines(self, line_of: Callable[[JsonObject], Optional[bytes]]) -> None:
+        self._line_of = line_of
 
     def chunks(self, records: Iterable[JsonObject], quiet: bool = False) -> Iterator[bytes]:
         """The batch as whole lines, in pieces of about _CHUNK_BYTES; `quiet`: no warning
         for a record dropped (the batch serialised again for the backlog, see FileSink)."""
         lines: List[bytes] = []
         size = 0
+        line_of = self._line_of
         for record in records:
-            line = dumps_record(record)
+            line = line_of(record)
             if line is None:
                 if self.warn is not None and not quiet:
                     self.warn("unserialisable", f"{quote(str(record.get('cgroup')))}: record dropped: "

@@ -101,6 +101,9 @@ class QueuedSink(Sink):
             self._thread = threading.Thread(target=self._run, name="cgstat-sink", daemon=True)
             self._thread.start()
 
+    def share_lines(self, line_of: Callable[[JsonObject], Optional[bytes]]) -> None:
+        self.inner.share_lines(line_of)  # inner.chunks runs in the tick's thread: the tee's lines are its
+
     def write(self, records: Iterable[JsonObject], tick: TickInfo = NO_INFO) -> None:
         """Queue the tick, or drop it whole when the queue is full; never waits."""
         self._say()

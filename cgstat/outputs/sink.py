@@ -19,6 +19,10 @@ The contract, which every implementation keeps:
 - `reopen()` on SIGHUP (logrotate's move-and-create), between two ticks.
 - `close()` at the end: whatever was written is out (flushed in order) before it returns;
   it never raises.
+- A sink that `tees` (the store) may instead take a tick as it passes to the run's one
+  other streaming sink: `tee(records)` is what that sink is given, `end_tee()` after it;
+  `share_lines` hands the other sink the lines the tee made, so a record is serialised
+  once.
 
 Python 3.7 has no typing.Protocol: the interface is this base class, whose methods other
 than write do nothing.
@@ -62,6 +66,8 @@ class Sink:
     uses_kills = False
     #: lines lost for good (a backlog over its bound), said once by the run at its end
     dropped_lines = 0
+    #: takes a tick as it passes to another streaming output (tee, end_tee: the store)
+    tees = False
 
     def open(self) -> None:
         """Make sure the output can be used; CgstatError (one line) when it can't."""
@@ -71,6 +77,22 @@ class Sink:
 
     def reopen(self) -> None:
         """After SIGHUP: start again on the same path (a file logrotate moved away)."""
+
+    def share_lines(self, line_of: Callable[[JsonObject], Optional[bytes]]) -> None:
+        """A sink that serialises records as JSON lines takes each record's line from
+        `line_of` (a tee that made it already: the store's) instead of making it again."""
+
+    def tee(self, records: Iterable[JsonObject]) -> Iterator[JsonObject]:
+        """For a sink that `tees`: `records` passed on, each taken on the way."""
+        raise NotImplementedError
+
+    def line_of(self, record: JsonObject) -> Optional[bytes]:
+        """For a sink that `tees`: the JSON line of the record it passed on last (what
+        share_lines hands the other sink)."""
+        raise NotImplementedError
+
+    def end_tee(self) -> None:
+        """For a sink that `tees`: the tick taken by tee() is written (SinkError when it can't be)."""
 
     def watch_stop(self, asked: Callable[[], bool]) -> None:
         """How to know that a stop signal came (SIGTERM, Ctrl-C): close() then waits for no
