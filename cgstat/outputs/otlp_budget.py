@@ -39,6 +39,7 @@ class OtlpBudget:
         self.say = say
         self.kept: Set[str] = set()  # cgroups with their own resource last tick
         self.folded: Dict[str, Dict[_Key, Any]] = {}  # folded cgroups' counters, last tick
+        self.last_keys: Set[_Key] = set()  # their series
         self.offsets: Dict[_Key, Any] = {}  # counters carried for cgroups gone from _other
         self.other_series = 0
         self.other_start_ns: Optional[int] = None
@@ -72,9 +73,7 @@ class OtlpBudget:
         now: Dict[str, Dict[_Key, Any]] = {}
         for j in folded:
             now[paths[j]] = _add(resources[mine[j]], sums, metrics)
-        keys = set(sums) | set(self.offsets)
-        for before in self.folded.values():
-            keys.update(before)
+        keys = set(sums) | set(self.offsets) | self.last_keys
         while kept and fixed + used + len(keys) > self.max_series:
             j = kept.pop()
             used -= counts[mine[j]]
@@ -83,6 +82,7 @@ class OtlpBudget:
             keys.update(sums)
         carry(self.offsets, self.folded, now)
         self.folded = now
+        self.last_keys = {key for key in sums if metrics[key[0]].monotonic}
         self.kept = {paths[j] for j in kept}
         self.count = len(folded)
         for key in self.offsets:
@@ -127,13 +127,19 @@ class OtlpBudget:
 def _add(res: Resource, sums: Dict[_Key, Any], metrics: Dict[str, Metric]) -> Dict[_Key, Any]:
     """Add one folded resource's data points to `sums`; its counters."""
     counters: Dict[_Key, Any] = {}
+    get = sums.get
     for name, (metric, points) in res.metrics.items():
-        metrics.setdefault(name, metric)
-        for attrs, value in points:
-            key = (name, attrs)
-            sums[key] = sums.get(key, 0) + value
-            if metric.monotonic:
+        if name not in metrics:
+            metrics[name] = metric
+        if metric.monotonic:
+            for attrs, value in points:
+                key = (name, attrs)
+                sums[key] = get(key, 0) + value
                 counters[key] = value
+        else:
+            for attrs, value in points:
+                key = (name, attrs)
+                sums[key] = get(key, 0) + value
     return counters
 
 
