@@ -176,12 +176,17 @@ def chromium():
 
 
 def run_chromium(args, timeout=120):
-    """Headless Chromium with a profile of its own, removed when it ends (2.6 MB a run)."""
+    """Headless Chromium with a profile of its own, removed when it ends (2.6 MB a run).
+
+    Its temporary files too: Chromium makes a .org.chromium.Chromium.XXXXXX folder in TMPDIR
+    that a helper process of its own may remove only after the browser has exited, or never.
+    """
     with tempfile.TemporaryDirectory(prefix="cgstat-chromium-") as profile:
+        env = dict(os.environ, TMPDIR=profile)
         return subprocess.run([chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
                                "--disable-extensions", "--disable-dev-shm-usage", "--disable-background-networking",
                                "--disable-component-update", "--user-data-dir=" + profile] + args,
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=timeout)
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=timeout, env=env)
 
 
 def test_report_renders_in_headless_chromium(report, tmp_path):
