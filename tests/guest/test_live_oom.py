@@ -17,6 +17,7 @@ only its process in the log and a cgroup gone within the tick can't be named.
 from __future__ import annotations
 
 import collections
+import itertools
 import json
 import os
 import re
@@ -55,10 +56,14 @@ def plan(n):
     docker = max(2, n // 8)
     units = n - restarts - 4 * groups - docker
     assert units > 0, n
-    kinds = (["unit"] * units + ["group"] * groups + ["docker", "docker-first"] * (docker // 2)
-             + ["docker"] * (docker % 2) + ["restart", "crash"] * (restarts // 2) + ["restart"] * (restarts % 2))
-    # spread the rare kinds through the run (a fixed order: a failure replays)
-    rare = [k for k in kinds if k != "unit"]
+    by_kind = [["group"] * groups, ["docker", "docker-first"] * (docker // 2) + ["docker"] * (docker % 2),
+               ["restart", "crash"] * (restarts // 2) + ["restart"] * (restarts % 2)]
+    # spread the rare kinds through the run, each kind's apart from one another (a fixed
+    # order: a failure replays). Restarts one after another leave no agent reading for as
+    # long as they last (each start takes seconds under emulation): the kernel's log ring
+    # (128 KiB, a memcg OOM report is ~3-4 KiB) then overwrites kills before any agent
+    # reads them, which cgstat can only count as lost.
+    rare = [k for group in itertools.zip_longest(*by_kind) for k in group if k is not None]
     out, step = [], max(1, units // (len(rare) + 1))
     for i in range(units):
         out.append("unit")
