@@ -48,27 +48,30 @@ def default_cap() -> int:
 MISSING = object()  # cached(): no value kept
 
 
-class Kept:
+class Kept(List[Any]):
     """What is kept for one life of a folder: its inode, the names of the files kept (a
-    tuple shared by every folder keeping the same names), and per name its descriptor or,
-    for a slow file, its parsed value; `last` holds, per file read through a descriptor,
-    the hash of the bytes last read, the parser and what it made of them (see read_parsed):
-    three slots per name, in the order of `names` (one list per folder rather than a dict
-    of tuples: a host has thousands of folders)."""
+    tuple shared by every folder keeping the same names) and, as the list itself, four
+    slots per name in the order of `names`: its descriptor or, for a slow file, its parsed
+    value; then, for a file read through a descriptor, the hash of the bytes last read,
+    the parser and what it made of them (see read_parsed). One object per folder rather
+    than an object, a tuple of values and a list of last reads: a host has thousands of
+    folders."""
 
-    __slots__ = ("inode", "names", "values", "last")
+    __slots__ = ("inode", "names")
 
-    def __init__(self, inode: int, names: Tuple[Key, ...] = (), values: Tuple[Any, ...] = ()):
+    def __init__(self, inode: int) -> None:
+        super().__init__()
         self.inode = inode
-        self.names = names
-        self.values = values
-        self.last: Optional[List[Any]] = None
+        self.names: Tuple[Key, ...] = ()
 
     def value(self, name: Key) -> Any:
-        return self.values[self.names.index(name)]
+        return self[4 * self.names.index(name)]
+
+    def values(self) -> List[Any]:
+        return self[::4]
 
     def fds(self) -> List[int]:
-        return [v for n, v in zip(self.names, self.values) if n not in SLOW]
+        return [v for n, v in zip(self.names, self[::4]) if n not in SLOW]
 
 
 class EntryView:
@@ -78,7 +81,7 @@ class EntryView:
     __slots__ = ("kept",)
 
     def __init__(self, entry: Kept):
-        self.kept: Dict[Key, Any] = dict(zip(entry.names, entry.values))
+        self.kept: Dict[Key, Any] = dict(zip(entry.names, entry.values()))
 
     def fds(self) -> List[int]:
         return [v for n, v in self.kept.items() if n not in SLOW]
@@ -210,13 +213,10 @@ class KeptFiles:
             entry = tree[folder.path] = Kept(folder.inode)
         names = entry.names
         if name in names:
-            i = names.index(name)
-            entry.values = entry.values[:i] + (value,) + entry.values[i + 1:]
+            entry[4 * names.index(name)] = value
         else:
             entry.names = self._shared(names + (name,))
-            entry.values = entry.values + (value,)
-            if entry.last is not None:
-                entry.last += (None, None, None)
+            entry += (value, None, None, None)
 
     def _drop(self, folder: Folder, entry: Kept, name: Key) -> None:
         """Keep nothing more for `name` (its descriptor, if any, is the caller's to close)."""
@@ -226,9 +226,7 @@ class KeptFiles:
             del self._mounts[folder.hierarchy.mount_dir][folder.path]
             return
         entry.names = self._shared(names[:i] + names[i + 1:])
-        entry.values = entry.values[:i] + entry.values[i + 1:]
-        if entry.last is not None:
-            del entry.last[3 * i:3 * i + 3]
+        del entry[4 * i:4 * i + 4]
 
     def _pread_kept(self, folder: Folder, name: str) -> Optional[Tuple[Kept, int, bytes]]:
         """(its entry, the name's place in it, the file's bytes) read through the descriptor
@@ -244,7 +242,7 @@ class KeptFiles:
         if name not in names or name in SLOW:
             return None
         i = names.index(name)
-        fd = entry.values[i]
+        fd = entry[4 * i]
         try:
             data = os.pread(fd, _READ, 0)
             if name in _MANY_RECORDS:
@@ -278,14 +276,11 @@ class KeptFiles:
             return parser(self._open(folder, name).decode())
         entry, i, data = kept
         digest = hash(data)
-        last = entry.last
-        at = 3 * i
-        if last is None:
-            last = entry.last = [None] * (3 * len(entry.names))
-        elif last[at + 1] is parser and last[at] == digest:
-            return last[at + 2]
+        at = 4 * i
+        if entry[at + 2] is parser and entry[at + 1] == digest:
+            return entry[at + 3]
         value = self._parse_shared(parser, data)
-        last[at:at + 3] = (digest, parser, value)
+        entry[at + 1:at + 4] = (digest, parser, value)
         return value
 
     def _parse_shared(self, parser: Callable[[str], T], data: bytes) -> T:
@@ -407,7 +402,7 @@ class KeptFiles:
             if entry is not None and entry.inode == folder.inode:
                 names = entry.names
                 if name in names:
-                    return entry.values[names.index(name)]
+                    return entry[4 * names.index(name)]
         return MISSING
 
     def keep(self, folder: Folder, name: Key, value: Any) -> None:
@@ -435,11 +430,8 @@ class KeptFiles:
                     continue
                 kept = [i for i, n in enumerate(entry.names) if n not in SLOW]
                 if kept:
-                    last = entry.last
-                    if last is not None:
-                        entry.last = [x for i in kept for x in last[3 * i:3 * i + 3]]
+                    entry[:] = [x for i in kept for x in entry[4 * i:4 * i + 4]]
                     entry.names = self._shared(tuple(entry.names[i] for i in kept))
-                    entry.values = tuple(entry.values[i] for i in kept)
                 else:
                     del tree[path]
 
