@@ -216,7 +216,12 @@ class KeptFiles:
             entry[4 * names.index(name)] = value
         else:
             entry.names = self._shared(names + (name,))
-            entry += (value, None, None, None)
+            # grown in one step from empty: a list that grows by appending keeps up to
+            # an eighth more slots than it holds, while an empty one extended to a
+            # multiple of four holds exactly as many (list_resize, CPython 3.9 and later)
+            slots = entry + [value, None, None, None]
+            entry.clear()
+            entry.extend(slots)
 
     def _drop(self, folder: Folder, entry: Kept, name: Key) -> None:
         """Keep nothing more for `name` (its descriptor, if any, is the caller's to close)."""
