@@ -196,6 +196,35 @@ class JsonLinesSink(ChunkSink):
         raise NotImplementedError
 
 
+def _read_back(fd: int, start: int, size: int) -> bytes:
+    """The `size` bytes written from `start` of the file open (write-only) as `fd`: read
+    through a second, read-only open of the same file (/proc/self/fd names it even when
+    its path was moved). A write that failed for want of room (ENOSPC, EDQUOT, EFBIG)
+    leaves what had gone out readable; should it not be (EIO, or a file its own writer
+    can't read), what can't be read back is lost with the batch's start: lines at most
+    once, never half of one."""
+    try:
+        rfd = os.open(f"/proc/self/fd/{fd}", os.O_RDONLY | os.O_CLOEXEC | os.O_NOCTTY | os.O_NONBLOCK)
+    except OSError:
+        return b""
+    try:
+        parts: List[bytes] = []
+        got = 0
+        while got < size:
+            piece = os.pread(rfd, size - got, start + got)
+            if not piece:
+                break
+            parts.append(piece)
+            got += len(piece)
+        data = b"".join(parts)
+    except OSError:
+        return b""
+    finally:
+        os.close(rfd)
+    # whole lines only: a short read-back keeps what ends with its last newline
+    return data if len(data) == size else data[:data.rfind(b"\n") + 1]
+
+
 def _cut_back(fd: int, size: int) -> None:
     try:
         os.ftruncate(fd, size)
@@ -286,9 +315,11 @@ class FileSink(JsonLinesSink):
             self.reopen()
             keep(b"".join(chunks))
             raise SinkError(f"{self.path}: {os_reason(exc)}") from None
-        # The chunks gone out, when a failure could not make them again: a batch of records
-        # that came one at a time is held here as bytes until it is out (~1.9 KB a record).
-        done: List[bytes] = []
+        # What of the batch has gone out: should a later chunk fail and the batch not be
+        # made again (its records came one at a time), those bytes are read back from the
+        # file before it is cut back, rather than held here until the batch is out (~1.9 KB
+        # a record: at 1,000 cgroups most of a tick's peak memory).
+        sent = 0
         written = False
         while True:
             try:
@@ -301,17 +332,17 @@ class FileSink(JsonLinesSink):
             try:
                 _write_all(fd, chunk)
             except OSError as exc:
+                # The batch is kept whole: what of it had gone out (read back before it is
+                # cut back), this chunk and the rest; or, when earlier chunks had gone out
+                # of a batch that can be made again, that (the same records give the same
+                # bytes). Only a failing output holds a whole batch in memory.
+                done = b"" if not written else _read_back(fd, start, sent) if whole is None else None
                 _cut_back(fd, start)  # never leave a partial line behind, nor part of a batch
-                # The batch is kept whole: what of it had gone out (and was cut back), this
-                # chunk and the rest; or, when earlier chunks had gone out of a batch that
-                # can be made again, that (the same records give the same bytes). Only a
-                # failing output holds a whole batch in memory, or one whose records came
-                # one at a time (`done`).
-                if written and whole is not None:
+                if done is None:
+                    assert whole is not None
                     keep(whole())
                 else:
-                    keep(b"".join(done) + chunk + b"".join(chunks))
+                    keep(done + chunk + b"".join(chunks))
                 raise SinkError(f"cannot write {self.path}: {os_reason(exc)}; will retry") from None
             written = True
-            if whole is None:
-                done.append(chunk)
+            sent += len(chunk)

@@ -143,6 +143,38 @@ def test_records_that_come_one_at_a_time_are_kept_whole_when_a_later_chunk_fails
     assert out.read_bytes() == expected + b'{"b":2}\n'
 
 
+def test_what_cannot_be_read_back_is_lost_whole_lines_and_the_rest_kept(tmp_path, monkeypatch):
+    """The chunks gone out of a batch whose records came one at a time are read back from
+    the file when a later chunk fails; a file that can't be read back loses them (at most
+    once), and what is kept is whole lines: this chunk and the rest."""
+    records = _big_records(3000)
+    lines = [orjson.dumps(r) + b"\n" for r in records]
+    out = tmp_path / "out.jsonl"
+    sink = sinks.FileSink(str(out))
+    real_write = os.write
+    calls = []
+
+    def third_chunk_fails(fd, data):
+        calls.append(bytes(data))
+        if len(calls) == 3:
+            raise OSError(errno.EIO, "Input/output error")
+        return real_write(fd, data)
+
+    def unreadable(fd, n, offset):
+        raise OSError(errno.EIO, "Input/output error")
+
+    monkeypatch.setattr(os, "write", third_chunk_fails)
+    monkeypatch.setattr(os, "pread", unreadable)
+    with pytest.raises(sinks.SinkError, match="Input/output error"):
+        sink.write(iter(records))
+    assert out.read_bytes() == b""
+    lost = calls[0].count(b"\n") + calls[1].count(b"\n")
+    assert 0 < lost < len(records)
+    monkeypatch.undo()
+    sink.write(iter([{"b": 2}]))
+    assert out.read_bytes() == b"".join(lines[lost:]) + b'{"b":2}\n'
+
+
 def test_records_that_stop_coming_half_way_leave_nothing_of_the_batch(tmp_path):
     out = tmp_path / "out.jsonl"
     sink = sinks.FileSink(str(out))
