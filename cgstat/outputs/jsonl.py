@@ -9,7 +9,8 @@ its records may come one at a time (stream), so that they never all exist at onc
 
 Every batch is written whole or not at all: a file that fails mid-write (ENOSPC, EIO) is
 truncated back to where the batch began, so a reader never sees half a line, and the
-batch is kept (bounded) and retried on the next tick. On stdout, which can't be cut back,
+batch is kept (bounded) and retried on the next tick (what of it had gone out is read back
+from the file first; a file that can't be read back loses those lines, whole). On stdout, which can't be cut back,
 what did not go out is kept, so the line begun is completed first on the next tick.
 SIGHUP makes a file sink reopen its path (logrotate's move-and-create). A closed stdout
 (`cgstat stream | head`) ends the stream quietly. A stdout that is a pipe, socket or
