@@ -26,6 +26,8 @@ from typing import Any, Dict, Hashable, List, Sequence, Tuple, Union
 
 import orjson
 
+dumps = orjson.dumps
+
 
 # A record's first pieces (its type, time, identity, paths, interval: what moves on an idle
 # workload) are compared one by one, the rest of the line as one piece first: an idle
@@ -40,7 +42,7 @@ class Encoder:
 
     def __init__(self) -> None:
         self.reset()
-        self._entries: List[Any] = []
+        self._out = bytearray()
 
     def reset(self) -> None:
         self._keys: Dict[Hashable, int] = {}
@@ -58,14 +60,17 @@ class Encoder:
         return self.finish(wall_s)
 
     def begin(self) -> None:
-        self._entries = []
+        # each entry as its JSON at once, each followed by a comma: no tick's lists held
+        # until finish(), nor orjson's bytes (each keeps the buffer it grew in)
+        self._out = bytearray()
 
     def add(self, key: Hashable, line: bytes) -> None:
         """One line of the tick. Lines are cut and compared as bytes: only what is kept is
         decoded."""
-        entries = self._entries
+        out = self._out
         if key is None:
-            entries.append([-1, line.decode("utf-8")])
+            out += dumps([-1, line.decode("utf-8")])
+            out += b","
             return
         keys, previous = self._keys, self._previous
         kid = keys.get(key)
@@ -74,32 +79,40 @@ class Encoder:
         old = previous.get(kid)
         if old is None:
             previous[kid] = _compact(line)
-            entries.append([kid, line.decode("utf-8")])
+            out += dumps([kid, line.decode("utf-8")])
+            out += b","
             return
         if old.__class__ is bytes:
             if old == line:
-                entries.append([kid, [], []])
+                out += b"[%d,[],[]]," % kid
                 return
             head = line.split(b",", _HEAD)
             old_head = old.split(b",", _HEAD)
             if len(head) == len(old_head) == _HEAD + 1 and head[_HEAD] == old_head[_HEAD]:
                 previous[kid] = _compact(line)
-                entries.append(_entry(kid, list(compress(range(_HEAD), map(ne, old_head, head))), head))
+                out += dumps(_entry(kid, list(compress(range(_HEAD), map(ne, old_head, head))), head))
+                out += b","
                 return
             old = old.split(b",")
         pieces = line.split(b",")
         if len(old) != len(pieces):
             previous[kid] = _compact(line)
-            entries.append([kid, line.decode("utf-8")])
+            out += dumps([kid, line.decode("utf-8")])
+            out += b","
             return
         changed = list(compress(range(len(pieces)), map(ne, old, pieces)))  # in C: no loop here
         previous[kid] = pieces if changed and changed[-1] >= _HEAD else _compact(line)
-        entries.append(_entry(kid, changed, pieces))
+        out += dumps(_entry(kid, changed, pieces))
+        out += b","
 
     def finish(self, wall_s: float) -> bytes:
         """The tick's payload; the encoder is ready for the next tick."""
-        entries, self._entries = self._entries, []
-        return orjson.dumps([wall_s, entries])
+        out, self._out = self._out, bytearray()
+        if out:
+            out[-1:] = b"]"  # the last entry's comma
+        else:
+            out += b"]"
+        return b"".join((b"[", dumps(wall_s), b",[", out, b"]"))
 
 
 def _compact(line: bytes) -> bytes:
