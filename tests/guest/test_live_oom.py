@@ -122,13 +122,15 @@ def _docker_kill(g, i, first):
     r = g.sh("docker run --name %s --memory 32m --memory-swap 32m %s %s; echo rc=$?" % (name, g.docker_busybox, cmd),
              timeout_s=180)
     assert "rc=137" in r.out, r
-    st = json.loads(g.run(["docker", "inspect", "--format", "{{json .State}}", name], check=True).out)
+    cid, state = g.run(["docker", "inspect", "--format", "{{.Id}} {{json .State}}", name],
+                       check=True).out.strip().split(" ", 1)
+    st = json.loads(state)
     g.run(["docker", "rm", name], timeout_s=60, check=True)
     # not State.OOMKilled: Docker 26 on v2 leaves it false for a container whose first
     # process is killed as it starts (it learns of the kill from memory.events, read after
     # the container ended); the kernel's log below is the witness
     assert st["ExitCode"] == 137, st
-    return name, st
+    return name, st, cid
 
 
 def _lifetime_ms(st):
@@ -147,6 +149,10 @@ def test_every_oom_kill_is_one_named_event(soak_host):
     mark = cursor(g)
     expect = {}  # name -> processes killed
     group_units = []  # the memory.oom.group units
+    # containers made, killed and removed while no agent was up (after a crash, Restart=
+    # waits RestartSec=5s, then the agent starts): their state went with `docker rm` before
+    # any agent could read it, so the event can say which container by its ID only
+    id_only = {}  # container ID -> name
     first_ms = []
     pacer = Pacer()
     t0 = time.monotonic()
@@ -161,8 +167,11 @@ def test_every_oom_kill_is_one_named_event(soak_host):
             expect[name] = 4
             group_units.append(name)
         elif kind in ("docker", "docker-first"):
-            name, st = _docker_kill(g, i, kind == "docker-first")
+            agent_up = g.run(["systemctl", "is-active", "cgstat.service"]).out.strip() == "active"
+            name, st, cid = _docker_kill(g, i, kind == "docker-first")
             expect[name] = 1
+            if not agent_up:
+                id_only[cid] = name
             if kind == "docker-first":
                 first_ms.append(_lifetime_ms(st))
         elif kind == "restart":
@@ -201,16 +210,21 @@ def test_every_oom_kill_is_one_named_event(soak_host):
     missing = [p for p in kernel if p not in by_pid]
     twice = {p: len(v) for p, v in by_pid.items() if len(v) > 1}
     ours = [by_pid[p][0] for p in kernel if p in by_pid]
-    named = collections.Counter()
-    for e in ours:
+    def names_in(e):
         text = json.dumps(e)
         hits = [n for n in expect if re.search(re.escape(n) + r"(?![0-9])", text)]
+        return hits or [n for cid, n in id_only.items() if (e.get("container") or {}).get("id") == cid]
+
+    named = collections.Counter()
+    for e in ours:
+        hits = names_in(e)
         if len(hits) == 1:
             named[hits[0]] += 1
-    unnamed = [e for e in ours if not any(re.search(re.escape(n) + r"(?![0-9])", json.dumps(e)) for n in expect)]
+    unnamed = [e for e in ours if not names_in(e)]
     restarts = g.run(["systemctl", "show", "cgstat.service", "-p", "NRestarts", "--value"]).out.strip()
     g.oom_soak = {"kills": len(kernel), "events": len(ours), "missing": len(missing), "twice": len(twice),
                   "first_kill_lifetimes_ms": first_ms, "restarts_by_Restart=": restarts,
+                  "containers_while_no_agent": len(id_only),
                   "seconds": g.times["oom_soak_kills_s"]}
     print("OOM soak:", json.dumps(g.oom_soak))
     assert not missing, ("no event for", missing, out[-6000:])
@@ -222,5 +236,8 @@ def test_every_oom_kill_is_one_named_event(soak_host):
     assert dict(named) == expect, {n: (named.get(n), k) for n, k in expect.items() if named.get(n) != k}
     # the containers' events say which container, by the name the dynamic user read
     for e in ours:
-        if "oomsoak-" in json.dumps(e.get("container")):
-            assert e["container"]["runtime"] == "docker" and e["container"]["name"].startswith("oomsoak-"), e
+        c = e.get("container") or {}
+        if c.get("id") in id_only and c.get("name") is None:
+            assert c["runtime"] == "docker", e  # which container, by its ID: nothing else is left
+        elif "oomsoak-" in json.dumps(c):
+            assert c["runtime"] == "docker" and c["name"].startswith("oomsoak-"), e
