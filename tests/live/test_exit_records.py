@@ -21,13 +21,14 @@ REALCG_V2 = True
 _BURN = "import time\nend = time.process_time() + float(__import__('sys').argv[1])\nwhile time.process_time() < end: pass\n"
 
 
-def test_a_removed_cgroup_gets_one_exit_record_with_its_cpu_seconds(make_group):
-    g = make_group(("pids", "cpu", "cpuacct", "memory"))
+def _stream_until_exit(g, count, on_record):
+    """`cgstat stream` over the group until its exit record: (its records, its exit
+    records). on_record(record, records so far) is called for each of the group's records."""
     env = dict(os.environ, PYTHONPATH=ROOT)
-    stream = subprocess.Popen([sys.executable, "-m", "cgstat", "stream", "--interval", "0.5", "--count", "120",
+    stream = subprocess.Popen([sys.executable, "-m", "cgstat", "stream", "--interval", "0.5", "--count", str(count),
                                "--no-events", "--match", g.name], stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, cwd=ROOT, env=env)
-    mine, exits, kernel = [], [], {}
+    mine, exits = [], []
     try:
         for line in stream.stdout:
             rec = json.loads(line)
@@ -38,16 +39,27 @@ def test_a_removed_cgroup_gets_one_exit_record_with_its_cpu_seconds(make_group):
                 stream.terminate()  # SIGTERM: the line being written is finished, exit 0
                 continue
             mine.append(rec)
-            if len(mine) == 1:
-                g.start([sys.executable, "-c", _BURN, "1.5"]).wait(timeout=60)  # 1.5 s of CPU, then exits
-                kernel["cpu"] = g.cpu_usage_seconds()  # the kernel's own count: nothing runs there now
-                kernel["done"] = time.time()
-            elif "done" in kernel and "gone" not in kernel and parse_ts(rec["ts"]) > kernel["done"] + 0.1:
-                kernel["gone"] = True  # a record read after the process ended: removed now
-                g.destroy()
+            on_record(rec, mine)
     finally:
         _, err = stream.communicate(timeout=60)
     assert stream.returncode == 0, err.decode()
+    return mine, exits
+
+
+def test_a_removed_cgroup_gets_one_exit_record_with_its_cpu_seconds(make_group):
+    g = make_group(("pids", "cpu", "cpuacct", "memory"))
+    kernel = {}
+
+    def on_record(rec, mine):
+        if len(mine) == 1:
+            g.start([sys.executable, "-c", _BURN, "1.5"]).wait(timeout=60)  # 1.5 s of CPU, then exits
+            kernel["cpu"] = g.cpu_usage_seconds()  # the kernel's own count: nothing runs there now
+            kernel["done"] = time.time()
+        elif "done" in kernel and "gone" not in kernel and parse_ts(rec["ts"]) > kernel["done"] + 0.1:
+            kernel["gone"] = True  # a record read after the process ended: removed now
+            g.destroy()
+
+    mine, exits = _stream_until_exit(g, 120, on_record)
     (e,) = exits
     validate(e)
     assert e["samples"] == len(mine) >= 2
@@ -81,26 +93,7 @@ def test_a_workload_gone_before_its_first_read_has_its_memory_totals(make_group)
         kernel_peak = int(g.read("memory", peak_file))
     except OSError:  # a v2 kernel before memory.peak (5.19)
         kernel_peak = None
-    env = dict(os.environ, PYTHONPATH=ROOT)
-    stream = subprocess.Popen([sys.executable, "-m", "cgstat", "stream", "--interval", "0.5", "--count", "60",
-                               "--no-events", "--match", g.name], stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, cwd=ROOT, env=env)
-    mine, exits = [], []
-    try:
-        for line in stream.stdout:
-            rec = json.loads(line)
-            if rec.get("cgroup") != g.cgroup:
-                continue
-            if rec["type"] == "exit":
-                exits.append(rec)
-                stream.terminate()
-                continue
-            mine.append(rec)
-            if len(mine) == 2:
-                g.destroy()
-    finally:
-        _, err = stream.communicate(timeout=60)
-    assert stream.returncode == 0, err.decode()
+    mine, exits = _stream_until_exit(g, 60, lambda rec, mine: len(mine) == 2 and g.destroy())
     (e,) = exits
     validate(e)
     assert mine[0]["paths"]["memory"] == g.rel("memory")  # the group's own memory folder, wherever it is
