@@ -77,18 +77,27 @@ def _hugetlb_names(files: frozenset) -> Tuple[str, ...]:
         n for n in files if n.startswith("hugetlb.") and n.endswith(".current") and n.count(".") == 2))
 
 
-def _memory_stat_v1(text: str) -> Dict[str, Optional[int]]:
-    return parse.parse_flat_keyed(text, _MEMORY_STAT_V1)
+# A parsed memory.stat is its keys and the record's `stat` values in MemoryStat's order,
+# made together: files that read the same share one parsed value (FileReader), so the
+# idle cgroups' samples share one tuple too instead of making one a cgroup a tick.
+_Stat = Tuple[Dict[str, Optional[int]], Tuple[Optional[int], ...]]
 
 
-def _memory_stat_v2(text: str) -> Dict[str, Optional[int]]:
-    return parse.parse_flat_keyed(text, _MEMORY_STAT_V2)
+def _memory_stat_v1(text: str) -> _Stat:
+    stat = parse.parse_flat_keyed(text, _MEMORY_STAT_V1)
+    return stat, tuple(map(stat.get, MemoryStat.V1))
+
+
+def _memory_stat_v2(text: str) -> _Stat:
+    stat = parse.parse_flat_keyed(text, _MEMORY_STAT_V2)
+    return stat, tuple(map(stat.get, MemoryStat.V2))
 
 
 def memory_v2(folder: Folder, r: FileReader) -> MemorySample:
     usage = r.get(folder, "memory.current", parse.parse_uint)
     limit = r.get(folder, "memory.max", parse.parse_max_or_uint)
-    stat = r.get(folder, "memory.stat", _memory_stat_v2)
+    parsed = r.get(folder, "memory.stat", _memory_stat_v2)
+    stat, stat_values = (None, None) if parsed is None else parsed
     events = r.get(folder, "memory.events", parse.parse_flat_keyed)
     swap = r.get(folder, "memory.swap.current", parse.parse_uint)
     inactive = key(stat, "inactive_file", r, "memory.stat")
@@ -115,7 +124,7 @@ def memory_v2(folder: Folder, r: FileReader) -> MemorySample:
         events=None if events is None else MemoryEvents(*map(events.get, _EVENTS_KEYS)),
         events_local=r.opt(folder, "memory.events.local", _memory_events),
         swap_events=r.opt(folder, "memory.swap.events", _swap_events),
-        stat=None if stat is None else tuple(map(stat.get, MemoryStat.V2)),
+        stat=stat_values,
         hugetlb_bytes=_hugetlb_v2(folder, r),
         oom_group=settings[4],
     )
@@ -146,7 +155,8 @@ def _settings_v2(folder: Folder, r: FileReader) -> Tuple[Optional[int], Optional
 def memory_v1(folder: Folder, r: FileReader) -> MemorySample:
     usage = r.get(folder, "memory.usage_in_bytes", parse.parse_uint)
     limit = r.get(folder, "memory.limit_in_bytes", parse.parse_uint)
-    stat = r.get(folder, "memory.stat", _memory_stat_v1)
+    parsed = r.get(folder, "memory.stat", _memory_stat_v1)
+    stat, stat_values = (None, None) if parsed is None else parsed
     oom = r.get(folder, "memory.oom_control", parse.parse_flat_keyed)
 
     def hier(name: str) -> Optional[int]:
@@ -180,5 +190,5 @@ def memory_v1(folder: Folder, r: FileReader) -> MemorySample:
                           "no limit" if limit is not None and parse.limit_bytes(limit) is None else None),
         # the hierarchical total_* twins (total_workingset_refault_* since 5.9: older kernels
         # lack them, None); "" for a counter v1 does not have
-        stat=None if stat is None else tuple(map(stat.get, MemoryStat.V1)),
+        stat=stat_values,
     )
