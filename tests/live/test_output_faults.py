@@ -16,7 +16,7 @@ pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="mounting a small tmpf
 def small_disk(tmp_path):
     mnt = tmp_path / "disk"
     mnt.mkdir()
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256k", "cgstat-test-tmpfs", str(mnt)], check=True)
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "cgstat-test-tmpfs", str(mnt)], check=True)
     try:
         yield mnt
     finally:
