@@ -381,8 +381,10 @@ def test_tls_is_verified_against_the_ca_file(tmp_path):
         receiver.wait(1)
         trusted.close()
         assert trusted.ticks_sent == 1 and said == []
-        stranger = OtlpSink(OtlpOptions(receiver.url, "json"), lambda k, m: said.append(m), close_timeout_s=0.5)
-        stranger.write(_tick(1))  # the system's CAs don't know this certificate: kept, retried, never sent
+        stranger = OtlpSink(OtlpOptions(receiver.url, "json"), lambda k, m: said.append(m), close_timeout_s=3)
+        # the system's CAs don't know this certificate: kept, retried, never sent (close waits
+        # 3 s: a loaded machine can take over 0.5 s to make the first try's TLS handshake)
+        stranger.write(_tick(1))
         stranger.close()
         assert stranger.ticks_sent == 0 and receiver.stamps() == ["1796119200000000000"]
         assert any("CERTIFICATE_VERIFY_FAILED" in m and "retrying" in m for m in said), said
