@@ -110,7 +110,11 @@ def test_side_by_side_with_docker_stats(docker):
                 windows = [(a + b) / 2 for a, b in zip(ours, ours[1:]) if a is not None and b is not None]
                 if not any(abs(w - theirs) <= 0.15 * theirs for w in windows):
                     over_wall, counted = _docker_cpu_over_wall(g, cid)
-                    explained = counted < 0.85 and any(abs(w - over_wall) <= 0.15 * over_wall for w in windows)
+                    # docker stats' one sample divides by /proc/stat's delta, whose lost ticks
+                    # vary from sample to sample in an emulated guest (a re-sample's share
+                    # need not be the one docker stats had): docker's own usage counter over
+                    # its API timestamps is the figure both are judged by then
+                    explained = any(abs(w - over_wall) <= 0.15 * over_wall for w in windows)
                     cpu_note = {"docker_stats": theirs, "docker_over_wall": round(over_wall, 1),
                                 "proc_stat_counted": round(counted, 2), "cgstat_windows": windows}
                     if not explained:
