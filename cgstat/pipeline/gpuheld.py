@@ -42,32 +42,43 @@ def _number(v: Any) -> Optional[float]:
     return v if isinstance(v, (int, float)) and not isinstance(v, bool) else None
 
 
+_PLAIN = (int, float, type(None))  # what _number gives back unchanged (bool is not one)
+
+
 def holdings(gpu_records: List[Mapping[str, Any]]) -> Dict[Tuple[str, str], Holding]:
     """(cgroup, GPU UUID or index) -> what the cgroup's processes hold there; processes
     whose cgroup is unknown are nobody's (gpu_process_outside_container says them)."""
     # summed in lists first: a Holding made once per key, not _replace()d per process
     # (each GPU lists its processes, so a cgroup's key comes back once per process)
     sums: Dict[Tuple[str, str], List[Any]] = {}
+    # the same lists by GPU, then cgroup: a process finds its sum by its cgroup alone, no
+    # key tuple made per process; records naming the same GPU add to the same lists
+    by_gpu: Dict[str, Dict[str, List[Any]]] = {}
     for r in gpu_records:
         dev = r.get(_GPU)
         if not isinstance(dev, dict):
             continue
         uuid = dev.get(_UUID)
         gpu = str(uuid or dev.get(_INDEX))
+        on_gpu = by_gpu.setdefault(gpu, {})
         for p in r.get(_PROCESSES) or ():
             if not isinstance(p, dict):
                 continue
             cgroup = p.get(_P_CGROUP)
             if not isinstance(cgroup, str):
                 continue
-            key = (cgroup, gpu)
-            mem = _number(p.get(_P_MEMORY)) or 0
-            sm = _number(p.get(_P_SM))
-            s = sums.get(key)
+            # the pipeline writes plain ints, floats and None: those skip _number's call
+            mem = p.get(_P_MEMORY)
+            if mem.__class__ is not int:
+                mem = int(_number(mem) or 0)
+            sm = p.get(_P_SM)
+            if sm.__class__ not in _PLAIN:
+                sm = _number(sm)
+            s = on_gpu.get(cgroup)
             if s is None:
-                sums[key] = [int(mem), sm, p, dev, uuid, r]
+                on_gpu[cgroup] = sums[(cgroup, gpu)] = [mem, sm, p, dev, uuid, r]
             else:
-                s[0] += int(mem)
+                s[0] += mem
                 s[1] = None if s[1] is None or sm is None else s[1] + sm
     out: Dict[Tuple[str, str], Holding] = {}
     for key, (mem, sm, p, dev, uuid, r) in sums.items():
