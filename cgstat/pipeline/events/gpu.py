@@ -252,6 +252,17 @@ class _DeviceRule(GpuRule):
             del self.open[key]  # the GPU left the list (lost, driver unloaded): silently
 
 
+def _processes_by_gpu(gpu_records: List[Mapping[str, Any]]) -> Dict[str, List[Mapping[str, Any]]]:
+    """The processes on each GPU (its UUID or index), its MIG devices' included."""
+    on_gpu: Dict[str, List[Mapping[str, Any]]] = {}
+    for r in gpu_records:
+        g = _gpu(r)
+        parent = g.get(_PARENT) or g.get(_UUID)
+        on_gpu.setdefault(str(parent or g.get(_INDEX)), []).extend(
+            p for p in r.get(_PROCESSES) or () if isinstance(p, dict))
+    return on_gpu
+
+
 class GpuXid(_DeviceRule):
     """XIDs from the driver's event API (gpu.recent_xids). One episode per GPU and code:
     the same code again within window_s belongs to it (counted, not said again); it ends
@@ -260,12 +271,7 @@ class GpuXid(_DeviceRule):
     kind = "gpu_xid"
 
     def judge(self, gpu_records: List[Mapping[str, Any]], events: List[EventRecord]) -> None:
-        on_gpu: Dict[str, List[Mapping[str, Any]]] = {}
-        for r in gpu_records:
-            g = _gpu(r)
-            parent = g.get(_PARENT) or g.get(_UUID)
-            on_gpu.setdefault(str(parent or g.get(_INDEX)), []).extend(
-                p for p in r.get(_PROCESSES) or () if isinstance(p, dict))
+        on_gpu: Optional[Dict[str, List[Mapping[str, Any]]]] = None  # made when an XID is new
         seen_now = set()
         for r in gpu_records:
             g = _gpu(r)
@@ -282,6 +288,8 @@ class GpuXid(_DeviceRule):
                     ep["count"] += count
                     ep["last"] = t
                     continue
+                if on_gpu is None:
+                    on_gpu = _processes_by_gpu(gpu_records)
                 self._raise_xid(r, g, code, count, on_gpu.get(_key(r), []), t, key, events)
         for key in list(self.open):
             ep = self.open[key]
