@@ -99,6 +99,7 @@ class PidMapper:
         # pid -> an open /proc/<pid>/comm of the process cached: only on the live /proc,
         # where the file says ESRCH once its process is gone (a copied tree's never does)
         self._fds: Dict[int, int] = {}
+        self._said: Dict[int, bytes] = {}  # pid -> what its kept file read last
         self._keep = fs.is_slash
 
     def lookup(self, pid: int) -> PidCgroups:
@@ -107,10 +108,11 @@ class PidMapper:
         if cached is not None:
             fd = self._fds.get(pid)
             if fd is not None:
-                comm = self._pread(fd)
-                if comm is not None:  # the same process (see KEPT_COMM_FILES)
-                    if comm != cached.name:  # renamed (prctl PR_SET_NAME)
-                        cached = self._cache[pid] = cached._replace(name=comm)
+                data = self._pread(fd)
+                if data is not None:  # the same process (see KEPT_COMM_FILES)
+                    if data != self._said.get(pid):  # renamed (prctl PR_SET_NAME)
+                        self._said[pid] = data
+                        cached = self._cache[pid] = cached._replace(name=_comm(data))
                     return cached
                 # its process is gone; the number may have been reused: look it up afresh
             else:
@@ -137,12 +139,22 @@ class PidMapper:
         """Each PID looked up once (None: gone, unreadable, not in our PID namespace); the
         entries of every other PID are forgotten."""
         out: Dict[int, Optional[PidCgroups]] = {}
-        for pid in pids:
-            if pid not in out:
+        fds, said, cache, pread = self._fds, self._said, self._cache, os.pread
+        for pid in dict.fromkeys(pids):  # each once, in the order first listed
+            # lookup()'s steady case inline (a tick asks this of every GPU process): the
+            # kept file still reads, and the same bytes, so the same process and name
+            fd = fds.get(pid)
+            if fd is not None:
                 try:
-                    out[pid] = self.lookup(pid)
-                except ReadError:
-                    out[pid] = None
+                    if pread(fd, _COMM_BYTES, 0) == said.get(pid):
+                        out[pid] = cache[pid]
+                        continue
+                except OSError:
+                    pass  # gone: lookup() reads it again, drops it and looks the PID up afresh
+            try:
+                out[pid] = self.lookup(pid)
+            except ReadError:
+                out[pid] = None
         if len(self._cache) > len(out):
             for pid in [k for k in self._cache if k not in out]:
                 self._drop(pid)
@@ -153,6 +165,7 @@ class PidMapper:
         for fd in self._fds.values():
             close_quietly(fd)
         self._fds = {}
+        self._said = {}
         self._cache = {}
 
     def _read(self, pid: int) -> PidCgroups:
@@ -166,28 +179,34 @@ class PidMapper:
             raise read_error(exc, path) from None
         try:
             found = read_pid(self.fs, self.layout, pid)
-            comm = self._pread(fd)  # after: the file is of the process read_pid saw
+            data = self._pread(fd)  # after: the file is of the process read_pid saw
         except BaseException:
             close_quietly(fd)
             raise
-        if comm is None:
+        if data is None:
             close_quietly(fd)
             raise Gone(f"/proc/{pid}", "process exited and the PID was reused while reading")
         self._fds[pid] = fd
-        return found._replace(name=comm)
+        self._said[pid] = data
+        return found._replace(name=_comm(data))
 
     @staticmethod
-    def _pread(fd: int) -> Optional[str]:
-        """The name in a kept /proc/<pid>/comm; None once its process is gone (ESRCH)."""
+    def _pread(fd: int) -> Optional[bytes]:
+        """What a kept /proc/<pid>/comm reads; None once its process is gone (ESRCH)."""
         try:
-            data = os.pread(fd, _COMM_BYTES, 0)
+            return os.pread(fd, _COMM_BYTES, 0)
         except OSError:
             return None
-        return text.decode_bytes(data[:-1] if data.endswith(b"\n") else data)
 
     def _drop(self, pid: int) -> None:
         self._cache.pop(pid, None)
+        self._said.pop(pid, None)
         close_quietly(self._fds.pop(pid, None))
+
+
+def _comm(data: bytes) -> str:
+    """The name a read of /proc/<pid>/comm gives (it ends in a newline)."""
+    return text.decode_bytes(data[:-1] if data.endswith(b"\n") else data)
 
 
 # The initial PID namespace always has this inode (PROC_PID_INIT_INO, include/linux/proc_ns.h).
