@@ -63,6 +63,7 @@ class Namer:
         self._named: List[Tuple[Cgroup, PathInfo]] = []  # the last tick's list, candidates promoted
         self._named_from: Optional[List[Tuple[Cgroup, PathInfo]]] = None  # ...made from this one
         self._named_paths: set = set()  # ...with these candidates promoted
+        self._gpu_paths: Dict[str, PathInfo] = {}  # the last gpu_owners: cgroup -> owner_of(cgroup)
 
     def begin_tick(self, classified: List[Tuple[Cgroup, PathInfo]]) -> List[Tuple[Cgroup, PathInfo]]:
         """Look up what this tick's new containers and pods are; forget the gone ones.
@@ -165,16 +166,25 @@ class Namer:
         PIDs not asked about this time are forgotten."""
         out: Dict[int, Owner] = {}
         containers: Dict[str, Optional[Container]] = {}  # this call: cgroup -> container object
+        # owner_of() reads the path alone: kept from the last call for the cgroups still here
+        paths, self._gpu_paths = self._gpu_paths, {}
+        # one Owner per name and cgroup: its processes share the container object already
+        made: Dict[Tuple[Optional[str], Optional[str]], Owner] = {}
         for pid, found in self.pids.lookup_all(pids).items():
             if found is None:
                 out[pid] = UNKNOWN
                 continue
             cgroup = found.cgroup or "/"
             if cgroup not in containers:
-                info = self.promote(self.owner_of(cgroup))
+                path = self._gpu_paths[cgroup] = paths.get(cgroup) or self.owner_of(cgroup)
+                info = self.promote(path)
                 self.runtimes.refresh_if_new([info])
                 containers[cgroup] = self.runtimes.container(info)
-            out[pid] = Owner(found.name, found.cgroup, containers[cgroup])
+            key = (found.name, found.cgroup)
+            owner = made.get(key)
+            if owner is None:
+                owner = made[key] = Owner(found.name, found.cgroup, containers[cgroup])
+            out[pid] = owner
         return out
 
     def close(self) -> None:
