@@ -56,42 +56,54 @@ def average(samples: Sequence[Tuple[int, ...]], mark: UtilizationMark,
             now_us: int) -> Tuple[Dict[int, Tuple[Any, Any, Any, Any]], UtilizationMark]:
     """pid -> (sm, mem, enc, dec) % over (mark.called_us, now_us], and the next mark.
     `samples`: (pid, timeStamp µs, sm, mem, enc, dec) as the driver returned them."""
+    # Run for every busy process of every GPU each tick: plain loops, locals and no
+    # per-sample calls (a `max` or a lambda per sample cost more than the arithmetic).
     by_pid: Dict[int, List[Tuple[int, ...]]] = {}
     top = mark.last_seen_us
     for s in samples:
-        by_pid.setdefault(s[0], []).append(s)
+        rows = by_pid.get(s[0])
+        if rows is None:
+            by_pid[s[0]] = [s]
+        else:
+            rows.append(s)
         if s[1] > top:
             top = s[1]
     gaps: List[int] = []
     for rows in by_pid.values():
         if len(rows) > 1:
-            rows.sort(key=lambda r: r[1])
+            rows.sort(key=_stamp)
             gaps.extend(b[1] - a[1] for a, b in zip(rows, rows[1:]) if b[1] > a[1])
     period = min(_median(gaps), MAX_PERIOD_US) if gaps else mark.period_us
     out: Dict[int, Tuple[Any, Any, Any, Any]] = {}
     if period is None:
         # one sample per process and no period known: the driver's figure for the interval
         for pid, rows in by_pid.items():
-            newest = max(rows, key=lambda r: r[1])
+            newest = rows[0] if len(rows) == 1 else max(rows, key=_stamp)
             out[pid] = (newest[2], newest[3], newest[4], newest[5])
         return out, UtilizationMark(top, now_us, None)
     start = mark.called_us
-    weighted: Dict[int, List[float]] = {}
+    last_seen = mark.last_seen_us
+    weighted: List[Tuple[int, float, float, float, float]] = []
     for pid, rows in by_pid.items():
-        sums = [0.0, 0.0, 0.0, 0.0]
-        prev = mark.last_seen_us
+        sm = mem = enc = dec = 0.0
+        prev = last_seen
         for r in rows:
-            w = min(max(r[1] - prev, 0), period) or period
-            prev = r[1]
-            if r[1] - w < start:
-                start = r[1] - w  # a sample from before the previous call, first served now
-            sums[0] += r[2] * w
-            sums[1] += r[3] * w
-            sums[2] += r[4] * w
-            sums[3] += r[5] * w
-        weighted[pid] = sums
+            ts = r[1]
+            gap = ts - prev
+            w = period if gap <= 0 or gap >= period else gap  # the gap, capped at the period; none: one period
+            prev = ts
+            if ts - w < start:
+                start = ts - w  # a sample from before the previous call, first served now
+            sm += r[2] * w
+            mem += r[3] * w
+            enc += r[4] * w
+            dec += r[5] * w
+        weighted.append((pid, sm, mem, enc, dec))
     span = max(now_us - start, period)
-    for pid, sums in weighted.items():
-        out[pid] = (_figure(sums[0] / span), _figure(sums[1] / span), _figure(sums[2] / span),
-                    _figure(sums[3] / span))
+    for pid, sm, mem, enc, dec in weighted:
+        out[pid] = (_figure(sm / span), _figure(mem / span), _figure(enc / span), _figure(dec / span))
     return out, UtilizationMark(top, now_us, period)
+
+
+def _stamp(row: Tuple[int, ...]) -> int:
+    return row[1]
