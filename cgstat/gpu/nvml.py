@@ -37,8 +37,8 @@ from typing import Any, Callable, Dict, List, Optional, Tuple, Type
 from cgstat.gpu.nvml_codes import (DRIVER_NOT_LOADED, FUNCTION_NOT_FOUND, GPU_IS_LOST, LIB_RM_VERSION_MISMATCH,
                                     LIBRARY_NOT_FOUND, NO_PERMISSION, NOT_FOUND, NOT_SUPPORTED, RESET_REQUIRED,
                                     SUCCESS, UNINITIALIZED, UNKNOWN)
-from cgstat.gpu.nvml_device import MEMORY_V2, Devices, Gpu
-from cgstat.gpu.nvml_direct import NATIVE, UTIL_NEW, UTIL_OLD, native_call, process_lister, utilization_reader
+from cgstat.gpu.nvml_device import Devices, Gpu
+from cgstat.gpu.nvml_direct import MEMORY_V2, NATIVE, UTIL_NEW, UTIL_OLD, native_call, process_lister, utilization_reader
 from cgstat.gpu.nvml_gpm import GPM_SUPPORT, GpmSamples
 from cgstat.gpu.utilization import UtilizationMark, average
 from cgstat.gpu.nvml_xid import XidEvents
@@ -289,18 +289,21 @@ class Gateway:
         try:
             return fn(*args), SUCCESS
         except self._errors as exc:
-            code = getattr(exc, "value", FUNCTION_NOT_FOUND)  # LibraryMismatch: a missing symbol
-            text = str(exc)
+            return None, self._failed(source, errors, exc)
+
+    def _failed(self, source: str, errors: Optional[List[Problem]], exc: BaseException) -> int:
+        """What a failed call says: its NVML return code, and the problem or warning it leaves."""
+        code = getattr(exc, "value", FUNCTION_NOT_FOUND)  # LibraryMismatch: a missing symbol
         if code in (NOT_SUPPORTED, NOT_FOUND):
-            return None, code
+            return code
         if code == FUNCTION_NOT_FOUND:
             self._say_missing(source, "value left null")
-            return None, code
+            return code
         if code in _REINIT_CODES and self._reinit_at is None:
             self._reinit_at = self.clock() + self.reinit_backoff_s
         if errors is not None:
-            errors.append(Problem(source, _error_name(code), f"NVML error {code}: {text}"))
-        return None, code
+            errors.append(Problem(source, _error_name(code), f"NVML error {code}: {exc}"))
+        return code
 
     def read(self, source: str, errors: List[Problem], handle: Any, *args: Any, device: Any = None) -> Any:
         """pynvml's `source`(handle, *args): its value, or None. NOT_SUPPORTED adds an
@@ -320,12 +323,23 @@ class Gateway:
         fn = self._natives.get(source)
         if fn is None:
             fn = self._natives[source] = self._native(source)
-        value, code = self._call(source, errors, fn, handle, *args)
-        if value is None and code in (NOT_SUPPORTED, FUNCTION_NOT_FOUND):
+        try:  # the call itself, not through _call: a dozen of these per GPU per tick
+            return fn(handle, *args)
+        except self._errors as exc:
+            code = self._failed(source, errors, exc)
+        if code in (NOT_SUPPORTED, FUNCTION_NOT_FOUND):
             problem = Problem(source, "unsupported", "NVML: not supported on this GPU or driver")
             self._unsupported[key] = problem
             errors.append(problem)
-        return value
+        return None
+
+    def call_direct(self, source: str, errors: List[Problem], handle: Any, *args: Any) -> Tuple[Any, int]:
+        """`source`(handle, *args) as `_call` makes it (nothing remembered), called directly where
+        nvml_direct's NATIVE describes it: the device reads made every tick."""
+        fn = self._natives.get(source)
+        if fn is None:
+            fn = self._natives[source] = self._native(source)
+        return self._call(source, errors, fn, handle, *args)
 
     def field_values(self, handle: Any, fields: Tuple[Tuple[int, int], ...], errors: List[Problem],
                      device: Any = None) -> Optional[List[Tuple[int, Optional[int]]]]:

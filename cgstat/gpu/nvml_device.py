@@ -1,8 +1,9 @@
-"""One GPU's identity and its readings through pynvml's wrappers (`Devices`): UUID and name
-(`nvmlDeviceGetUUID`, `nvmlDeviceGetName`), memory (`nvmlDeviceGetMemoryInfo`, v2 where the
-gateway found it), utilization, temperature, power, MIG mode and MIG devices
-(`nvmlDeviceGetMaxMigDeviceCount`, `nvmlDeviceGetMigDeviceHandleByIndex`), and a lost GPU.
-Every call goes through the gateway; `errors` is the device's problem list, appended to.
+"""One GPU's identity and its readings (`Devices`): UUID and name (`nvmlDeviceGetUUID`,
+`nvmlDeviceGetName`), memory (`nvmlDeviceGetMemoryInfo`, v2 where the gateway found it),
+utilization, temperature, power, MIG mode and MIG devices (`nvmlDeviceGetMaxMigDeviceCount`,
+`nvmlDeviceGetMigDeviceHandleByIndex`), and a lost GPU. Every call goes through the gateway:
+the ones made every tick directly (nvml_direct), the others through pynvml's wrappers;
+`errors` is the device's problem list, appended to.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import ctypes
 from typing import TYPE_CHECKING, Any, List, Optional, Tuple
 
 from cgstat.gpu.nvml_codes import NOT_SUPPORTED
+from cgstat.gpu.nvml_direct import MEMORY_V2
 from cgstat.kernel.sample import Problem
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -19,8 +21,6 @@ if TYPE_CHECKING:  # pragma: no cover
 # nvml.h
 _TEMPERATURE_GPU = 0  # NVML_TEMPERATURE_GPU
 _MIG_ENABLE = 1  # NVML_DEVICE_MIG_ENABLE
-_MEMORY_V2_VERSION = 0x02000028  # nvmlMemory_v2: sizeof(nvmlMemory_v2_t) | 2 << 24
-MEMORY_V2 = "nvmlDeviceGetMemoryInfo_v2"
 
 
 class Gpu:
@@ -46,6 +46,7 @@ class Devices:
     def __init__(self, gateway: Gateway):
         self._gateway = gateway
         self._call = gateway.call_nvml
+        self._direct = gateway.call_direct  # the reads made every tick (nvml_direct's NATIVE)
 
     def lost(self, gpu: Gpu, errors: List[Problem]) -> bool:
         """True when the GPU was lost earlier (it is not called until the re-initialisation)."""
@@ -71,30 +72,31 @@ class Devices:
     def memory(self, handle: Any, errors: List[Problem]) -> Tuple[Optional[int], Optional[int], Optional[int]]:
         """(total, used, reserved) bytes; reserved None where only v1 exists."""
         if self._gateway.memory_v2:
-            m, code = self._gateway.call_nvml_as(MEMORY_V2, "nvmlDeviceGetMemoryInfo", errors, handle,
-                                                 _MEMORY_V2_VERSION)
+            m, code = self._direct(MEMORY_V2, errors, handle)
             if m is not None:
-                return m.total, m.used, m.reserved
+                _, total, reserved, _, used = m
+                return total, used, reserved
             if code != NOT_SUPPORTED:
                 return None, None, None
-        m, _ = self._call("nvmlDeviceGetMemoryInfo", errors, handle)
+        m, _ = self._direct("nvmlDeviceGetMemoryInfo", errors, handle)
         if m is None:
             return None, None, None
-        return m.total, m.used, None
+        total, _, used = m
+        return total, used, None
 
     def utilization(self, handle: Any, errors: List[Problem]) -> Tuple[Optional[int], Optional[int]]:
         """(gpu %, memory %) over the driver's last sample period."""
-        u, _ = self._call("nvmlDeviceGetUtilizationRates", errors, handle)
-        return (None, None) if u is None else (u.gpu, u.memory)
+        u, _ = self._direct("nvmlDeviceGetUtilizationRates", errors, handle)
+        return (None, None) if u is None else u
 
     def temperature(self, handle: Any, errors: List[Problem]) -> Optional[int]:
-        return self._call("nvmlDeviceGetTemperature", errors, handle, _TEMPERATURE_GPU)[0]
+        return self._direct("nvmlDeviceGetTemperature", errors, handle, _TEMPERATURE_GPU)[0]
 
     def power_mw(self, handle: Any, errors: List[Problem]) -> Optional[int]:
-        return self._call("nvmlDeviceGetPowerUsage", errors, handle)[0]
+        return self._direct("nvmlDeviceGetPowerUsage", errors, handle)[0]
 
     def mig_mode(self, handle: Any, errors: List[Problem]) -> Optional[bool]:
-        modes, _ = self._call("nvmlDeviceGetMigMode", errors, handle)
+        modes, _ = self._direct("nvmlDeviceGetMigMode", errors, handle)
         return None if modes is None else modes[0] == _MIG_ENABLE
 
     def mig_devices(self, handle: Any, errors: List[Problem]) -> List[Tuple[int, Any]]:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import ctypes
 import struct
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, NamedTuple, Optional, Tuple
 
 from cgstat.gpu.nvml_codes import INSUFFICIENT_SIZE, SUCCESS
 
@@ -27,14 +27,32 @@ _SAMPLE_INFO = struct.Struct("=QIIIIIII4x")  # nvmlProcessUtilizationInfo_v1_t: 
 _UTIL_INFO_VERSION = 0x01000018  # nvmlProcessesUtilizationInfo_v1
 _ROOM = 8  # extra sample slots: the driver keeps sampling between the sizing call and the read
 
-# The calls made every tick that the gateway's read() makes directly: their outputs after the
-# arguments ("I" unsigned int, "Q" unsigned long long, "violation" an nvmlViolationTime_t).
+MEMORY_V2 = "nvmlDeviceGetMemoryInfo_v2"
+
+
+class StructOut(NamedTuple):
+    """An output that is one struct behind one pointer: its layout, and the version word a
+    versioned struct must carry in when called (None: not versioned)."""
+
+    layout: struct.Struct
+    version: Optional[int] = None
+
+
+# The calls made every tick that the gateway makes directly (read() and call_direct()):
+# their outputs after the arguments ("I" unsigned int, "Q" unsigned long long, each its own
+# pointer; "" none; "violation" an nvmlViolationTime_t; a StructOut one struct, read as a tuple).
 NATIVE: Dict[str, Any] = {
     "nvmlDeviceGetClockInfo": "I", "nvmlDeviceGetCurrentClocksEventReasons": "Q",
     "nvmlDeviceGetCurrentClocksThrottleReasons": "Q", "nvmlDeviceGetViolationStatus": "violation",
     "nvmlDeviceGetTotalEnergyConsumption": "Q", "nvmlDeviceGetEncoderUtilization": "II",
     "nvmlDeviceGetDecoderUtilization": "II", "nvmlDeviceGetTotalEccErrors": "Q",
     "nvmlDeviceGetPcieReplayCounter": "I", "nvmlDeviceGetFieldValues": "fields",
+    "nvmlDeviceGetTemperature": "I", "nvmlDeviceGetPowerUsage": "I", "nvmlDeviceGetMigMode": "II",
+    "nvmlGpmSampleGet": "",
+    "nvmlDeviceGetUtilizationRates": StructOut(struct.Struct("=II")),  # nvmlUtilization_t: gpu, memory
+    "nvmlDeviceGetMemoryInfo": StructOut(struct.Struct("=QQQ")),  # nvmlMemory_t: total, free, used
+    # nvmlMemory_v2_t: version, total, reserved, free, used; version sizeof | 2 << 24
+    MEMORY_V2: StructOut(struct.Struct("=I4xQQQQ"), 0x02000028),
 }
 _FIELD_VALUE = struct.Struct("=IIqqIiQ")  # nvmlFieldValue_t: fieldId, scopeId, timestamp, latencyUsec,
 #                                           valueType, nvmlReturn, value (40 bytes)
@@ -50,6 +68,8 @@ def native_call(source: str, fn: Any, error: Any) -> Callable[..., Any]:
     """The direct call of `source` (a NATIVE entry) through its function pointer `fn`;
     `error` (pynvml's NVMLError) is raised with the return code on failure."""
     outputs = NATIVE[source]
+    if isinstance(outputs, StructOut):
+        return _struct_call(outputs, fn, error)
     if outputs == "fields":
         return _field_values_call(fn, error)
     if outputs == "violation":
@@ -61,6 +81,13 @@ def native_call(source: str, fn: Any, error: Any) -> Callable[..., Any]:
                 raise error(ret)
             return pair[0], pair[1]
         return violation
+    if not outputs:
+        def status(handle: Any, *args: Any) -> bool:
+            ret = fn(handle, *args)
+            if ret:
+                raise error(ret)
+            return True
+        return status
     outs = [ctypes.c_ulonglong() if kind == "Q" else ctypes.c_uint() for kind in outputs]
     refs = [ctypes.byref(o) for o in outs]
     if len(outs) == 1:
@@ -79,6 +106,22 @@ def native_call(source: str, fn: Any, error: Any) -> Callable[..., Any]:
             raise error(ret)
         return tuple(o.value for o in outs)
     return several
+
+
+def _struct_call(out: StructOut, fn: Any, error: Any) -> Callable[..., Tuple[int, ...]]:
+    """A call that fills one struct: one buffer, reset before each call to what pynvml's
+    fresh struct holds (zeros, and the version word), read as a tuple of its fields."""
+    layout = out.layout
+    fresh = bytes(layout.size) if out.version is None else struct.pack("=I", out.version) + bytes(layout.size - 4)
+    buf = ctypes.create_string_buffer(fresh, layout.size)
+
+    def filled(handle: Any, *args: Any) -> Tuple[int, ...]:
+        buf.raw = fresh
+        ret = fn(handle, *args, buf)
+        if ret:
+            raise error(ret)
+        return layout.unpack_from(buf)
+    return filled
 
 
 def _field_values_call(fn: Any, error: Any) -> Callable[..., List[Tuple[int, Optional[int]]]]:

@@ -69,7 +69,7 @@ class GpmSamples:
             first = False
         previous, spare = samples
         if gpu_instance is None:
-            taken, _ = call("nvmlGpmSampleGet", errors, handle, spare)
+            taken, _ = self._gateway.call_direct("nvmlGpmSampleGet", errors, handle, spare)
         else:
             taken, _ = call("nvmlGpmMigSampleGet", errors, handle, gpu_instance, spare)
         if taken is None:
