@@ -355,7 +355,7 @@ class Gateway:
         try:
             fn = nv._nvmlGetFunctionPointer(source)
         except self._errors:
-            return getattr(nv, source)  # missing: its wrapper raises FunctionNotFound, said as unsupported
+            return _missing(nv.NVMLError)  # said as unsupported, as pynvml's wrapper would raise
         return native_call(source, fn, nv.NVMLError)
 
     def mps_processes(self, handle: Any, errors: List[Problem]) -> List[Tuple[int, Optional[int]]]:
@@ -437,25 +437,18 @@ class Gateway:
             return None
         return process_lister(symbol, self._nv._nvmlGetFunctionPointer(symbol), self._nv.NVMLError)
 
-    # ---- for nvml_device, nvml_xid and nvml_gpm: pynvml's wrappers and C calls, through call() ------
+    # ---- for nvml_device, nvml_xid and nvml_gpm: pynvml's wrappers, through _call() ---------------
 
     def call_nvml(self, source: str, errors: Optional[List[Problem]], *args: Any) -> Tuple[Any, int]:
         """pynvml's wrapper `source`(*args) through the one call wrapper."""
         return self._call(source, errors, getattr(self._nv, source), *args)
 
-    def call_nvml_as(self, source: str, wrapper: str, errors: Optional[List[Problem]], *args: Any) -> Tuple[Any, int]:
-        """pynvml's wrapper `wrapper`(*args), its problems named `source` (a versioned symbol)."""
-        return self._call(source, errors, getattr(self._nv, wrapper), *args)
 
-    def call_c(self, source: str, errors: Optional[List[Problem]], *args: Any) -> Tuple[Any, int]:
-        """The C function `source`(*args) itself (no pynvml wrapper): (True, 0) or (None, code)."""
-        return self._call(source, errors, self._c_call, source, *args)
-
-    def _c_call(self, source: str, *args: Any) -> bool:
-        ret = self._nv._nvmlGetFunctionPointer(source)(*args)
-        if ret:
-            raise self._nv.NVMLError(ret)
-        return True
+def _missing(error: Any) -> Callable[..., Any]:
+    """The call of a symbol this driver lacks: FunctionNotFound every time."""
+    def missing(*args: Any) -> Any:
+        raise error(FUNCTION_NOT_FOUND)
+    return missing
 
 
 def _no_sampler(handle: Any, last: int) -> Any:  # pragma: no cover - never called (no symbol)

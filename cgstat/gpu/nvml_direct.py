@@ -48,7 +48,7 @@ NATIVE: Dict[str, Any] = {
     "nvmlDeviceGetDecoderUtilization": "II", "nvmlDeviceGetTotalEccErrors": "Q",
     "nvmlDeviceGetPcieReplayCounter": "I", "nvmlDeviceGetFieldValues": "fields",
     "nvmlDeviceGetTemperature": "I", "nvmlDeviceGetPowerUsage": "I", "nvmlDeviceGetMigMode": "II",
-    "nvmlGpmSampleGet": "",
+    "nvmlGpmSampleGet": "", "nvmlGpmMetricsGet": "",
     "nvmlDeviceGetUtilizationRates": StructOut(struct.Struct("=II")),  # nvmlUtilization_t: gpu, memory
     "nvmlDeviceGetMemoryInfo": StructOut(struct.Struct("=QQQ")),  # nvmlMemory_t: total, free, used
     # nvmlMemory_v2_t: version, total, reserved, free, used; version sizeof | 2 << 24

@@ -1,13 +1,14 @@
 """GPM (GPU performance monitoring, drivers >= 520, Hopper and later): two samples kept per
 device or MIG instance (`nvmlGpmSampleAlloc`, `nvmlGpmSampleGet`, `nvmlGpmMigSampleGet`,
 `nvmlGpmSampleFree`), the metrics between them (`nvmlGpmMetricsGet`, called directly with one
-reused `nvmlGpmMetricsGet_t`), per-GPU support (`nvmlGpmQueryDeviceSupport`). Every call goes
+reused `nvmlGpmMetricsGet_t`, read as bytes), per-GPU support (`nvmlGpmQueryDeviceSupport`). Every call goes
 through the gateway.
 """
 
 from __future__ import annotations
 
 import ctypes
+import struct
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
 
 from cgstat.gpu.nvml_codes import SUCCESS
@@ -32,13 +33,33 @@ class _GpmMetricsGet(ctypes.Structure):
                 ("sample2", ctypes.c_void_p), ("metrics", _GpmMetric * 477)]
 
 
+# nvmlGpmMetricsGet_t written and read as bytes (a ctypes field access per value, and a
+# ctypes.cast per sample pointer, cost more than the call): the header (version, numMetrics,
+# sample1, sample2: 24 bytes, 64-bit pointers as every GPM driver has), then each
+# nvmlGpmMetric_t as metricId, nvmlReturn, value (its three metricInfo strings skipped)
+_GPM_METRICS_AT = 24
+_GPM_METRIC = struct.Struct("=Iid24x")
+
+
+def _request(count: int) -> struct.Struct:
+    """The header and `count` metric ids, the rest of each metric zero (as a fresh struct)."""
+    return struct.Struct("=IIQQ" + "I36x" * count)
+
+
+def _address(sample: Any) -> int:
+    """A sample's address (pynvml's opaque pointer), what nvmlGpmMetricsGet_t holds."""
+    return ctypes.cast(sample, ctypes.c_void_p).value or 0
+
+
 class GpmSamples:
     """The GPM samples of one initialisation, by key (a GPU, or a GPU and a MIG instance)."""
 
     def __init__(self, gateway: Gateway):
         self._gateway = gateway
         self._samples: Dict[Any, List[Any]] = {}  # key -> [previous sample, spare sample]
+        self._addresses: Dict[Any, List[int]] = {}  # key -> the samples' addresses, in the same order
         self._get: Any = None  # one nvmlGpmMetricsGet_t, reused
+        self._requests: Dict[int, struct.Struct] = {}  # metric count -> its _request
 
     def supported(self, handle: Any, errors: List[Problem]) -> bool:
         gw = self._gateway
@@ -64,40 +85,39 @@ class GpmSamples:
                 if samples[i] is None:
                     return None
             self._samples[key] = samples
+            self._addresses[key] = [_address(sample) for sample in samples]
             first = True
         else:
             first = False
         previous, spare = samples
+        previous_at, spare_at = self._addresses[key]
         if gpu_instance is None:
             taken, _ = self._gateway.call_direct("nvmlGpmSampleGet", errors, handle, spare)
         else:
             taken, _ = call("nvmlGpmMigSampleGet", errors, handle, gpu_instance, spare)
         if taken is None:
             self._samples.pop(key, None)  # start again from two new samples next time
+            self._addresses.pop(key, None)
             for sample in samples:
                 call("nvmlGpmSampleFree", None, sample)
             return None
         samples[0], samples[1] = spare, previous  # the new sample is the next call's previous one
+        self._addresses[key] = [spare_at, previous_at]
         if first:
             return None
         get = self._get
         if get is None:
             get = self._get = _GpmMetricsGet()
-        get.version = _GPM_METRICS_GET_VERSION
-        get.numMetrics = len(metric_ids)
-        get.sample1 = ctypes.cast(previous, ctypes.c_void_p)
-        get.sample2 = ctypes.cast(spare, ctypes.c_void_p)
-        metrics = get.metrics
-        for i, metric in enumerate(metric_ids):
-            metrics[i].metricId = metric
-        done, _ = self._gateway.call_c("nvmlGpmMetricsGet", errors, ctypes.byref(get))
+        count = len(metric_ids)
+        request = self._requests.get(count)
+        if request is None:
+            request = self._requests[count] = _request(count)
+        request.pack_into(get, 0, _GPM_METRICS_GET_VERSION, count, previous_at, spare_at, *metric_ids)
+        done, _ = self._gateway.call_direct("nvmlGpmMetricsGet", errors, ctypes.byref(get))
         if done is None:
             return None
-        out: Dict[int, Optional[float]] = {}
-        for i in range(len(metric_ids)):
-            m = metrics[i]
-            out[m.metricId] = m.value if m.nvmlReturn == SUCCESS else None
-        return out
+        got = memoryview(get).cast("B")[_GPM_METRICS_AT:_GPM_METRICS_AT + _GPM_METRIC.size * count]
+        return {metric: value if code == SUCCESS else None for metric, code, value in _GPM_METRIC.iter_unpack(got)}
 
     def free(self) -> None:
         call = self._gateway.call_nvml
@@ -106,3 +126,4 @@ class GpmSamples:
                 if sample is not None:
                     call("nvmlGpmSampleFree", None, sample)
         self._samples = {}
+        self._addresses = {}
