@@ -20,7 +20,7 @@ _VALUE_NOT_AVAILABLE = 0xFFFFFFFFFFFFFFFF  # usedGpuMemory "not available"
 
 # The driver's structs, read as bytes (native order: the driver's own)
 _PROCESS_V1 = struct.Struct("=I4xQ")  # nvmlProcessInfo_v1_t: pid, usedGpuMemory (16 bytes)
-_PROCESS_V2 = struct.Struct("=I4xQII")  # _v2/_v3: and gpuInstanceId, computeInstanceId (24 bytes)
+_PROCESS_V2 = struct.Struct("=I4xQ8x")  # _v2/_v3: and gpuInstanceId, computeInstanceId, unread (24 bytes)
 _SAMPLE_V1 = struct.Struct("=I4xQIIII")  # nvmlProcessUtilizationSample_t: pid, timeStamp, sm, mem, enc, dec (32)
 _SAMPLE_INFO = struct.Struct("=QIIIIIII4x")  # nvmlProcessUtilizationInfo_v1_t: timeStamp, pid, sm, mem, enc,
 #                                               dec, jpg, ofa (40)
@@ -140,69 +140,99 @@ def _field_values_call(fn: Any, error: Any) -> Callable[..., List[Tuple[int, Opt
     return call
 
 
+class _Room:
+    """An output array kept between calls and grown (never shrunk) to what the driver last
+    needed: with room enough one call is the whole of NVML's two-call protocol, and no
+    buffer is made per call. Read only by the caller that just filled it."""
+
+    __slots__ = ("size", "slots", "buf")
+
+    def __init__(self, size: int):
+        self.size = size  # bytes per element
+        self.slots = 0
+        self.buf: Any = None  # None until the driver first asks for room: the sizing call
+
+    def grow(self, slots: int) -> None:
+        if slots > self.slots:
+            self.buf = ctypes.create_string_buffer(self.size * slots)
+            self.slots = slots
+
+    def rows(self, layout: struct.Struct, count: int) -> Any:
+        """The first `count` elements as `layout` tuples."""
+        return layout.iter_unpack(memoryview(self.buf)[:self.size * count])
+
+
 def utilization_reader(symbol: str, fn: Any, error: Any) -> Callable[[Any, int], List[Tuple[int, ...]]]:
     """The per-process utilization call `symbol` (function pointer `fn`), NVML's two-call
-    protocol with the samples read as bytes: [(pid, timeStamp, sm, mem, enc, dec)]; raises
-    `error` (NOT_FOUND: no sample newer than lastSeen)."""
+    protocol (one call once the kept buffer has room) with the samples read as bytes:
+    [(pid, timeStamp, sm, mem, enc, dec)]; raises `error` (NOT_FOUND: no sample newer than
+    lastSeen)."""
     byref = ctypes.byref
     if symbol == UTIL_NEW:
-        size = _SAMPLE_INFO.size
+        room = _Room(_SAMPLE_INFO.size)
+        info = _UtilizationInfo(_UTIL_INFO_VERSION, 0, 0, None)
+        info_ref = byref(info)
+
+        def ask(handle: Any, last: int) -> int:
+            info.processSamplesCount = room.slots
+            info.lastSeenTimeStamp = last
+            info.procUtilArray = None if room.buf is None else ctypes.addressof(room.buf)
+            return fn(handle, info_ref)
 
         def new(handle: Any, last: int) -> List[Tuple[int, ...]]:
-            info = _UtilizationInfo(_UTIL_INFO_VERSION, 0, last, None)
-            ret = fn(handle, byref(info))
-            if ret != INSUFFICIENT_SIZE:
+            ret = ask(handle, last)
+            if ret == INSUFFICIENT_SIZE:
+                needed = info.processSamplesCount
+                room.grow(needed + _ROOM + needed // 4)  # samples the driver takes in between
+                ret = ask(handle, last)
+            if ret != SUCCESS or room.buf is None:
                 raise error(ret)  # NOT_FOUND: idle; SUCCESS without a buffer: a broken driver
-            info.processSamplesCount += _ROOM + info.processSamplesCount // 4  # samples taken in between
-            buf = ctypes.create_string_buffer(size * info.processSamplesCount)
-            info.procUtilArray = ctypes.addressof(buf)
-            ret = fn(handle, byref(info))
-            if ret != SUCCESS:
-                raise error(ret)
             return [(pid, ts, sm, mem, enc, dec) for ts, pid, sm, mem, enc, dec, _, _
-                    in _SAMPLE_INFO.iter_unpack(buf.raw[:size * info.processSamplesCount])]
+                    in room.rows(_SAMPLE_INFO, info.processSamplesCount)]
         return new
-    size = _SAMPLE_V1.size
+    room_v1 = _Room(_SAMPLE_V1.size)
+    count = ctypes.c_uint(0)
+    count_ref = byref(count)
 
     def old(handle: Any, last: int) -> List[Tuple[int, ...]]:
-        count = ctypes.c_uint(0)
         stamp = ctypes.c_ulonglong(last)
-        ret = fn(handle, None, byref(count), stamp)
-        if ret != INSUFFICIENT_SIZE:
+        count.value = room_v1.slots
+        ret = fn(handle, room_v1.buf, count_ref, stamp)
+        if ret == INSUFFICIENT_SIZE:
+            needed = count.value
+            room_v1.grow(needed + _ROOM + needed // 4)  # samples the driver takes in between
+            count.value = room_v1.slots
+            ret = fn(handle, room_v1.buf, count_ref, stamp)
+        if ret != SUCCESS or room_v1.buf is None:
             raise error(ret)
-        count.value += _ROOM + count.value // 4  # samples the driver took in between
-        buf = ctypes.create_string_buffer(size * count.value)
-        ret = fn(handle, buf, byref(count), stamp)
-        if ret != SUCCESS:
-            raise error(ret)
-        return list(_SAMPLE_V1.iter_unpack(buf.raw[:size * count.value]))
+        return list(room_v1.rows(_SAMPLE_V1, count.value))
     return old
 
 
 def process_lister(symbol: str, fn: Any, error: Any) -> Callable[[Any], List[Tuple[int, Optional[int]]]]:
-    """The process-list call `symbol` (function pointer `fn`): NVML's two-call protocol, the
-    structs (24 bytes for _v2/_v3, 16 for the unversioned call, which pynvml has no wrapper
-    for) read as bytes, only pid and memory: several times cheaper than pynvml's wrappers,
-    which build a Python object per process."""
+    """The process-list call `symbol` (function pointer `fn`): NVML's two-call protocol (one
+    call once the kept buffer has room), the structs (24 bytes for _v2/_v3, 16 for the
+    unversioned call, which pynvml has no wrapper for) read as bytes, only pid and memory:
+    several times cheaper than pynvml's wrappers, which build a Python object per process."""
     # the driver's layouts (notes/nvml.md): pid @0, usedGpuMemory @8, and for _v2/_v3
     # the MIG instance IDs @16 and @20; read as bytes (pynvml's struct classes convert
     # every field they hand out, which cost ~1 ms a tick at 400 processes)
     layout = _PROCESS_V2 if symbol.endswith(("_v2", "_v3")) else _PROCESS_V1
-    size = layout.size
-    byref = ctypes.byref
+    room = _Room(layout.size)
+    count = ctypes.c_uint(0)
+    count_ref = ctypes.byref(count)
 
     def lister(handle: Any) -> List[Tuple[int, Optional[int]]]:
-        count = ctypes.c_uint(0)
-        ret = fn(handle, byref(count), None)
-        if ret == SUCCESS:
-            return []  # no process
-        if ret != INSUFFICIENT_SIZE:
-            raise error(ret)
-        count.value = count.value * 2 + 5  # room for processes started in between
-        buf = ctypes.create_string_buffer(size * count.value)
-        ret = fn(handle, byref(count), buf)
+        count.value = room.slots
+        ret = fn(handle, count_ref, room.buf)
+        if ret == INSUFFICIENT_SIZE:
+            room.grow(count.value * 2 + 5)  # room for processes started in between
+            count.value = room.slots
+            ret = fn(handle, count_ref, room.buf)
         if ret != SUCCESS:
             raise error(ret)
-        return [(row[0], None if row[1] == _VALUE_NOT_AVAILABLE else row[1])
-                for row in layout.iter_unpack(buf.raw[:size * count.value])]
+        if room.buf is None or not count.value:
+            return []  # no process
+        # the unpacked (pid, memory) tuple itself unless the memory is "not available"
+        return [row if row[1] != _VALUE_NOT_AVAILABLE else (row[0], None) for row in room.rows(layout, count.value)]
     return lister
