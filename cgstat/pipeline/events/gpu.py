@@ -107,8 +107,18 @@ class GpuProcessOutsideContainer(GpuRule):
     def __init__(self, th: Thresholds):
         super().__init__(th)
         self.open: Dict[Tuple[str, int], Episode] = {}
+        self.listed: Optional[Dict[str, Set[int]]] = None  # the last tick's _outside_pids
 
     def judge(self, gpu_records: List[Mapping[str, Any]], events: List[EventRecord]) -> None:
+        # a judged tick leaves open holding exactly the processes listed, so a tick that
+        # lists the same ones raises and resolves nothing: compared as sets, no key made
+        listed = _outside_pids(gpu_records)
+        if listed is not None and listed == self.listed:
+            return
+        self._judge(gpu_records, events)
+        self.listed = listed
+
+    def _judge(self, gpu_records: List[Mapping[str, Any]], events: List[EventRecord]) -> None:
         present: Set[Tuple[str, int]] = set()
         # the processes not yet raised (their last listing): most ticks none, so the
         # per-process work of a steady GPU is one key
@@ -146,6 +156,24 @@ class GpuProcessOutsideContainer(GpuRule):
                                          key[1], ep.evidence.get("gpu_index")),
                                      {"pid": key[1], "gpu_uuid": ep.evidence.get("gpu_uuid")},
                                      cgroup=None, container=None, resolves=self.kind, since=ep.ts))
+
+
+def _outside_pids(gpu_records: List[Mapping[str, Any]]) -> Optional[Dict[str, Set[int]]]:
+    """GPU (UUID or index) -> the PIDs of its processes outside any container, as
+    GpuProcessOutsideContainer keys them; None when a PID is not a plain int (a float
+    equal to one would compare equal in a set, but is no PID to the rule)."""
+    listed: Dict[str, Set[int]] = {}
+    for g in gpu_records:
+        dev: Mapping[str, Any] = g[_GPU] if isinstance(g.get(_GPU), dict) else {}
+        pids: Set[Any] = {p.get(_P_PID) for p in g.get(_PROCESSES) or ()
+                          if isinstance(p, dict) and p.get(_P_CONTAINER) is None}
+        if not set(map(type, pids)) <= _PLAIN_INT:
+            return None
+        listed.setdefault(str(dev.get(_UUID) or dev.get(_INDEX)), set()).update(pids)
+    return listed
+
+
+_PLAIN_INT = {int}
 
 
 class GpuHeldIdle(GpuRule):
