@@ -344,7 +344,8 @@ def test_runc_container_with_relative_cgroups_path(make_container, run_cgstat):
 
     # the kernel's own count of the container's CPU around cgstat's window: under a 0.5
     # core quota it runs at most half a core, less when the host's cores are busy elsewhere
-    before, t0 = c.stats()["data"]["cpu"]["usage"]["total"], time.monotonic()
+    first = c.stats()["data"]
+    before, t0 = first["cpu"]["usage"]["total"], time.monotonic()
     recs = once(run_cgstat, c.id, window=2)
     ref = c.stats()["data"]
     used = (ref["cpu"]["usage"]["total"] - before) / 1e9 / (time.monotonic() - t0) * 100
@@ -364,7 +365,12 @@ def test_runc_container_with_relative_cgroups_path(make_container, run_cgstat):
     assert rec["cpu"]["limit_cores"] == 0.5
     assert rec["cpu"]["percent"] <= 50.0 * 1.05  # the quota holds
     approx(rec["cpu"]["percent"], used, rel=0.15)
-    assert rec["cpu"]["throttled_periods_total"] > 0
+    # throttled periods as the kernel counted them around the read (runc's events --stats
+    # omits a zero count): a host busy elsewhere can keep the loop under its quota, so the
+    # count may stay 0, but it never leaves the kernel's bracket
+    throttled = rec["cpu"]["throttled_periods_total"]
+    assert first["cpu"].get("throttling", {}).get("throttledPeriods", 0) <= throttled \
+        <= ref["cpu"].get("throttling", {}).get("throttledPeriods", 0)
 
 
 def test_runc_container_found_by_default_and_pid_maps_to_it(make_container, run_cgstat):
