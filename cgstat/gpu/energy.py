@@ -36,6 +36,9 @@ class Share(NamedTuple):
     energy_joules_total: Optional[float]
 
 
+NO_SHARE = Share(None, None)  # a process on no GPU whose power was split (a lost GPU's)
+
+
 class Idle(NamedTuple):
     power_watts: Optional[float]
     observed: bool  # True: measured with no process on the GPU; False: the lowest seen so far
@@ -50,7 +53,7 @@ class EnergyModel:
         self._energy: Dict[Tuple[Optional[str], int], float] = {}  # (device UUID, pid) -> joules
         self._cgroups: Dict[str, float] = {}  # cgroup path (where the process was) -> joules
         self._last: Optional[float] = None
-        self._added: Dict[Tuple[Optional[str], int], float] = {}  # joules each process drew since the last reading
+        self._added: List[Optional[float]] = []  # joules each process drew since the last reading, by position
 
     def idle(self, uuid: Optional[str]) -> Idle:
         if uuid is None:
@@ -59,50 +62,53 @@ class EnergyModel:
             return Idle(self._idle[uuid], True)
         return Idle(self._floor.get(uuid), False)
 
-    def update(self, snapshot: GpuSnapshot, now: float) -> Dict[Tuple[Optional[str], int], Share]:
-        """Each process's power and energy after this reading (key: device UUID, pid)."""
+    def update(self, snapshot: GpuSnapshot, now: float) -> List[Share]:
+        """Each process's power and energy after this reading, in the order of
+        `snapshot.processes`."""
         dt = 0.0 if self._last is None or now <= self._last else now - self._last
         self._last = now
-        by_gpu: Dict[int, List[GpuProcess]] = {}
-        for p in snapshot.processes:
+        processes = snapshot.processes
+        # positions in `processes` by GPU index: the shares come back in the snapshot's
+        # order, so that the join pairs them by position (hundreds of pairs a tick)
+        by_gpu: Dict[int, List[int]] = {}
+        for i, p in enumerate(processes):
             mine = by_gpu.get(p.gpu_index)
             if mine is None:
                 mine = by_gpu[p.gpu_index] = []
-            mine.append(p)
-        out: Dict[Tuple[Optional[str], int], Share] = {}
+            mine.append(i)
+        out: List[Share] = [NO_SHARE] * len(processes)
+        added: List[Optional[float]] = [None] * len(processes)
         energy: Dict[Tuple[Optional[str], int], float] = {}
-        added: Dict[Tuple[Optional[str], int], float] = {}
         before = self._energy
         new = tuple.__new__
         for device in snapshot.devices:
             if device.parent_uuid is not None:
                 continue  # MIG devices have no power reading: their GPU's is split below
-            procs = by_gpu.get(device.index, ())
+            at = by_gpu.get(device.index, ())
+            procs = [processes[i] for i in at]
             watts = self._split(device.uuid, device.power_watts, procs)
-            for p in procs:
+            for i, p, w in zip(at, procs, watts):
                 key = (p.gpu_uuid, p.pid)
-                w = watts.get(p.pid)
                 total = before.get(key)
                 if w is not None:
                     if total is None:
                         total = 0.0  # first seen: its energy starts now
                     else:
-                        joules = added[key] = w * dt
+                        joules = added[i] = w * dt
                         total += joules
                 if total is not None:
                     energy[key] = total
-                out[key] = new(Share, (w, total))
+                out[i] = new(Share, (w, total))
         self._energy = energy  # processes gone are forgotten (their cgroup keeps their share)
         self._added = added
         return out
 
-    def charge(self, owners: Iterable[Tuple[Tuple[Optional[str], int], Optional[str]]],
-               exists: Iterable[str]) -> None:
-        """Add this reading's energy of each process (key, its cgroup path) to that cgroup;
-        forget the cgroups not in `exists` (removed: their total goes with their records)."""
+    def charge(self, paths: Iterable[Optional[str]], exists: Iterable[str]) -> None:
+        """Add this reading's energy of each process to the cgroup it is in (`paths`: each
+        process's cgroup path, in the order of the snapshot update() read); forget the
+        cgroups not in `exists` (removed: their total goes with their records)."""
         kept = self._cgroups
-        for key, path in owners:
-            joules = self._added.get(key)
+        for path, joules in zip(paths, self._added):
             if path is not None and joules is not None:
                 kept[path] = kept.get(path, 0.0) + joules
         live = set(exists)
@@ -118,9 +124,10 @@ class EnergyModel:
         return out
 
     def _split(self, uuid: Optional[str], power: Optional[float],
-               procs: Sequence[GpuProcess]) -> Dict[int, Optional[float]]:
+               procs: Sequence[GpuProcess]) -> List[Optional[float]]:
+        """Each of `procs`' share of the GPU's active power, in their order."""
         if power is None or uuid is None:
-            return {p.pid: None for p in procs}
+            return [None] * len(procs)
         floor = self._floor.get(uuid)
         if floor is None or power < floor:
             self._floor[uuid] = power
@@ -128,15 +135,18 @@ class EnergyModel:
             idle = self._idle.get(uuid)
             if idle is None or power < idle:
                 self._idle[uuid] = power
-            return {}
+            return []
         idle_w = self.idle(uuid).power_watts or 0.0
         active = max(power - idle_w, 0.0)
         clients = [p for p in procs if p.type == "mps"]
         sharing = clients or procs
         sm = [p.sm_percent for p in sharing]
-        total = sum(s for s in sm if s is not None)
-        if total > 0 and all(s is not None for s in sm):
-            share = {p.pid: active * (p.sm_percent or 0) / total for p in sharing}
-        else:
-            share = {p.pid: active / len(sharing) for p in sharing}
-        return {p.pid: share.get(p.pid, 0.0) for p in procs}
+        total = 0 if None in sm else sum(sm)  # type: ignore[arg-type]
+        if total > 0:
+            if clients:
+                return [active * (p.sm_percent or 0) / total if p.type == "mps" else 0.0 for p in procs]
+            return [active * (p.sm_percent or 0) / total for p in procs]
+        even = active / len(sharing)
+        if clients:
+            return [even if p.type == "mps" else 0.0 for p in procs]
+        return [even] * len(procs)

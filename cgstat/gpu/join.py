@@ -17,7 +17,7 @@ partial sum would understate.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, List, Mapping, NamedTuple, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, List, NamedTuple, Optional, Sequence, Tuple
 
 from cgstat.gpu.energy import ancestors
 from cgstat.gpu.sample import GpuProcess
@@ -40,18 +40,18 @@ class Attributed(NamedTuple):
 MPS_SERVER_COMM = "nvidia-cuda-mps"
 
 
-def attribute(processes: Iterable[GpuProcess], owner_of: Callable[[int], Owner],
-              shares: Mapping[Tuple[Optional[str], int], Any]) -> Tuple[Attributed, ...]:
-    """Who each GPU process is, with its power and energy; the MPS server (a compute process
-    named nvidia-cuda-mps-server) is typed "mps_server"."""
-    out = []
+def attribute(processes: Sequence[GpuProcess], owner_of: Callable[[int], Owner],
+              shares: Sequence[Tuple[Optional[float], Optional[float]]]) -> Tuple[Attributed, ...]:
+    """Who each GPU process is, with its power and energy (`shares`: EnergyModel.update's,
+    in the order of `processes`); the MPS server (a compute process named
+    nvidia-cuda-mps-server) is typed "mps_server"."""
     new = tuple.__new__
-    none = (None, None)
-    for p in processes:
+    out = []
+    for p, share in zip(processes, shares):
         owner = owner_of(p.pid)
         if p.type == "compute" and owner.name == MPS_SERVER_COMM:
             p = p._replace(type="mps_server")
-        out.append(new(Attributed, (p, owner) + (shares.get((p.gpu_uuid, p.pid)) or none)))
+        out.append(new(Attributed, (p, owner) + share))
     return tuple(out)
 
 
@@ -111,28 +111,36 @@ def cgroup_gpu(processes: Tuple[Attributed, ...], energy_joules: float = 0.0,
     same = made.get(id(processes)) if processes else None
     if same is not None:
         return {**same, "energy_joules_total": energy_joules}  # type: ignore[typeddict-item]
-    procs = [a.process for a in processes]
     entries: List[GpuProcessUse] = []
+    kept = made.get
     for a in processes:
-        entry = made.get(id(a))
+        entry: Optional[GpuProcessUse] = kept(id(a))
         if entry is None:
-            p = a.process
+            # unpacked at once: one step for the nine fields, where each attribute is one
+            p, owner, watts, joules = a
+            pid, gpu_index, gpu_uuid, kind, memory, sm, memory_percent, encoder, decoder = p
             new: GpuProcessUse = {
-                "pid": p.pid, "name": a.owner.name, "gpu_index": p.gpu_index,
-                "gpu_uuid": p.gpu_uuid, "type": p.type,
-                "memory_bytes": p.memory_bytes, "sm_percent": p.sm_percent,
-                "memory_percent": p.memory_percent, "encoder_percent": p.encoder_percent,
-                "decoder_percent": p.decoder_percent,
-                "power_watts": a.power_watts, "energy_joules_total": a.energy_joules_total,
+                "pid": pid, "name": owner.name, "gpu_index": gpu_index, "gpu_uuid": gpu_uuid, "type": kind,
+                "memory_bytes": memory, "sm_percent": sm, "memory_percent": memory_percent,
+                "encoder_percent": encoder, "decoder_percent": decoder,
+                "power_watts": watts, "energy_joules_total": joules,
             }
             entry = made[id(a)] = new
         entries.append(entry)
+    if processes:
+        # one transposition in C gives each column: the sums loop in C too
+        columns: List[Tuple[Any, ...]] = list(zip(*processes))
+        procs = list(zip(*columns[0]))
+        memory_column, sm_column, uuids = list(procs[4]), list(procs[5]), procs[2]
+        power_column = list(columns[2])
+    else:
+        memory_column, sm_column, uuids, power_column = [], [], (), []
     out: GpuUse = {
-        "memory_bytes": _sum([p.memory_bytes for p in procs]),
-        "sm_percent": _sum([p.sm_percent for p in procs]),
-        "power_watts": _fsum([a.power_watts for a in processes]),
+        "memory_bytes": _sum(memory_column),
+        "sm_percent": _sum(sm_column),
+        "power_watts": _fsum(power_column),
         "energy_joules_total": energy_joules,
-        "devices": sorted({p.gpu_uuid for p in procs if p.gpu_uuid}),
+        "devices": sorted({u for u in uuids if u}),
         "processes": entries,
     }
     if processes:

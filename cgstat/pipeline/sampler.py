@@ -327,8 +327,7 @@ class Sampler:
         shares = self._energy.update(snapshot, now)
         owners = self.namer.gpu_owners(p.pid for p in snapshot.processes)
         attributed = attribute(snapshot.processes, owners.__getitem__, shares)
-        self._energy.charge((((a.process.gpu_uuid, a.process.pid), a.owner.cgroup) for a in attributed),
-                            self._classified)
+        self._energy.charge([a.owner.cgroup for a in attributed], self._classified)
         return snapshot, attributed, now
 
     def advance(self, tick: Collected) -> Dict[str, Counters]:

@@ -232,8 +232,9 @@ def _main(plan_path: str) -> None:
         as_dict = dataclasses.asdict(snapshot)
         as_dict["processes"] = [p._asdict() for p in snapshot.processes]  # NamedTuples
         snapshots.append(as_dict)
-        shares = model.update(snapshot, now[0]) if snapshot.available else {}
-        energy.append({"processes": {"%s/%d" % key: list(share) for key, share in shares.items()},
+        shares = model.update(snapshot, now[0]) if snapshot.available else []
+        energy.append({"processes": {"%s/%d" % (p.gpu_uuid, p.pid): list(share)
+                                     for p, share in zip(snapshot.processes, shares)},
                        "idle": {d.uuid: list(model.idle(d.uuid)) for d in snapshot.devices
                                 if d.parent_uuid is None}})
     json.dump({"snapshots": snapshots, "energy": energy, "warnings": warnings, "inits": gw.inits,
