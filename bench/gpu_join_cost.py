@@ -10,18 +10,19 @@ own cgroup in every hierarchy, as tick_cost.py does, and removed at the end), an
 scenario for the NVML double (tests/nvml/nvml_double.c) in which each of GPUS devices lists
 every one of those PIDs, busy, with everything else on (device health, MPS, GPM, an XID):
 the case of a host whose training processes each hold all its GPUs. Then it runs
-`python -m cgstat stream --interval 0.2 --count K --all --match <that cgroup>` twice for
-K = 1 and K = 1 + TICKS, once with the double on LD_LIBRARY_PATH and once without a
-library (GPU metrics off), the two at the same time, and takes (CPU(K=1+TICKS) - CPU(K=1))
-/ TICKS of each (user + sys from the child's rusage, as tick_cost.py): start-up and the
-first tick cancel out, and what the host does meanwhile (other cgroups made and removed,
+`python -m cgstat stream --interval 0.2 --all --match <that cgroup> --output FILE` twice at
+the same time, once with the double on LD_LIBRARY_PATH and once without a library (GPU
+metrics off), and reads each process's CPU time (the kernel's per-thread run time in
+nanoseconds, /proc/PID/task/*/schedstat, summed over its threads) just after a tick's
+batch reaches its file, and again TICKS ticks later: start-up and the first ticks are
+outside the window, and what the host does meanwhile (other cgroups made and removed,
 which every stream follows; CPU contention) falls on both. The GPU's cost is the
-difference, median over REPS such pairs: NVML reading through pynvml, joining each GPU
-process to its cgroup and container through /proc, the energy split, the GPU records and
-the cgroup's `gpu` object, the JSON -- what a user pays, where bench/gpu_cost.py measures
-the NVML reading alone, in-process.
+difference per tick, median over REPS such pairs: NVML reading through pynvml, joining
+each GPU process to its cgroup and container through /proc, the energy split, the GPU
+records and the cgroup's `gpu` object, the events, the JSON -- what a user pays, where
+bench/gpu_cost.py measures the NVML reading alone, in-process.
 
-Needs root (it creates cgroups) and a C compiler (the double, bench/rusage.c).
+Needs root (it creates cgroups) and a C compiler (the double).
 """
 
 from __future__ import annotations
@@ -34,6 +35,8 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
+import time
 from typing import Dict, List
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -59,36 +62,90 @@ def scenario_text(gpus: int, pids: List[int]) -> str:
     return s.text()
 
 
-def paired(argv: List[str], envs: Dict[str, dict]) -> Dict[str, float]:
-    """CPU seconds (user + sys) of `argv` run once in each environment, both at the same
-    time: whatever else the host does meanwhile (other cgroups made and removed, which
-    every stream process follows through inotify; CPU contention) falls on both alike,
-    and the difference keeps only what the environments change."""
-    procs = {}
-    reports = {}
-    for key, env in envs.items():
-        read_end, write_end = os.pipe()
-        procs[key] = subprocess.Popen([tick_cost.RUSAGE, str(write_end), *argv], env=env, cwd=REPO,
-                                      stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                      stderr=subprocess.DEVNULL, pass_fds=(write_end,))
-        os.close(write_end)
-        reports[key] = os.fdopen(read_end, "r")
-    out = {}
-    for key, proc in procs.items():
-        with reports[key] as report:
-            code, user, system, _rss = report.read().split()
-        proc.wait()
-        if int(code) != 0:
-            raise RuntimeError(f"{' '.join(argv)} ({key} the double) exited {code}")
-        out[key] = float(user) + float(system)
-    return out
+def cpu_ns(pid: int) -> int:
+    """The CPU time of a process, all its threads, in nanoseconds (the first field of each
+    thread's /proc/PID/task/TID/schedstat: time spent on a CPU)."""
+    total = 0
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
+                total += int(f.read().split()[0])
+        except (FileNotFoundError, ProcessLookupError):
+            pass  # a thread that ended meanwhile
+    return total
+
+
+def _after_next_batch(path: str, size: int, deadline: float) -> int:
+    """Wait until the file grows past `size` (a tick's batch written), and return its size."""
+    while time.monotonic() < deadline:
+        now = os.stat(path).st_size
+        if now > size:
+            return now
+        time.sleep(0.002)
+    raise RuntimeError(f"{path}: no batch written in time")
+
+
+def window_cpu_ms(proc: subprocess.Popen, path: str, interval: float, ticks: int) -> float:
+    """CPU milliseconds per tick of a running stream, between just after one batch and just
+    after the batch `ticks` ticks later (its schedule is drift-free: one tick an interval)."""
+    deadline = time.monotonic() + 60 + ticks * interval * 3
+    size = _after_next_batch(path, 0, deadline)  # the first batch: start-up is behind it
+    size = _after_next_batch(path, size + 1, deadline)
+    time.sleep(interval / 2)
+    size = _after_next_batch(path, os.stat(path).st_size, deadline)
+    c1, t1 = cpu_ns(proc.pid), time.monotonic()
+    time.sleep((ticks - 0.5) * interval)
+    _after_next_batch(path, os.stat(path).st_size, deadline)
+    c2, t2 = cpu_ns(proc.pid), time.monotonic()
+    counted = round((t2 - t1) / interval)
+    return (c2 - c1) / counted / 1e6
+
+
+def paired(argv: List[str], envs: Dict[str, dict], work: str, interval: float, ticks: int) -> Dict[str, float]:
+    """CPU ms per tick of `argv` in each environment, the streams running at the same time:
+    whatever else the host does meanwhile (other cgroups made and removed, which every
+    stream process follows through inotify; CPU contention) falls on both alike, and the
+    difference keeps only what the environments change."""
+    procs: Dict[str, subprocess.Popen] = {}
+    outputs = {}
+    try:
+        for key, env in envs.items():
+            outputs[key] = os.path.join(work, f"stream-{key}.jsonl")
+            with open(outputs[key], "w"):
+                pass
+            procs[key] = subprocess.Popen([*argv, "--output", outputs[key]], env=env, cwd=REPO,
+                                          stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                          stderr=subprocess.DEVNULL)
+        results: Dict[str, float] = {}
+        errors: List[BaseException] = []
+
+        def measure(key: str) -> None:
+            try:
+                results[key] = window_cpu_ms(procs[key], outputs[key], interval, ticks)
+            except BaseException as exc:  # said below, after both
+                errors.append(exc)
+
+        threads = [threading.Thread(target=measure, args=(key,)) for key in procs]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        if errors:
+            raise errors[0]
+        return results
+    finally:
+        for proc in procs.values():
+            proc.terminate()
+            proc.wait()
+        for path in outputs.values():
+            os.unlink(path)
 
 
 def main(argv: List[str]) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--gpus", type=int, default=8)
     ap.add_argument("--procs", type=int, default=50, help="real processes, each listed on every GPU")
-    ap.add_argument("--ticks", type=int, default=20, help="ticks in the difference run (default 20)")
+    ap.add_argument("--ticks", type=int, default=50, help="ticks in each measured window (default 50)")
     ap.add_argument("--interval", type=float, default=0.2)
     ap.add_argument("--reps", type=int, default=5, help="with/without pairs; the median is shown")
     ap.add_argument("--json", action="store_true")
@@ -102,7 +159,6 @@ def main(argv: List[str]) -> int:
         signal.signal(sig, tick_cost._raise_terminate)
     with tempfile.TemporaryDirectory(prefix="cgstat-bench.") as work, \
             tick_cost.BenchGroups(hierarchies, 1) as groups:
-        tick_cost.compile_c(work)
         sleepers = []
         try:
             for _ in range(args.procs):
@@ -118,11 +174,9 @@ def main(argv: List[str]) -> int:
             envs: Dict[str, dict] = {"with": double_env(path, "full", base), "without": double_env(None, None, base)}
             match = groups.parent
 
-            def argv_for(k: int) -> List[str]:
-                return [sys.executable, "-m", "cgstat", "stream", "--interval", str(args.interval),
-                        "--count", str(k), "--all", "--match", match]
-
-            check = subprocess.run(argv_for(2), env=envs["with"], stdout=subprocess.PIPE,
+            argv = [sys.executable, "-m", "cgstat", "stream", "--interval", str(args.interval), "--all",
+                    "--match", match]
+            check = subprocess.run([*argv, "--count", "2"], env=envs["with"], stdout=subprocess.PIPE,
                                    stderr=subprocess.PIPE, universal_newlines=True, check=True, cwd=REPO)
             records = [json.loads(line) for line in check.stdout.splitlines()]
             gpu_records = [r for r in records if r.get("type") == "gpu"]
@@ -135,10 +189,10 @@ def main(argv: List[str]) -> int:
             runs: Dict[str, List[float]] = {"with": [], "without": []}
             diffs = []
             for _ in range(args.reps):
-                cpu = {k: paired(argv_for(k), envs) for k in (1, 1 + args.ticks)}
+                cpu = paired(argv, envs, work, args.interval, args.ticks)
                 for key in ("with", "without"):
-                    runs[key].append((cpu[1 + args.ticks][key] - cpu[1][key]) / args.ticks * 1e3)
-                diffs.append(runs["with"][-1] - runs["without"][-1])
+                    runs[key].append(cpu[key])
+                diffs.append(cpu["with"] - cpu["without"])
         finally:
             for p in sleepers:
                 p.kill()
