@@ -305,8 +305,10 @@ class GpuXid(_DeviceRule):
             g = _gpu(r)
             if g.get(_PARENT) is not None:
                 continue  # XIDs arrive on the GPU, never on one of its MIG devices
-            t = parse_ts(r.get(_TS))
             codes = [c for c in g.get(_XIDS) or () if _int(c) is not None]
+            if not codes:
+                continue  # most ticks: no XID, and no time stamp to parse
+            t = parse_ts(r.get(_TS))
             for code in dict.fromkeys(codes):  # each code once, in the order they came
                 key = "%s/%d" % (_key(r), code)
                 seen_now.add(key)
@@ -474,13 +476,19 @@ class _CounterRule(_DeviceRule):
             value = _int(obj.get(self.path[1])) if isinstance(obj, dict) else None
             if value is None:
                 continue
-            key = _key(r)
-            evidence = {"gpu_index": g.get(_INDEX), "gpu_uuid": g.get(_UUID), "count": value}
-            if value > 0 and key not in self.open:
-                self._raise(r, self.severity, self.text % {"gpu": _name(g), "count": value}, evidence, events)
-            elif value == 0 and key in self.open:
-                self._resolve(r, "%s: %s.%s is back at 0." % (_name(g), self.path[0], self.path[1]), evidence, events)
+            opened = _key(r) in self.open
+            if value > 0 and not opened:
+                self._raise(r, self.severity, self.text % {"gpu": _name(g), "count": value},
+                            _count_evidence(g, value), events)
+            elif value == 0 and opened:
+                self._resolve(r, "%s: %s.%s is back at 0." % (_name(g), self.path[0], self.path[1]),
+                              _count_evidence(g, value), events)
         self._forget_gone(gpu_records)
+
+
+def _count_evidence(g: Mapping[str, Any], value: int) -> Dict[str, Any]:
+    """A counter rule's evidence (made only for an event: most ticks raise none)."""
+    return {"gpu_index": g.get(_INDEX), "gpu_uuid": g.get(_UUID), "count": value}
 
 
 class GpuEccUncorrected(_CounterRule):
