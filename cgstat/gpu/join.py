@@ -96,6 +96,22 @@ def _fsum(values: List[Optional[float]]) -> Optional[float]:
     return None if None in values else float(sum(values))  # type: ignore[arg-type]
 
 
+def _entries(processes: Iterable[Attributed]) -> List[GpuProcessUse]:
+    """The process entries of a cgroup's `gpu` object (each process unpacked at once: one
+    step for its nine fields, where each attribute read is one)."""
+    return [{"pid": pid, "name": owner.name, "gpu_index": gpu_index, "gpu_uuid": gpu_uuid, "type": kind,
+             "memory_bytes": memory, "sm_percent": sm, "memory_percent": memory_percent,
+             "encoder_percent": encoder, "decoder_percent": decoder,
+             "power_watts": watts, "energy_joules_total": joules}
+            for (pid, gpu_index, gpu_uuid, kind, memory, sm, memory_percent, encoder, decoder), owner, watts, joules
+            in processes]
+
+
+def _entry(a: Attributed, made: Dict[int, Any]) -> GpuProcessUse:
+    entry = made[id(a)] = _entries((a,))[0]
+    return entry
+
+
 def cgroup_gpu(processes: Tuple[Attributed, ...], energy_joules: float = 0.0,
                made: Optional[Dict[int, Any]] = None) -> GpuUse:
     """The `gpu` object of a cgroup record (no process: zeros and empty lists).
@@ -111,22 +127,13 @@ def cgroup_gpu(processes: Tuple[Attributed, ...], energy_joules: float = 0.0,
     same = made.get(id(processes)) if processes else None
     if same is not None:
         return {**same, "energy_joules_total": energy_joules}  # type: ignore[typeddict-item]
-    entries: List[GpuProcessUse] = []
     kept = made.get
-    for a in processes:
-        entry: Optional[GpuProcessUse] = kept(id(a))
-        if entry is None:
-            # unpacked at once: one step for the nine fields, where each attribute is one
-            p, owner, watts, joules = a
-            pid, gpu_index, gpu_uuid, kind, memory, sm, memory_percent, encoder, decoder = p
-            new: GpuProcessUse = {
-                "pid": pid, "name": owner.name, "gpu_index": gpu_index, "gpu_uuid": gpu_uuid, "type": kind,
-                "memory_bytes": memory, "sm_percent": sm, "memory_percent": memory_percent,
-                "encoder_percent": encoder, "decoder_percent": decoder,
-                "power_watts": watts, "energy_joules_total": joules,
-            }
-            entry = made[id(a)] = new
-        entries.append(entry)
+    cached: List[Optional[GpuProcessUse]] = [kept(id(a)) for a in processes]
+    if not any(cached):  # none made yet this tick (the first cgroup holding them): all at once
+        entries = _entries(processes)
+        made.update(zip(map(id, processes), entries))
+    else:  # some made for another cgroup (a pod's container): only the rest
+        entries = [c if c is not None else _entry(a, made) for a, c in zip(processes, cached)]
     if processes:
         # one transposition in C gives each column: the sums loop in C too
         columns: List[Tuple[Any, ...]] = list(zip(*processes))

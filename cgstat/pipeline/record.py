@@ -296,13 +296,12 @@ def build_gpu(device: GpuDevice, processes: Iterable[Attributed], host: HostInfo
             "cuda_version": None if snapshot is None else snapshot.cuda_version,
             "gpm": _gpm(h.gpm),
         },
-        "processes": [{
-            "pid": p.pid, "name": o.name, "type": p.type,
-            "memory_bytes": p.memory_bytes, "sm_percent": p.sm_percent,
-            "memory_percent": p.memory_percent, "encoder_percent": p.encoder_percent,
-            "decoder_percent": p.decoder_percent,
+        "processes": [{  # each process unpacked at once: one step for its fields
+            "pid": pid, "name": o.name, "type": kind,
+            "memory_bytes": memory, "sm_percent": sm, "memory_percent": memory_percent,
+            "encoder_percent": encoder, "decoder_percent": decoder,
             "power_watts": watts, "energy_joules_total": joules,
             "cgroup": o.cgroup, "container": o.container,
-        } for p, o, watts, joules in processes],
+        } for (pid, _, _, kind, memory, sm, memory_percent, encoder, decoder), o, watts, joules in processes],
         "errors": _problems(errors),
     }
