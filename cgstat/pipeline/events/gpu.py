@@ -291,6 +291,16 @@ def _processes_by_gpu(gpu_records: List[Mapping[str, Any]]) -> Dict[str, List[Ma
     return on_gpu
 
 
+def _devices(gpu_records: List[Mapping[str, Any]]) -> Dict[str, Mapping[str, Any]]:
+    """Each GPU's record by its UUID or index (the first of several), its MIG devices' left
+    out: one pass, not a search of the list per episode."""
+    devices: Dict[str, Mapping[str, Any]] = {}
+    for r in gpu_records:
+        if _gpu(r).get(_PARENT) is None:
+            devices.setdefault(_key(r), r)
+    return devices
+
+
 class GpuXid(_DeviceRule):
     """XIDs from the driver's event API (gpu.recent_xids). One episode per GPU and code:
     the same code again within window_s belongs to it (counted, not said again); it ends
@@ -321,11 +331,14 @@ class GpuXid(_DeviceRule):
                 if on_gpu is None:
                     on_gpu = _processes_by_gpu(gpu_records)
                 self._raise_xid(r, g, code, count, on_gpu.get(_key(r), []), t, key, events)
+        devices: Optional[Dict[str, Mapping[str, Any]]] = None  # made for the first quiet episode
         for key in list(self.open):
             ep = self.open[key]
             if key in seen_now:
                 continue
-            rec = self._record_of(gpu_records, ep["gpu"])
+            if devices is None:
+                devices = _devices(gpu_records)
+            rec = devices.get(ep["gpu"])
             if rec is None:
                 del self.open[key]  # the GPU left the list: silently
                 continue
@@ -367,10 +380,6 @@ class GpuXid(_DeviceRule):
                         "detail": seen[-1].detail, "source": "kernel_log", "kernel_seq": seen[0].seq}
             events.append(make_event(rec if rec is not None else stamp, self.kind, m.severity, cap(msg), evidence,
                                      cgroup=None, container=None))
-
-    @staticmethod
-    def _record_of(gpu_records: List[Mapping[str, Any]], key: str) -> Optional[Mapping[str, Any]]:
-        return next((r for r in gpu_records if _key(r) == key and _gpu(r).get(_PARENT) is None), None)
 
     def _raise_xid(self, r: Mapping[str, Any], g: Mapping[str, Any], code: int, count: int,
                    processes: List[Mapping[str, Any]], t: Optional[float], key: str,
