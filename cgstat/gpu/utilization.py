@@ -17,9 +17,11 @@ docs/gpu.md says what that means for long intervals.
 
 from __future__ import annotations
 
+from operator import itemgetter
 from typing import Any, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 MAX_PERIOD_US = 1_000_000  # nvidia-smi's longest documented sampling period
+_STAMP = itemgetter(1)  # a sample's timeStamp
 
 
 class UtilizationMark(NamedTuple):
@@ -43,8 +45,13 @@ class UtilizationMark(NamedTuple):
 
 def _figure(x: float) -> Any:
     """A percentage to one decimal; an int when whole (as NVML's own figures are)."""
-    v = round(min(max(x, 0.0), 100.0), 1)
-    return int(v) if v == int(v) else v
+    # four per busy process each tick: compares, not min/max calls (the same for any number)
+    if x > 100.0:
+        x = 100.0
+    elif x < 0.0:
+        x = 0.0
+    v = round(x, 1)
+    return int(v) if v.is_integer() else v
 
 
 def _median(values: List[int]) -> int:
@@ -71,14 +78,14 @@ def average(samples: Sequence[Tuple[int, ...]], mark: UtilizationMark,
     gaps: List[int] = []
     for rows in by_pid.values():
         if len(rows) > 1:
-            rows.sort(key=_stamp)
+            rows.sort(key=_STAMP)
             gaps.extend(b[1] - a[1] for a, b in zip(rows, rows[1:]) if b[1] > a[1])
     period = min(_median(gaps), MAX_PERIOD_US) if gaps else mark.period_us
     out: Dict[int, Tuple[Any, Any, Any, Any]] = {}
     if period is None:
         # one sample per process and no period known: the driver's figure for the interval
         for pid, rows in by_pid.items():
-            newest = rows[0] if len(rows) == 1 else max(rows, key=_stamp)
+            newest = rows[0] if len(rows) == 1 else max(rows, key=_STAMP)
             out[pid] = (newest[2], newest[3], newest[4], newest[5])
         return out, UtilizationMark(top, now_us, None)
     start = mark.called_us
@@ -101,9 +108,7 @@ def average(samples: Sequence[Tuple[int, ...]], mark: UtilizationMark,
         weighted.append((pid, sm, mem, enc, dec))
     span = max(now_us - start, period)
     for pid, sm, mem, enc, dec in weighted:
-        out[pid] = (_figure(sm / span), _figure(mem / span), _figure(enc / span), _figure(dec / span))
+        # a zero sum (most processes use no encoder or decoder) is 0 without the rounding
+        out[pid] = (_figure(sm / span) if sm else 0, _figure(mem / span) if mem else 0,
+                    _figure(enc / span) if enc else 0, _figure(dec / span) if dec else 0)
     return out, UtilizationMark(top, now_us, period)
-
-
-def _stamp(row: Tuple[int, ...]) -> int:
-    return row[1]
