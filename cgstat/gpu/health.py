@@ -22,6 +22,7 @@ counters (the rate is their difference over the time between reads), and the XID
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
@@ -31,6 +32,7 @@ from cgstat.kernel.sample import Problem
 
 # nvmlClocksEventReason* bits (the same as the older nvmlClocksThrottleReason*), in bit order
 REASONS = CLOCK_EVENT_REASONS
+_KNOWN_REASONS = sum(bit for bit, _ in REASONS)
 COMPUTE_MODES = {0: "default", 1: "exclusive_thread", 2: "prohibited", 3: "exclusive_process"}
 
 # nvmlDeviceGetFieldValues ids (pynvml NVML_FI_DEV_*) and their scope (0xFFFFFFFF: all NVLinks)
@@ -177,7 +179,7 @@ class HealthReader:
                                 "NVML has neither clock-event nor clock-throttle reasons"))
         else:
             mask = read(gw.reasons_symbol, mine, handle, device=dev)
-            reasons = None if mask is None else tuple(name for bit, name in REASONS if mask & bit)
+            reasons = None if mask is None else _reason_names(mask & _KNOWN_REASONS)
         power_v = read("nvmlDeviceGetViolationStatus", mine, handle, 0, device=dev)
         thermal_v = read("nvmlDeviceGetViolationStatus", mine, handle, 1, device=dev)
         energy = read("nvmlDeviceGetTotalEnergyConsumption", mine, handle, device=dev)
@@ -321,6 +323,11 @@ class HealthReader:
             errors.append(Problem("nvmlGpmQueryDeviceSupport", "unsupported", "GPM not supported on this GPU"))
             return None
         return self._gpm(gpu, handle, kept, errors, gpu_instance)
+
+
+@functools.lru_cache(maxsize=None)  # at most 2^9 masks of the known bits; the same one tick after tick
+def _reason_names(mask: int) -> Tuple[str, ...]:
+    return tuple(name for bit, name in REASONS if mask & bit)
 
 
 def _once(problems: List[Problem]) -> List[Problem]:

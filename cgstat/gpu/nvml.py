@@ -315,11 +315,11 @@ class Gateway:
         with output variables made once, which is several times cheaper per call."""
         if device is None:
             device = ctypes.cast(handle, ctypes.c_void_p).value
-        key = (device, source, args)
-        known = self._unsupported.get(key)
-        if known is not None:
-            errors.append(known)
-            return None
+        if self._unsupported:  # nothing remembered (a board with all it is asked): no key to build
+            known = self._unsupported.get((device, source, args))
+            if known is not None:
+                errors.append(known)
+                return None
         fn = self._natives.get(source)
         if fn is None:
             fn = self._natives[source] = self._native(source)
@@ -329,7 +329,7 @@ class Gateway:
             code = self._failed(source, errors, exc)
         if code in (NOT_SUPPORTED, FUNCTION_NOT_FOUND):
             problem = Problem(source, "unsupported", "NVML: not supported on this GPU or driver")
-            self._unsupported[key] = problem
+            self._unsupported[(device, source, args)] = problem
             errors.append(problem)
         return None
 

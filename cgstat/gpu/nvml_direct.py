@@ -126,17 +126,19 @@ def _struct_call(out: StructOut, fn: Any, error: Any) -> Callable[..., Tuple[int
 
 def _field_values_call(fn: Any, error: Any) -> Callable[..., List[Tuple[int, Optional[int]]]]:
     """nvmlDeviceGetFieldValues with the nvmlFieldValue_t array read as bytes (unsigned values)."""
-    made: Dict[Tuple[Tuple[int, int], ...], Any] = {}
+    made: Dict[Tuple[Tuple[int, int], ...], Tuple[bytes, Any, Any]] = {}  # fields -> request, buffer, count
 
     def call(handle: Any, fields: Tuple[Tuple[int, int], ...]) -> List[Tuple[int, Optional[int]]]:
-        template = made.get(fields)
-        if template is None:
-            template = made[fields] = b"".join(_FIELD_VALUE.pack(f, scope, 0, 0, 0, 0, 0) for f, scope in fields)
-        buf = ctypes.create_string_buffer(template, len(template))
-        ret = fn(handle, ctypes.c_int32(len(fields)), buf)
+        kept = made.get(fields)
+        if kept is None:
+            request = b"".join(_FIELD_VALUE.pack(f, scope, 0, 0, 0, 0, 0) for f, scope in fields)
+            kept = made[fields] = (request, ctypes.create_string_buffer(len(request)), ctypes.c_int32(len(fields)))
+        request, buf, count = kept
+        buf.raw = request  # the ids asked for, every output zero: a fresh array, in a buffer made once
+        ret = fn(handle, count, buf)
         if ret:
             raise error(ret)
-        return [(row[5], row[6] if row[5] == SUCCESS else None) for row in _FIELD_VALUE.iter_unpack(buf.raw)]
+        return [(row[5], row[6] if row[5] == SUCCESS else None) for row in _FIELD_VALUE.iter_unpack(memoryview(buf))]
     return call
 
 

@@ -147,7 +147,7 @@ def _read_gpu(gw: Gateway, health: HealthReader, gpu: Gpu, devices: List[GpuDevi
         for pid, mem, kind in listed:
             figures = _UNMEASURED if usage is None else usage.get(pid, _IDLE)
             mine.append(_new(GpuProcess, (pid, index, uuid, kind, mem) + figures))
-    if any(p.error == "gpu_lost" for p in health_errors):
+    if health_errors and any(p.error == "gpu_lost" for p in health_errors):
         errors.extend(p for p in health_errors if p.error == "gpu_lost")
     gw.devices.mark_lost(gpu, errors)
     errors = _one_lost(errors)
