@@ -53,11 +53,29 @@ def _split(ts: Any) -> Optional[Tuple[int, str]]:
 
 def parse_ts(ts: Any) -> Optional[float]:
     """A stamp as epoch seconds (None when not that shape)."""
+    last = _PARSED.last  # one read, one write, as _FORMATTED
+    if ts.__class__ is str and ts == last[0]:
+        return last[1]
     parts = _split(ts)
     if parts is None:
         return None
     whole, digits = parts
-    return whole + (float("." + digits) if digits else 0.0)
+    value = whole + (float("." + digits) if digits else 0.0)
+    if ts.__class__ is str:
+        _PARSED.last = (ts, value)
+    return value
+
+
+class _Parsed:
+    """The last stamp parsed: a tick's records share their stamp, and each rule reads it."""
+
+    __slots__ = ("last",)
+
+    def __init__(self) -> None:
+        self.last: Tuple[Optional[str], Optional[float]] = (None, None)
+
+
+_PARSED = _Parsed()
 
 
 def ts_millis(ts: Any) -> Optional[int]:
