@@ -20,6 +20,7 @@ driver's XIDs it carried.
 from __future__ import annotations
 
 import gc
+import itertools
 import operator
 import os
 import time
@@ -325,7 +326,8 @@ class Sampler:
             return None, (), now
         assert self._energy is not None
         shares = self._energy.update(snapshot, now)
-        owners = self.namer.gpu_owners(p.pid for p in snapshot.processes)
+        # each PID once, in NVML's order (a process on 8 GPUs is listed 8 times), in C
+        owners = self.namer.gpu_owners(dict.fromkeys(map(_PID, snapshot.processes)))
         attributed = attribute(snapshot.processes, owners.__getitem__, shares)
         self._energy.charge([a.owner.cgroup for a in attributed], self._classified)
         return snapshot, attributed, now
@@ -381,8 +383,9 @@ class Sampler:
             wall = time.time()
             snapshot = tick.gpu
             by_uuid: Dict[Optional[str], List[Attributed]] = {}  # each GPU's processes, in NVML's order
-            for a in tick.attributed:
-                by_uuid.setdefault(a.process.gpu_uuid, []).append(a)
+            # a run of one device's processes (GpuReader reads a GPU at a time) extends its list at once
+            for uuid, run in itertools.groupby(tick.attributed, _device_uuid):
+                by_uuid.setdefault(uuid, []).extend(run)
             for device in snapshot.devices:
                 on_it = (by_uuid.get(device.uuid, []) if device.uuid is not None
                          else [a for a in tick.attributed if _on(a, device)])
@@ -492,6 +495,13 @@ def _pause_gc() -> bool:
         return False
     gc.disable()
     return True
+
+
+_PID = operator.itemgetter(0)  # GpuProcess.pid
+
+
+def _device_uuid(a: Attributed) -> Optional[str]:
+    return a.process.gpu_uuid
 
 
 def _on(a: Attributed, device: GpuDevice) -> bool:
