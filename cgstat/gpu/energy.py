@@ -20,9 +20,14 @@ processes exits; a record sums its whole subtree, as the other GPU figures do.
 
 from __future__ import annotations
 
+from itertools import groupby
+from operator import add, attrgetter
 from typing import Dict, Iterable, List, NamedTuple, Optional, Sequence, Tuple
 
 from cgstat.gpu.sample import GpuProcess, GpuSnapshot
+
+_GPU_INDEX, _UUID, _PID = attrgetter("gpu_index"), attrgetter("gpu_uuid"), attrgetter("pid")
+_TYPE, _SM = attrgetter("type"), attrgetter("sm_percent")
 
 
 def ancestors(path: str) -> List[str]:
@@ -31,12 +36,12 @@ def ancestors(path: str) -> List[str]:
     return ["/"] + ["/" + "/".join(parts[:i]) for i in range(1, len(parts) + 1)]
 
 
-class Share(NamedTuple):
-    power_watts: Optional[float]  # None where the GPU's power is unknown
-    energy_joules_total: Optional[float]
+class Shares(NamedTuple):
+    """Each process's power and energy, by position in the snapshot's `processes` (two
+    columns, not a tuple per process: the join zips them straight into its records)."""
 
-
-NO_SHARE = Share(None, None)  # a process on no GPU whose power was split (a lost GPU's)
+    power_watts: List[Optional[float]]  # None where the GPU's power is unknown (a lost GPU's)
+    energy_joules_total: List[Optional[float]]
 
 
 class Idle(NamedTuple):
@@ -50,7 +55,7 @@ class EnergyModel:
     def __init__(self) -> None:
         self._idle: Dict[str, float] = {}  # GPU UUID -> lowest power with no process
         self._floor: Dict[str, float] = {}  # GPU UUID -> lowest power seen at all
-        self._energy: Dict[Tuple[Optional[str], int], float] = {}  # (device UUID, pid) -> joules
+        self._energy: Dict[Optional[str], Dict[int, float]] = {}  # device UUID -> pid -> joules
         self._cgroups: Dict[str, float] = {}  # cgroup path (where the process was) -> joules
         self._last: Optional[float] = None
         self._added: List[Optional[float]] = []  # joules each process drew since the last reading, by position
@@ -62,46 +67,69 @@ class EnergyModel:
             return Idle(self._idle[uuid], True)
         return Idle(self._floor.get(uuid), False)
 
-    def update(self, snapshot: GpuSnapshot, now: float) -> List[Share]:
+    def update(self, snapshot: GpuSnapshot, now: float) -> Shares:
         """Each process's power and energy after this reading, in the order of
         `snapshot.processes`."""
         dt = 0.0 if self._last is None or now <= self._last else now - self._last
         self._last = now
         processes = snapshot.processes
         # positions in `processes` by GPU index: the shares come back in the snapshot's
-        # order, so that the join pairs them by position (hundreds of pairs a tick)
+        # order, so that the join pairs them by position (hundreds of pairs a tick).
+        # GpuReader lists a GPU's processes in one run: one step a run, the runs counted in C
         by_gpu: Dict[int, List[int]] = {}
-        for i, p in enumerate(processes):
-            mine = by_gpu.get(p.gpu_index)
-            if mine is None:
-                mine = by_gpu[p.gpu_index] = []
-            mine.append(i)
-        out: List[Share] = [NO_SHARE] * len(processes)
-        added: List[Optional[float]] = [None] * len(processes)
-        energy: Dict[Tuple[Optional[str], int], float] = {}
+        start = 0
+        for index, run in groupby(map(_GPU_INDEX, processes)):
+            end = start + len(list(run))
+            by_gpu.setdefault(index, []).extend(range(start, end))
+            start = end
+        n = len(processes)
+        power: List[Optional[float]] = [None] * n
+        totals: List[Optional[float]] = [None] * n
+        added: List[Optional[float]] = [None] * n
+        energy: Dict[Optional[str], Dict[int, float]] = {}
         before = self._energy
-        new = tuple.__new__
         for device in snapshot.devices:
             if device.parent_uuid is not None:
                 continue  # MIG devices have no power reading: their GPU's is split below
-            at = by_gpu.get(device.index, ())
-            procs = [processes[i] for i in at]
+            at = by_gpu.get(device.index, [])
+            first, count = (at[0], len(at)) if at else (0, 0)
+            contiguous = at[-1] - first + 1 == count if at else True
+            procs = processes[first:first + count] if contiguous else tuple(processes[i] for i in at)
             watts = self._split(device.uuid, device.power_watts, procs)
-            for i, p, w in zip(at, procs, watts):
-                key = (p.gpu_uuid, p.pid)
-                total = before.get(key)
-                if w is not None:
-                    if total is None:
-                        total = 0.0  # first seen: its energy starts now
-                    else:
-                        joules = added[i] = w * dt
-                        total += joules
-                if total is not None:
-                    energy[key] = total
-                out[i] = new(Share, (w, total))
+            pids = list(map(_PID, procs))
+            uuid = device.uuid
+            was: List[Optional[float]] = list(map(before.get(uuid, {}).get, pids))
+            gained: List[Optional[float]]
+            now_total: List[Optional[float]]
+            if (None not in watts and None not in was
+                    and list(map(_UUID, procs)).count(uuid) == count):  # not on a MIG device
+                # the steady state (power known, every process seen before): in C but the products
+                gained = [w * dt for w in watts]  # type: ignore[operator]
+                now_total = list(map(add, was, gained))
+                energy.setdefault(uuid, {}).update(zip(pids, now_total))  # type: ignore[arg-type]
+            else:
+                gained, now_total = [None] * count, []
+                for j, (p, w) in enumerate(zip(procs, watts)):
+                    total = before.get(p.gpu_uuid, {}).get(p.pid)
+                    if w is not None:
+                        if total is None:
+                            total = 0.0  # first seen: its energy starts now
+                        else:
+                            joules = w * dt
+                            gained[j] = joules
+                            total += joules
+                    if total is not None:
+                        energy.setdefault(p.gpu_uuid, {})[p.pid] = total
+                    now_total.append(total)
+            if contiguous:  # by slice: one step for the GPU's processes
+                power[first:first + count], totals[first:first + count] = watts, now_total
+                added[first:first + count] = gained
+            else:
+                for i, w, sofar, drew in zip(at, watts, now_total, gained):
+                    power[i], totals[i], added[i] = w, sofar, drew
         self._energy = energy  # processes gone are forgotten (their cgroup keeps their share)
         self._added = added
-        return out
+        return Shares(power, totals)
 
     def charge(self, paths: Iterable[Optional[str]], exists: Iterable[str]) -> None:
         """Add this reading's energy of each process to the cgroup it is in (`paths`: each
@@ -138,15 +166,16 @@ class EnergyModel:
             return []
         idle_w = self.idle(uuid).power_watts or 0.0
         active = max(power - idle_w, 0.0)
-        clients = [p for p in procs if p.type == "mps"]
-        sharing = clients or procs
-        sm = [p.sm_percent for p in sharing]
-        total = 0 if None in sm else sum(sm)  # type: ignore[arg-type]
+        if "mps" not in map(_TYPE, procs):  # no MPS client (the usual case): by columns, in C
+            sm = list(map(_SM, procs))
+            total = 0 if None in sm else sum(sm)
+            if total > 0:
+                return [active * s / total for s in sm]
+            return [active / len(procs)] * len(procs)
+        # MPS clients share the GPU's active power; the other processes (the server) get 0
+        sm = [p.sm_percent for p in procs if p.type == "mps"]
+        total = 0 if None in sm else sum(sm)
         if total > 0:
-            if clients:
-                return [active * (p.sm_percent or 0) / total if p.type == "mps" else 0.0 for p in procs]
-            return [active * (p.sm_percent or 0) / total for p in procs]
-        even = active / len(sharing)
-        if clients:
-            return [even if p.type == "mps" else 0.0 for p in procs]
-        return [even] * len(procs)
+            return [active * (p.sm_percent or 0) / total if p.type == "mps" else 0.0 for p in procs]
+        even = active / len(sm)
+        return [even if p.type == "mps" else 0.0 for p in procs]

@@ -232,7 +232,7 @@ def _main(plan_path: str) -> None:
         as_dict = dataclasses.asdict(snapshot)
         as_dict["processes"] = [p._asdict() for p in snapshot.processes]  # NamedTuples
         snapshots.append(as_dict)
-        shares = model.update(snapshot, now[0]) if snapshot.available else []
+        shares = zip(*model.update(snapshot, now[0])) if snapshot.available else []  # (power, energy) pairs
         energy.append({"processes": {"%s/%d" % (p.gpu_uuid, p.pid): list(share)
                                      for p, share in zip(snapshot.processes, shares)},
                        "idle": {d.uuid: list(model.idle(d.uuid)) for d in snapshot.devices
