@@ -17,7 +17,7 @@ partial sum would understate.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from itertools import repeat
+from itertools import groupby, repeat
 from operator import attrgetter
 from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, List, NamedTuple, Optional, Sequence, Tuple
 
@@ -41,7 +41,7 @@ class Attributed(NamedTuple):
 # /proc/<pid>/comm of the MPS server, nvidia-cuda-mps-server cut to the kernel's 15 characters
 MPS_SERVER_COMM = "nvidia-cuda-mps"
 
-_PID, _NAME = attrgetter("pid"), attrgetter("name")
+_PID, _NAME, _CGROUP = attrgetter("pid"), attrgetter("name"), attrgetter("owner.cgroup")
 
 
 def attribute(processes: Sequence[GpuProcess], owner_of: Callable[[int], Owner],
@@ -66,8 +66,8 @@ def by_subtree(attributed: Iterable[Attributed]) -> Dict[str, Tuple[Attributed, 
     out: Dict[str, List[Attributed]] = {}
     lists: Dict[str, List[List[Attributed]]] = {}  # cgroup path -> its ancestors' lists in `out`
     holders: Dict[str, List[str]] = {}  # cgroup path -> the cgroups with processes at or below it
-    for a in attributed:
-        path = a.owner.cgroup
+    # a run of processes in one cgroup (a container's, on each GPU) is one step: grouped in C
+    for path, run in groupby(attributed, _CGROUP):
         if path is None:
             continue
         mine = lists.get(path)
@@ -76,8 +76,9 @@ def by_subtree(attributed: Iterable[Attributed]) -> Dict[str, Tuple[Attributed, 
             for ancestor in chain:
                 holders.setdefault(ancestor, []).append(path)
             mine = lists[path] = [out.setdefault(ancestor, []) for ancestor in chain]
+        processes = list(run)
         for found in mine:
-            found.append(a)
+            found.extend(processes)
     # Two cgroups with the same holders hold the same processes in the same order (each
     # list took every process of its holders, in `attributed` order).
     shared: Dict[Tuple[str, ...], Tuple[Attributed, ...]] = {}
