@@ -133,7 +133,8 @@ def cgroup_gpu(processes: Tuple[Attributed, ...], energy_joules: float = 0.0,
     if same is not None:
         return {**same, "energy_joules_total": energy_joules}  # type: ignore[typeddict-item]
     kept = made.get
-    cached: List[Optional[GpuProcessUse]] = [kept(id(a)) for a in processes]
+    # nothing made yet this tick (the first cgroup with GPU processes): no lookups
+    cached: List[Optional[GpuProcessUse]] = [kept(id(a)) for a in processes] if made else []
     if not any(cached):  # none made yet this tick (the first cgroup holding them): all at once
         entries = _entries(processes)
         made.update(zip(map(id, processes), entries))
