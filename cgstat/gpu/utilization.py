@@ -18,7 +18,7 @@ docs/gpu.md says what that means for long intervals.
 from __future__ import annotations
 
 from operator import itemgetter
-from typing import Any, Dict, List, NamedTuple, Optional, Sequence, Tuple
+from typing import Any, Dict, List, NamedTuple, Optional, Sequence, Tuple, cast
 
 MAX_PERIOD_US = 1_000_000  # nvidia-smi's longest documented sampling period
 _STAMP = itemgetter(1)  # a sample's timeStamp
@@ -63,6 +63,13 @@ def average(samples: Sequence[Tuple[int, ...]], mark: UtilizationMark,
             now_us: int) -> Tuple[Dict[int, Tuple[Any, Any, Any, Any]], UtilizationMark]:
     """pid -> (sm, mem, enc, dec) % over (mark.called_us, now_us], and the next mark.
     `samples`: (pid, timeStamp µs, sm, mem, enc, dec) as the driver returned them."""
+    if mark.period_us is None:
+        # one sample per process (a driver answering only its newest, or a first reading):
+        # no gap to measure a period from, each sample is the driver's figure as it is
+        figures = cast(Dict[int, Tuple[Any, Any, Any, Any]], {s[0]: s[2:] for s in samples})  # a 6-tuple's last 4
+        if len(figures) == len(samples):
+            top = max(mark.last_seen_us, max(map(_STAMP, samples), default=mark.last_seen_us))
+            return figures, UtilizationMark(top, now_us, None)
     # Run for every busy process of every GPU each tick: plain loops, locals and no
     # per-sample calls (a `max` or a lambda per sample cost more than the arithmetic).
     by_pid: Dict[int, List[Tuple[int, ...]]] = {}
