@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Callable, Dict, List, NamedTuple, Optional, Tuple
+from typing import Any, Callable, Dict, List, NamedTuple, Optional, Tuple
 
 from cgstat.gpu.health import MIG_HEALTH, DeviceHealth, HealthReader
 from cgstat.gpu.nvml import Gateway, Gpu
@@ -141,12 +141,11 @@ def _read_gpu(gw: Gateway, health: HealthReader, gpu: Gpu, devices: List[GpuDevi
             if pid not in seen:
                 mine.append(_new(GpuProcess, (pid, gpu.index, gpu.uuid, kind, mem) + _UNMEASURED))
     else:
-        listed = _listed(gw, h, errors)
-        usage = gw.process_utilization(h, gpu.uuid or str(gpu.index), errors) if listed else {}
-        index, uuid = gpu.index, gpu.uuid
-        for pid, mem, kind in listed:
-            figures = _UNMEASURED if usage is None else usage.get(pid, _IDLE)
-            mine.append(_new(GpuProcess, (pid, index, uuid, kind, mem) + figures))
+        lists = _lists(gw, h, errors)
+        if lists:
+            usage = gw.process_utilization(h, gpu.uuid or str(gpu.index), errors)
+            figures, none = ({}, _UNMEASURED) if usage is None else (usage, _IDLE)
+            _made(mine, lists, gpu.index, gpu.uuid, figures, none)
     if health_errors and any(p.error == "gpu_lost" for p in health_errors):
         errors.extend(p for p in health_errors if p.error == "gpu_lost")
     gw.devices.mark_lost(gpu, errors)
@@ -184,14 +183,52 @@ def _one_lost(errors: List[Problem]) -> List[Problem]:
     return errors if len(lost) < 2 else [lost[0]] + [p for p in errors if p.error != "gpu_lost"]
 
 
+_Rows = List[Tuple[int, Optional[int]]]
+_KINDS = ("mps", "compute", "graphics")
+
+
+def _lists(gw: Gateway, h, errors: List[Problem]) -> Tuple[_Rows, ...]:
+    """The device's (pid, memory) lists in _KINDS order, () when all three are empty."""
+    lists = (gw.mps_processes(h, errors), gw.processes(h, "compute", errors), gw.processes(h, "graphics", errors))
+    return lists if lists[0] or lists[1] or lists[2] else ()
+
+
+def _made(mine: List[GpuProcess], lists: Tuple[_Rows, ...], index: int, uuid: Optional[str],
+          figures: Dict[int, Tuple[Any, Any, Any, Any]], none: Tuple[Any, ...]) -> None:
+    """The GpuProcess of each listed process: (sm, mem, enc, dec) from `figures`, else `none`."""
+    mps, compute, graphics = lists
+    # one dict made in C says whether any PID repeats
+    if len(dict(mps + compute + graphics)) < len(mps) + len(compute) + len(graphics):
+        # a PID in several lists (or twice in one): merged as _merged says
+        for pid, mem, kind in _merged(lists):
+            mine.append(_new(GpuProcess, (pid, index, uuid, kind, mem) + figures.get(pid, none)))
+        return
+    # each PID once (the usual case): straight from the lister's rows, no merging dict;
+    # the figures unpacked into one tuple display (a concatenation builds a tuple more)
+    get = figures.get
+    append = mine.append
+    for kind, rows in zip(_KINDS, lists):
+        for pid, mem in rows:
+            sm, m, enc, dec = get(pid, none)
+            append(_new(GpuProcess, (pid, index, uuid, kind, mem, sm, m, enc, dec)))
+
+
 def _listed(gw: Gateway, h, errors: List[Problem]) -> List[Tuple[int, Optional[int], str]]:
     """(pid, memory, type) of every process on the device; a PID in several lists once: as an
     MPS client where the MPS list has it, else as compute."""
+    return _merged(_lists(gw, h, errors) or ([], [], []))
+
+
+def _merged(lists: Tuple[_Rows, ...]) -> List[Tuple[int, Optional[int], str]]:
+    """(pid, memory, type) with each PID once, in the order first listed: the type of the
+    first list that has it (_KINDS order); the memory of its last MPS row, raised by any
+    larger (or first known) figure the compute and graphics lists give it."""
+    mps, compute, graphics = lists
     out: Dict[int, Tuple[int, Optional[int], str]] = {}
-    for pid, mem in gw.mps_processes(h, errors):
+    for pid, mem in mps:
         out[pid] = (pid, mem, "mps")
-    for kind in ("compute", "graphics"):
-        for pid, mem in gw.processes(h, kind, errors):
+    for kind, rows in (("compute", compute), ("graphics", graphics)):
+        for pid, mem in rows:
             old = out.get(pid)
             if old is None:
                 out[pid] = (pid, mem, kind)
