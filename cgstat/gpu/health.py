@@ -57,6 +57,7 @@ GPM_METRICS = ((1, "graphics_activity_percent", 1.0), (2, "sm_activity_percent",
 _GPM_IDS = tuple(m[0] for m in GPM_METRICS)
 
 SLOW_S = 10.0
+_bare = object.__new__  # a dataclass instance with no field set yet (see HealthReader.read)
 
 
 @dataclass(frozen=True)
@@ -198,7 +199,10 @@ class HealthReader:
         mine = _once(mine)
         errors.extend(mine)
         fixed, slow = kept.fixed, kept.slow
-        return DeviceHealth(
+        made = _bare(DeviceHealth)
+        # every field at once: the frozen __init__ would set each through object.__setattr__,
+        # 30 calls per GPU per tick (all must be named: asdict, in every health test, fails on one missing)
+        made.__dict__.update(
             sm_clock_mhz=sm, memory_clock_mhz=mem,
             sm_clock_max_mhz=fixed.get("sm_max"), memory_clock_max_mhz=fixed.get("mem_max"),
             clocks_event_reasons=reasons,
@@ -220,6 +224,7 @@ class HealthReader:
             compute_mode=slow.get("compute_mode"), persistence_mode=slow.get("persistence"),
             pci_bus_id=fixed.get("bus_id"), serial=fixed.get("serial"), minor_number=fixed.get("minor"),
             gpm=gpm, errors=tuple(mine))
+        return made
 
     # ---- what is read once per initialisation, and every slow_s ------------------------
 

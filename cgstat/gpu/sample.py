@@ -85,6 +85,7 @@ class GpuSnapshot:
 _IDLE = (0, 0, 0, 0)
 _UNMEASURED = (None, None, None, None)
 _new = tuple.__new__
+_bare = object.__new__  # a dataclass instance with no field set yet (see _read_gpu)
 
 
 class GpuReader:
@@ -118,22 +119,23 @@ def read_gpus(gateway: Gateway) -> GpuSnapshot:
 def _read_gpu(gw: Gateway, health: HealthReader, gpu: Gpu, devices: List[GpuDevice],
               processes: List[GpuProcess]) -> None:
     errors: List[Problem] = []
-    if gw.devices.lost(gpu, errors):
+    reads = gw.devices
+    if reads.lost(gpu, errors):
         devices.append(GpuDevice(gpu.index, gpu.uuid, gpu.name, None, None, None, None, None, None,
                                  None, None, errors=tuple(errors)))
         return
     h = gpu.handle
-    mig = gw.devices.mig_mode(h, errors)
-    util, mem_util = gw.devices.utilization(h, errors)
-    total, used, reserved = gw.devices.memory(h, errors)
-    temp = gw.devices.temperature(h, errors)
-    mw = gw.devices.power_mw(h, errors)
+    mig = reads.mig_mode(h, errors)
+    util, mem_util = reads.utilization(h, errors)
+    total, used, reserved = reads.memory(h, errors)
+    temp = reads.temperature(h, errors)
+    mw = reads.power_mw(h, errors)
     health_errors: List[Problem] = []
     dev_health = health.read(gpu, h, health_errors)
     mine: List[GpuProcess] = []
     migs: List[GpuDevice] = []
     if mig:
-        for slot, mh in gw.devices.mig_devices(h, errors):
+        for slot, mh in reads.mig_devices(h, errors):
             _read_mig(gw, health, gpu, slot, mh, migs, mine)
         seen = {p.pid for p in mine}
         # the parent lists every instance's processes: add only what no MIG device listed
@@ -146,15 +148,22 @@ def _read_gpu(gw: Gateway, health: HealthReader, gpu: Gpu, devices: List[GpuDevi
             usage = gw.process_utilization(h, gpu.uuid or str(gpu.index), errors)
             figures, none = ({}, _UNMEASURED) if usage is None else (usage, _IDLE)
             _made(mine, lists, gpu.index, gpu.uuid, figures, none)
-    if health_errors and any(p.error == "gpu_lost" for p in health_errors):
-        errors.extend(p for p in health_errors if p.error == "gpu_lost")
-    gw.devices.mark_lost(gpu, errors)
-    errors = _one_lost(errors)
-    if gpu.handle is None:  # lost during this reading: its health figures are not to be trusted
-        dev_health = DeviceHealth()
-    devices.append(GpuDevice(gpu.index, gpu.uuid, gpu.name, util, mem_util, total, used, reserved, temp,
-                             None if mw is None else mw / 1000.0, mig, errors=tuple(errors),
-                             health=dev_health))
+    if errors or health_errors:  # no problem (the usual tick): nothing to scan for a lost GPU
+        if any(p.error == "gpu_lost" for p in health_errors):
+            errors.extend(p for p in health_errors if p.error == "gpu_lost")
+        reads.mark_lost(gpu, errors)
+        errors = _one_lost(errors)
+        if gpu.handle is None:  # lost during this reading: its health figures are not to be trusted
+            dev_health = DeviceHealth()
+    made = _bare(GpuDevice)
+    # every field at once: the frozen __init__ would set each through object.__setattr__
+    # (all must be named: asdict, in the reading tests, fails on one missing)
+    made.__dict__.update(index=gpu.index, uuid=gpu.uuid, name=gpu.name, utilization_percent=util,
+                         memory_utilization_percent=mem_util, memory_total_bytes=total, memory_used_bytes=used,
+                         memory_reserved_bytes=reserved, temperature_celsius=temp,
+                         power_watts=None if mw is None else mw / 1000.0, mig_mode=mig, parent_uuid=None,
+                         mig_index=None, errors=tuple(errors), health=dev_health, gpu_instance_id=None)
+    devices.append(made)
     devices.extend(migs)
     processes.extend(mine)
 
