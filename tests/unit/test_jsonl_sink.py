@@ -2,6 +2,7 @@
 
 import errno
 import os
+import types
 
 import orjson
 import pytest
@@ -188,3 +189,36 @@ def test_records_that_stop_coming_half_way_leave_nothing_of_the_batch(tmp_path):
         sink.write(fails_after_a_chunk())
     assert out.read_bytes() == b'{"a":1}\n'
 
+
+
+def test_records_sharing_a_gpu_process_list_write_what_each_would_alone(monkeypatch):
+    """A container and the pod above it carry one `gpu.processes` list (one object): the
+    batch serialises it once, and every line is byte for byte what serialising that record
+    alone writes; a short list, another list, and a list that can't be serialised (a name
+    nobody decoded) take the plain path, the last dropped with a warning as ever."""
+    procs = [{"pid": 100 + i, "name": "python3", "power_watts": 1.0 / 3 + i, "energy_joules_total": 2.5e-7 * i,
+              "sm_percent": i % 7, "memory_bytes": None} for i in range(40)]
+    other = [dict(p, pid=p["pid"] + 1000) for p in procs]
+    records = [
+        {"type": "cgroup", "cgroup": "/kubepods/pod1/c1", "gpu": {"memory_bytes": 1, "processes": procs}},
+        {"type": "cgroup", "cgroup": "/kubepods/pod1", "gpu": {"memory_bytes": 1, "processes": procs},
+         "extra": "a DEL \x7f"},
+        {"type": "cgroup", "cgroup": "/k/short", "gpu": {"memory_bytes": 1, "processes": procs[:3]}},
+        {"type": "cgroup", "cgroup": "/k/other", "gpu": {"memory_bytes": 1, "processes": other}},
+        {"type": "gpu", "gpu": {"index": 0, "uuid": "GPU-1"}, "processes": procs},
+        {"type": "cgroup", "cgroup": "/k/bad", "gpu": {"processes": [dict(p, name="\udcff") for p in procs]}},
+        {"type": "cgroup", "cgroup": "/kubepods", "gpu": {"memory_bytes": 2, "processes": procs}},
+    ]
+    warned = []
+    sink = sinks.JsonLinesSink(warn=lambda key, message: warned.append(key))
+    alone = [sinks.dumps_record(r) for r in records]
+    assert alone[5] is None
+    assert sink.serialise(iter(records)) == b"".join(line + b"\n" for line in alone if line is not None)
+    assert warned == ["unserialisable"]
+    assert b"\\u007f" in alone[1] and orjson.loads(alone[6])["gpu"]["processes"] == procs
+    if sinks._Fragment is not None:  # serialised apart: the shared list once, the other long ones once each
+        calls = []
+        real = sinks.orjson.dumps
+        monkeypatch.setattr(sinks, "orjson", types.SimpleNamespace(dumps=lambda o: calls.append(o) or real(o)))
+        assert sink.serialise(iter(records)) == b"".join(line + b"\n" for line in alone if line is not None)
+        assert [id(c) for c in calls] == [id(procs), id(other), id(records[5]["gpu"]["processes"])]
