@@ -22,6 +22,7 @@ from typing import Any, Dict, List, NamedTuple, Optional, Sequence, Tuple, cast
 
 MAX_PERIOD_US = 1_000_000  # nvidia-smi's longest documented sampling period
 _STAMP = itemgetter(1)  # a sample's timeStamp
+_Figures = Dict[int, Tuple[Any, Any, Any, Any]]  # pid -> (sm, mem, enc, dec); made once, not per cast
 
 
 class UtilizationMark(NamedTuple):
@@ -66,7 +67,7 @@ def average(samples: Sequence[Tuple[int, ...]], mark: UtilizationMark,
     if mark.period_us is None:
         # one sample per process (a driver answering only its newest, or a first reading):
         # no gap to measure a period from, each sample is the driver's figure as it is
-        figures = cast(Dict[int, Tuple[Any, Any, Any, Any]], {s[0]: s[2:] for s in samples})  # a 6-tuple's last 4
+        figures = cast(_Figures, {s[0]: s[2:] for s in samples})  # a 6-tuple's last 4
         if len(figures) == len(samples):
             top = max(mark.last_seen_us, max(map(_STAMP, samples), default=mark.last_seen_us))
             return figures, UtilizationMark(top, now_us, None)
