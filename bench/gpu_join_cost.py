@@ -20,7 +20,10 @@ which every stream follows; CPU contention) falls on both. The GPU's cost is the
 difference per tick, median over REPS such pairs: NVML reading through pynvml, joining
 each GPU process to its cgroup and container through /proc, the energy split, the GPU
 records and the cgroup's `gpu` object, the events, the JSON -- what a user pays, where
-bench/gpu_cost.py measures the NVML reading alone, in-process.
+bench/gpu_cost.py measures the NVML reading alone, in-process. The double checks its
+scenario file (a stat()) on every call, so that tests can change it between two ticks;
+`--double-once` builds it to read the file once (variant full-once), which takes that
+cost of the double's own out of the figure.
 
 Needs root (it creates cgroups) and a C compiler (the double).
 """
@@ -148,6 +151,9 @@ def main(argv: List[str]) -> int:
     ap.add_argument("--ticks", type=int, default=50, help="ticks in each measured window (default 50)")
     ap.add_argument("--interval", type=float, default=0.2)
     ap.add_argument("--reps", type=int, default=5, help="with/without pairs; the median is shown")
+    ap.add_argument("--double-once", action="store_true",
+                    help="the double reads its scenario once (variant full-once): its own per-call stat() "
+                         "out of the figure")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
     if os.geteuid() != 0:
@@ -171,7 +177,8 @@ def main(argv: List[str]) -> int:
             with open(path, "w"):
                 pass
             write_scenario(path, scenario_text(args.gpus, [p.pid for p in sleepers]))
-            envs: Dict[str, dict] = {"with": double_env(path, "full", base), "without": double_env(None, None, base)}
+            variant = "full-once" if args.double_once else "full"
+            envs: Dict[str, dict] = {"with": double_env(path, variant, base), "without": double_env(None, None, base)}
             match = groups.parent
 
             argv = [sys.executable, "-m", "cgstat", "stream", "--interval", str(args.interval), "--all",
@@ -198,7 +205,7 @@ def main(argv: List[str]) -> int:
                 p.kill()
                 p.wait()
     result = {
-        "gpus": args.gpus, "procs": args.procs, "ticks": args.ticks, "reps": args.reps,
+        "gpus": args.gpus, "procs": args.procs, "ticks": args.ticks, "reps": args.reps, "double": variant,
         "gpu_records_per_tick": len(gpu_records) // 2, "processes_joined_to_the_cgroup": attributed,
         "with_ms_per_tick": statistics.median(runs["with"]), "without_ms_per_tick": statistics.median(runs["without"]),
         "gpu_ms_per_tick": statistics.median(diffs), "gpu_ms_per_tick_samples": [round(d, 3) for d in diffs],
@@ -209,7 +216,7 @@ def main(argv: List[str]) -> int:
         print(json.dumps(result))
     else:
         print(f"GPU end to end, {args.gpus} GPUs x the same {args.procs} processes ({attributed} joined to "
-              f"their cgroup): {result['gpu_ms_per_tick']:.2f} ms CPU per tick (stream with the double "
+              f"their cgroup): {result['gpu_ms_per_tick']:.2f} ms CPU per tick (stream with the {variant} double "
               f"{result['with_ms_per_tick']:.2f} ms, without {result['without_ms_per_tick']:.2f} ms; "
               f"medians of {args.reps}, samples {result['gpu_ms_per_tick_samples']}); load average "
               f"{result['loadavg']:.1f}; budget {BUDGET_MS:g} ms")

@@ -36,6 +36,9 @@ VARIANTS = {
     "v2": ["-DNO_V3", "-DNO_PUI", "-DNO_CER", "-DNO_MPS3", "-DNO_GPM"],
     # drivers 430/440: only the unversioned (16-byte) process lists and memory v1
     "old": ["-DNO_V3", "-DNO_V2", "-DNO_PUI", "-DNO_MEMV2", "-DNO_CER", "-DNO_MPS3", "-DNO_GPM"],
+    # every symbol, the scenario read once (benches: the per-call stat() of the file is the
+    # double's own cost, neither cgstat's nor a driver's)
+    "full-once": ["-DSCENARIO_ONCE"],
 }
 
 

@@ -15,6 +15,8 @@
  *   -DNO_CER    no nvmlDeviceGetCurrentClocksEventReasons (drivers < 535: only ...ThrottleReasons)
  *   -DNO_MPS3   no nvmlDeviceGetMPSComputeRunningProcesses_v3 (drivers < 510: only _v2)
  *   -DNO_GPM    no nvmlGpm* (drivers < 520)
+ *   -DSCENARIO_ONCE  the scenario parsed at the first call only, never checked again: for
+ *               benches that take the double's own per-call stat() out of what they measure
  *
  * $NVML_DOUBLE_LOG, when set, names a file each device call and event wait appends one
  * line to ("<function>" or "nvmlEventSetWait_v2 timeout=<ms>"): how tests check what is
@@ -334,6 +336,9 @@ static void parse_line(char *line) {
 
 /* Parse the scenario again when the file changed (inode, size or mtime). */
 static void refresh(void) {
+#ifdef SCENARIO_ONCE
+    if (loaded) return;
+#endif
     const char *path = getenv("NVML_DOUBLE_SCENARIO");
     struct stat st;
     FILE *f;
