@@ -33,7 +33,10 @@ smoke() { # version python -> "compat: ..." lines; exit status 1 on failure
     local v=$1 py=$2 venv log c want
     venv=$(mktemp -d /tmp/cgstat-compat-XXXXXX)
     log="$venv/run.log"
-    if ! "$py" -m venv "$venv" >/dev/null 2>&1; then
+    # ensurepip of Pythons 3.7-3.9 runs pip from its wheel, whose certifi extracts
+    # cacert.pem to a temporary file it never removes: kept inside the venv's folder
+    mkdir "$venv/tmp"
+    if ! TMPDIR="$venv/tmp" "$py" -m venv "$venv" >/dev/null 2>&1; then
         echo "compat: python $v has no venv, skipped"; rm -rf "$venv"; return 0
     fi
     if [ "$v" = "$oldest" ]; then want="$wheel[test]"; else want=$wheel; fi
