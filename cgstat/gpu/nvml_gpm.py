@@ -56,8 +56,9 @@ class GpmSamples:
 
     def __init__(self, gateway: Gateway):
         self._gateway = gateway
-        self._samples: Dict[Any, List[Any]] = {}  # key -> [previous sample, spare sample]
-        self._addresses: Dict[Any, List[int]] = {}  # key -> the samples' addresses, in the same order
+        # key -> [(previous sample, its address), (spare sample, its address)]: the address
+        # is what nvmlGpmMetricsGet_t holds, taken once (ctypes.cast is a foreign call)
+        self._samples: Dict[Any, List[Tuple[Any, int]]] = {}
         self._get: Any = None  # one nvmlGpmMetricsGet_t, reused
         self._requests: Dict[int, struct.Struct] = {}  # metric count -> its _request
 
@@ -79,30 +80,27 @@ class GpmSamples:
         call = self._gateway.call_nvml
         samples = self._samples.get(key)
         if samples is None:
-            samples = [None, None]
-            for i in range(2):
-                samples[i], _ = call("nvmlGpmSampleAlloc", errors)
-                if samples[i] is None:
+            samples = []
+            for _ in range(2):
+                sample, _ = call("nvmlGpmSampleAlloc", errors)
+                if sample is None:
                     return None
+                samples.append((sample, _address(sample)))
             self._samples[key] = samples
-            self._addresses[key] = [_address(sample) for sample in samples]
             first = True
         else:
             first = False
-        previous, spare = samples
-        previous_at, spare_at = self._addresses[key]
+        (previous, previous_at), (spare, spare_at) = samples
         if gpu_instance is None:
             taken, _ = self._gateway.call_direct("nvmlGpmSampleGet", errors, handle, spare)
         else:
             taken, _ = call("nvmlGpmMigSampleGet", errors, handle, gpu_instance, spare)
         if taken is None:
             self._samples.pop(key, None)  # start again from two new samples next time
-            self._addresses.pop(key, None)
-            for sample in samples:
+            for sample, _ in samples:
                 call("nvmlGpmSampleFree", None, sample)
             return None
-        samples[0], samples[1] = spare, previous  # the new sample is the next call's previous one
-        self._addresses[key] = [spare_at, previous_at]
+        samples.reverse()  # the new sample is the next call's previous one
         if first:
             return None
         get = self._get
@@ -122,8 +120,6 @@ class GpmSamples:
     def free(self) -> None:
         call = self._gateway.call_nvml
         for samples in self._samples.values():
-            for sample in samples:
-                if sample is not None:
-                    call("nvmlGpmSampleFree", None, sample)
+            for sample, _ in samples:
+                call("nvmlGpmSampleFree", None, sample)
         self._samples = {}
-        self._addresses = {}
