@@ -10,16 +10,18 @@ import time
 from typing import Any, Optional, Tuple
 
 
-class _Second:
-    """The last second formatted: a tick's records share it."""
+class _Last:
+    """The last value made and what it was made from: a tick's records share their second,
+    and their stamp (one read, one write: a thread beside this one at worst makes it again)."""
 
     __slots__ = ("last",)
 
-    def __init__(self) -> None:
-        self.last: Tuple[int, str] = (-1, "")
+    def __init__(self, last: Tuple[Any, Any]) -> None:
+        self.last = last
 
 
-_FORMATTED = _Second()
+_FORMATTED = _Last((-1, ""))  # the last second formatted
+_PARSED = _Last((None, None))  # the last stamp parsed
 
 
 def rfc3339(wall_s: float) -> str:
@@ -53,7 +55,7 @@ def _split(ts: Any) -> Optional[Tuple[int, str]]:
 
 def parse_ts(ts: Any) -> Optional[float]:
     """A stamp as epoch seconds (None when not that shape)."""
-    last = _PARSED.last  # one read, one write, as _FORMATTED
+    last = _PARSED.last
     if ts.__class__ is str and ts == last[0]:
         return last[1]
     parts = _split(ts)
@@ -64,18 +66,6 @@ def parse_ts(ts: Any) -> Optional[float]:
     if ts.__class__ is str:
         _PARSED.last = (ts, value)
     return value
-
-
-class _Parsed:
-    """The last stamp parsed: a tick's records share their stamp, and each rule reads it."""
-
-    __slots__ = ("last",)
-
-    def __init__(self) -> None:
-        self.last: Tuple[Optional[str], Optional[float]] = (None, None)
-
-
-_PARSED = _Parsed()
 
 
 def ts_millis(ts: Any) -> Optional[int]:
