@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Every cost README's Cost section sets a goal for, in one run and one printed table.
+"""Most figures of bench/README.md's table, in one run and one printed table.
 
     sudo python3 bench/all.py                # ticks at 10/100/1,000/5,000 cgroups and the rest
     sudo python3 bench/all.py --quick        # without 5,000 (that size takes minutes)

@@ -9,7 +9,7 @@ drained, MPS clients, GPM on every GPU) and the energy split (`EnergyModel.updat
 double (tests/nvml/nvml_double.c, built with gcc into a cache) stands in for the driver, so
 this measures cgstat + pynvml + ctypes, plus the double's own small work (a stat() of the
 scenario file per call): a real driver's ioctls cost more, and are not ours to reduce.
-Budget (README, Cost): <= 3 ms of CPU per tick at 8 GPUs x 50 processes. Needs no GPU and no root.
+Budget (bench/README.md): <= 3 ms of CPU per tick at 8 GPUs x 50 processes. Needs no GPU and no root.
 """
 
 import argparse

@@ -8,5 +8,5 @@
 * test_*.py - the live checks, run here on the host, each driving the guest.
 
 Run alone: ``.venv/bin/python -m pytest tests/guest`` (as root, with qemu-system-x86,
-mmdebstrap and e2fsprogs; README "The guest stage"). Skip: ``CGSTAT_GUEST=0``.
+mmdebstrap and e2fsprogs; docs/development.md "The guest stage"). Skip: ``CGSTAT_GUEST=0``.
 """

@@ -1,6 +1,7 @@
-"""Docs stay true to the code: every option used in the README exists in --help, the
-README's record example keeps the record's key order (every field documented in
-docs/schema.md: tests/unit/test_fields.py)."""
+"""Docs stay true to the code: every option used in the README and docs/usage.md exists in
+--help, the record example keeps the record's key order (every field documented in
+docs/schema.md: tests/unit/test_fields.py), the jq and Python examples run; the README stays
+a front door and docs/README.md indexes every page."""
 
 import json
 import os
@@ -11,8 +12,16 @@ import sys
 from tests.helpers.contract import ROOT, SCHEMA, run_cgstat
 
 
+README = os.path.join(ROOT, "README.md")
+USAGE = os.path.join(ROOT, "docs", "usage.md")
+
+
+def _read(*paths):
+    return "\n".join(open(path).read() for path in paths)
+
+
 def test_readme_options_exist():
-    readme = open(os.path.join(ROOT, "README.md")).read()
+    readme = _read(README, USAGE)
     used = {opt for line in readme.splitlines() if re.search(r"\bcgstat (stream|once|pid|--)", line)
             for opt in re.findall(r"(?<![\w-])(--[a-z][a-z-]+)", line[line.index("cgstat "):])}
     helps = ""
@@ -26,7 +35,7 @@ def test_readme_options_exist():
 
 
 def test_readme_record_example_follows_the_record_order():
-    readme = open(os.path.join(ROOT, "README.md")).read()
+    readme = _read(USAGE)
     block = readme.split("## What a record holds", 1)[1].split("```json", 1)[1].split("```", 1)[0]
     keys = re.findall(r'^\s*\{?"(\w+)":|,"(\w+)":', block, re.M)
     top = list(dict.fromkeys(k for pair in keys for k in pair if k and k in SCHEMA["required"]))
@@ -37,8 +46,9 @@ def test_readme_record_example_follows_the_record_order():
 
 
 def _readme_jq_programs():
-    """Every `jq [flags] '<program>'` in the README's shell blocks (programs span lines)."""
-    readme = open(os.path.join(ROOT, "README.md")).read()
+    """Every `jq [flags] '<program>'` in the README's and docs/usage.md's shell blocks (programs
+    span lines)."""
+    readme = _read(README, USAGE)
     blocks = re.findall(r"```sh\n(.*?)```", readme, re.S)
     return [m.group(2) for b in blocks for m in re.finditer(r"\bjq((?: -[a-z]+)*) '([^']*)'", b)]
 
@@ -54,13 +64,28 @@ def test_readme_jq_programs_run_on_debian_jq():
     for program in programs:
         proc = subprocess.run([jq, "-c", program], input=lines, capture_output=True, timeout=30)
         assert proc.returncode == 0, (program, proc.stderr.decode())
-    first = subprocess.run([jq, "-c", programs[0]], input=lines, capture_output=True, timeout=30)
+    (per_container,) = [p for p in programs if "limit_mib" in p]
+    first = subprocess.run([jq, "-c", per_container], input=lines, capture_output=True, timeout=30)
     rows = [json.loads(x) for x in first.stdout.splitlines()]
     assert len(rows) == sum(1 for r in records if r["container"]) and all("limit_mib" in r for r in rows)
 
 
 def test_readme_python_example_runs():
-    readme = open(os.path.join(ROOT, "README.md")).read()
+    readme = _read(README, USAGE)
     (block,) = re.findall(r"```python\n(.*?)```", readme, re.S)
     proc = subprocess.run([sys.executable, "-c", block], cwd=ROOT, capture_output=True, timeout=60)
     assert proc.returncode == 0, proc.stderr.decode()
+
+
+def test_readme_is_a_front_door_with_the_quick_start():
+    readme = open(README).read()
+    assert len(readme.splitlines()) <= 150
+    quick = readme.split("## Quick start", 1)[1].split("```sh\n", 1)[1].split("```", 1)[0]
+    assert quick.splitlines() == ["bin/install stream --count 3", "bash tests/run"]
+
+
+def test_docs_index_lists_every_page():
+    index = open(os.path.join(ROOT, "docs", "README.md")).read()
+    pages = sorted(n for n in os.listdir(os.path.join(ROOT, "docs")) if n.endswith(".md") and n != "README.md")
+    linked = sorted(set(re.findall(r"\]\(([a-z]+\.md)\)", index)))
+    assert linked == pages
