@@ -168,14 +168,17 @@ def test_no_process_and_gone(fake):
 
 
 def test_first_live_pid_decides(fake):
-    fake.netns("a", dev(veth0=(1, 1, 1, 1)))
+    a = fake.netns("a", dev(veth0=(11, 2, 33, 4)))
     fake.process(100, "a")
-    got = NetnsReader(HostFS(fake.root)).read({"k": [4242, 100]})
-    assert got["k"].network is not None
+    got = NetnsReader(HostFS(fake.root)).read({"k": [4242, 100]})["k"]  # 4242 has exited
+    assert got.problem is None and got.netns == a
+    net = got.network
+    assert (net.netns, net.rx_bytes_total, net.rx_packets_total, net.tx_bytes_total, net.tx_packets_total) == \
+        (a, 11, 2, 33, 4)
 
 
 def test_reads_through_another_member_when_one_exits(fake):
-    fake.netns("a", dev(veth0=(1, 1, 1, 1)))
+    a = fake.netns("a", dev(veth0=(11, 2, 33, 4)))
     fake.process(100, "a")
     fake.process(101, "a")
     fs = HostFS(fake.root)
@@ -183,7 +186,10 @@ def test_reads_through_another_member_when_one_exits(fake):
     # 100's net/dev vanishes between the namespace lookup and the read
     os.unlink(os.path.join(fake.root, "proc", "100", "net", "dev"))
     got = reader.read({"k1": [100], "k2": [101]})
-    assert got["k1"].network is not None and got["k2"].network is not None
+    for key in ("k1", "k2"):  # k1's namespace read through 101, the other member
+        net = got[key].network
+        assert (net.netns, net.rx_bytes_total, net.tx_bytes_total, [i.name for i in net.interfaces]) == \
+            (a, 11, 33, ["veth0"]), key
     assert reader.last.net_dev_reads == 2
 
 
