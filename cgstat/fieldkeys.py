@@ -371,6 +371,7 @@ class Event:
     EVIDENCE_NAMED_BY = ("evidence", "named_by")
     EVIDENCE_SOURCE = ("evidence", "source")
     EVIDENCE_KERNEL_SEQ = ("evidence", "kernel_seq")
+    EVIDENCE_KERNEL_TS = ("evidence", "kernel_ts")
     RESOLVES = ("resolves",)
     SINCE = ("since",)
 
@@ -392,6 +393,9 @@ class Exit:
     LIFETIME_SECONDS = ("lifetime_seconds",)
     SAMPLES = ("samples",)
     CPU_SECONDS_TOTAL = ("cpu_seconds_total",)
+    CPU_THROTTLED_SECONDS_TOTAL = ("cpu_throttled_seconds_total",)
+    CPU_THROTTLED_PERIODS_TOTAL = ("cpu_throttled_periods_total",)
+    CPU_PERIODS_TOTAL = ("cpu_periods_total",)
     MEMORY_PEAK_BYTES = ("memory_peak_bytes",)
     MEMORY_PEAK_SOURCE = ("memory_peak_source",)
     OOM_KILLS_TOTAL = ("oom_kills_total",)

@@ -692,6 +692,8 @@ EVENT: Tuple[Field, ...] = (
        required=False, enum=["kernel_log", "counter", "kernel_log+counter"]),
     _f("evidence.kernel_seq", "int", "the kernel log record of the kill (/dev/kmsg sequence number)",
        required=False, minimum=0),
+    _f("evidence.kernel_ts", "str?", "RFC 3339 UTC time of the kernel log record (its monotonic stamp plus the "
+       "boot time); ts is the tick's", required=False, pattern=TS_PATTERN),
     _f("resolves", "str?", "on a resolved notice, the kind whose episode it ends; null otherwise",
        enum=[None] + list(EVENT_KINDS)),
     _f("since", "str?", "when the episode was raised (equal to ts on a raising event)"),
@@ -717,6 +719,12 @@ EXIT: Tuple[Field, ...] = (
     _f("lifetime_seconds", "float?", "from started to last_seen; null when never read", minimum=0),
     _f("samples", "int", "how many of its records cgstat made", minimum=0),
     _f("cpu_seconds_total", "float?", "cpu.usage_seconds_total at its last record", minimum=0),
+    _f("cpu_throttled_seconds_total", "float?", "cpu.throttled_seconds_total at its last record: how long its "
+       "CPU quota held it back", minimum=0),
+    _f("cpu_throttled_periods_total", "int?", "cpu.throttled_periods_total at its last record (of "
+       "cpu_periods_total)", minimum=0),
+    _f("cpu_periods_total", "int?", "cpu.periods_total at its last record: the quota periods it ran in",
+       minimum=0),
     _f("memory_peak_bytes", "int?", "memory.peak (v1 max_usage_in_bytes) at its last record where the kernel "
        "has it, else the highest usage seen, else the OOM report's usage", minimum=0),
     _f("memory_peak_source", "enum", "where memory_peak_bytes comes from",

@@ -400,6 +400,9 @@ class ExitRecord(TypedDict):
     lifetime_seconds: Optional[float]
     samples: int
     cpu_seconds_total: Optional[float]
+    cpu_throttled_seconds_total: Optional[float]
+    cpu_throttled_periods_total: Optional[int]
+    cpu_periods_total: Optional[int]
     memory_peak_bytes: Optional[int]
     memory_peak_source: Optional[str]
     oom_kills_total: Optional[int]

@@ -55,6 +55,15 @@ MAX_RECORDS_PER_READ = 20000  # a log flood is read over several ticks, not in o
 TASK_COMM_LEN = 15  # bytes of a task name the kernel prints (TASK_COMM_LEN 16 with the NUL)
 
 
+def wall_seconds(usec: int) -> float:
+    """The wall time of a record's stamp: the boot's wall time (now less CLOCK_MONOTONIC)
+    plus the stamp. The stamp is the kernel's local_clock, which runs with CLOCK_MONOTONIC
+    (both stop in suspend) but is not slewed by NTP, so on a host up for months the two
+    can drift apart by a few seconds; a record read a tick after it was written is off by
+    much less (`dmesg -T` makes the same conversion, with the same caveat)."""
+    return time.time() - time.monotonic() + usec / 1e6
+
+
 class Record(NamedTuple):
     """One /dev/kmsg record."""
 

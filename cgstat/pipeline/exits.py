@@ -25,11 +25,13 @@ if TYPE_CHECKING:  # the record types are for the type checker only
 
 # a cgroup's running totals, a list indexed by these (one per cgroup, updated in place)
 (_FIRST, _LAST, _SAMPLES, _CPU, _PEAK, _PEAK_SEEN, _OOM, _IO_R, _IO_W, _NET_RX, _NET_TX, _GPU_S,
- _GPU_MEM, _GPU_J, _HAS_GPU, _CONTAINER, _POD, _UNIT, _HOST, _KILLED, _PATHS) = range(21)
-_SIZE = 21
+ _GPU_MEM, _GPU_J, _HAS_GPU, _CONTAINER, _POD, _UNIT, _HOST, _KILLED, _PATHS, _THR_S, _THR_N, _PERIODS) = range(24)
+_SIZE = 24
 _NONE: Dict[str, Any] = {}
 # the record's keys read here (cgstat/fieldkeys.py): the object, then the key in it
 _CPU_OBJ, _K_CPU = C.CPU_USAGE_SECONDS_TOTAL
+_K_THR_S, _K_THR_N = C.CPU_THROTTLED_SECONDS_TOTAL[-1], C.CPU_THROTTLED_PERIODS_TOTAL[-1]
+_K_PERIODS = C.CPU_PERIODS_TOTAL[-1]
 _MEM_OBJ, _K_PEAK = C.MEMORY_PEAK_BYTES
 _K_USAGE, _K_OOM = C.MEMORY_USAGE_BYTES[-1], C.MEMORY_OOM_KILLS_TOTAL[-1]
 _IO_OBJ, _K_IO_R = C.IO_READ_BYTES_TOTAL
@@ -94,6 +96,9 @@ class ExitLedger:
                                cpu_s is not None and row[_CPU] is not None and cpu_s > row[_CPU]):
             row[_KILLED] = False  # it lived on after the kill: not how it ended
         row[_CPU] = _kept(cpu_s, row[_CPU])
+        row[_THR_S] = _kept(finite(cpu.get(_K_THR_S)), row[_THR_S])
+        row[_THR_N] = _kept(finite(cpu.get(_K_THR_N)), row[_THR_N])
+        row[_PERIODS] = _kept(finite(cpu.get(_K_PERIODS)), row[_PERIODS])
         row[_OOM] = _kept(oom, row[_OOM])
         row[_PEAK] = _kept(finite(mem.get(_K_PEAK)), row[_PEAK])
         row[_PEAK_SEEN] = _max(row[_PEAK_SEEN], finite(mem.get(_K_USAGE)))
@@ -151,7 +156,9 @@ def _exit(path: str, row: List[Any], ts: str, host: Any) -> ExitRecord:
         "started": row[_FIRST], "last_seen": row[_LAST], "ended": ts,
         "lifetime_seconds": None if first is None or last is None else round(max(last - first, 0.0), 3),
         "samples": row[_SAMPLES],
-        "cpu_seconds_total": row[_CPU], "memory_peak_bytes": None if peak is None else int(peak),
+        "cpu_seconds_total": row[_CPU], "cpu_throttled_seconds_total": row[_THR_S],
+        "cpu_throttled_periods_total": _int(row[_THR_N]), "cpu_periods_total": _int(row[_PERIODS]),
+        "memory_peak_bytes": None if peak is None else int(peak),
         "memory_peak_source": source,
         "oom_kills_total": None if row[_OOM] is None else int(row[_OOM]),
         "io_read_bytes_total": _int(row[_IO_R]), "io_write_bytes_total": _int(row[_IO_W]),
@@ -174,7 +181,8 @@ def _from_log(path: str, kills: List[Any], ts: str, host: Any) -> ExitRecord:
     return {
         "schema": 1, "type": "exit", "ts": ts, "host": host, "cgroup": path, "unit": last.unit,
         "pod": last.pod, "container": last.container, "started": None, "last_seen": None, "ended": ts,
-        "lifetime_seconds": None, "samples": 0, "cpu_seconds_total": None,
+        "lifetime_seconds": None, "samples": 0, "cpu_seconds_total": None, "cpu_throttled_seconds_total": None,
+        "cpu_throttled_periods_total": None, "cpu_periods_total": None,
         "memory_peak_bytes": max(usages) if usages else None,
         "memory_peak_source": "kernel_log" if usages else None,
         "oom_kills_total": len(kills), "io_read_bytes_total": None, "io_write_bytes_total": None,

@@ -4,7 +4,7 @@ must read from a record, all at once."""
 
 from cgstat import fields
 
-_STRINGS = {"ts": "2026-11-29T20:10:12.807Z", "io.devices[].device": "8:0", "io.limits[].device": "8:0"}
+_STRINGS = {"ts": "2026-11-29T20:10:12.807Z", "evidence.kernel_ts": "2026-11-29T20:10:12.321Z", "io.devices[].device": "8:0", "io.limits[].device": "8:0"}
 
 
 def example(table, path="", same_as=""):

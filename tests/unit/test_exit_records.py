@@ -142,3 +142,18 @@ def test_a_kill_then_figures_gone_before_the_cgroup_still_ended_by_the_kill():
                       pids={"current": 3}))
     (e,) = ledger.end_tick(set(), [], TS[3])
     assert e["ended_by"] == "exit"
+
+
+def test_the_exit_record_has_the_throttling_of_its_last_record():
+    ledger = ExitLedger()
+    for ts, n in zip(TS[:2], (1, 2)):
+        rec = _rec(ts, float(n), 100)
+        rec["cpu"].update(periods_total=100 * n, throttled_periods_total=80 * n, throttled_seconds_total=4.0 * n)
+        ledger.see(rec)
+    rec = _rec(TS[2], 3.0, 100)
+    rec["cpu"].update(periods_total=None, throttled_periods_total=None, throttled_seconds_total=None)
+    ledger.see(rec)  # a record without them keeps the last reading
+    (e,) = ledger.end_tick(set(), [], TS[3])
+    validate(e)
+    assert (e["cpu_throttled_seconds_total"], e["cpu_throttled_periods_total"], e["cpu_periods_total"]) == \
+        (8.0, 160, 200)

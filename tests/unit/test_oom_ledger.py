@@ -258,3 +258,18 @@ def test_a_recorded_host_root_has_no_kernel_log_and_says_nothing():
     finally:
         s.close()
     assert "kmsg" not in err.getvalue()
+
+
+def test_a_kill_from_the_log_carries_the_kernels_own_time():
+    import time
+
+    from cgstat.timestamps import parse_ts
+
+    k = kill(13)
+    usec = int(time.monotonic() * 1e6) - 2_500_000  # logged 2.5 s ago on the kernel's clock
+    k = k._replace(report=k.report._replace(usec=usec))
+    d = EventDetector()
+    d.observe([rec(oom=0)])
+    (e,) = ooms(d.observe([rec(oom=1)], kills=[k]))
+    validate(e)
+    assert abs(parse_ts(e["evidence"]["kernel_ts"]) - (time.time() - 2.5)) < 0.05

@@ -24,9 +24,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Dict, List, Mapping, NamedTuple, Optional
 
+from cgstat.kernel.kmsg import wall_seconds
 from cgstat.naming.kills import NamedKill
 from cgstat.pipeline.events.event import cap, deepest_only, make_event, who
 from cgstat.pipeline.events.window import WindowSample
+from cgstat.timestamps import rfc3339
 from cgstat.units import mib
 
 if TYPE_CHECKING:  # the record types are for the type checker only
@@ -185,6 +187,7 @@ def kill_event(stamp: Mapping[str, Any], k: NamedKill, rise: Optional[Rise],
         "source": "kernel_log" if rise is None else "kernel_log+counter",
         "oom_kills_total": rise.total if rise is not None else oom_kills_total,
         "kernel_seq": rep.seq,
+        "kernel_ts": rfc3339(wall_seconds(rep.usec)),  # the kill's own time; ts is the tick's
     }
     return make_event(stamp, "oom_kill", "critical", cap(msg), evidence, cgroup=cgroup, container=container)
 
