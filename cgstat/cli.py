@@ -583,6 +583,16 @@ def _dump_format(value: str) -> str:
     return value
 
 
+def _replay_format(value: str) -> str:
+    if value not in ("jsonl", "csv", "table"):
+        raise typer.BadParameter(f"{value!r} is not one of jsonl, csv, table")
+    return value
+
+
+def _utc_option() -> bool:
+    return typer.Option(False, "--utc", help="Times in UTC (default: local time, the zone said).")
+
+
 _TIME_HELP = ("ISO 8601 (2026-12-02T03:12, local time without an offset), a time of day (03:12), Unix seconds, "
               "or N s/min/h/d ago")
 
@@ -889,9 +899,12 @@ def replay(
     ctx: typer.Context,
     at: str = typer.Option(..., "--at", metavar="TIME", callback=_time, show_default=False,
                            help=f"The tick at or just before TIME: {_TIME_HELP}."),
+    fmt: str = typer.Option("jsonl", "--format", metavar="FMT", callback=_replay_format,
+                            help="jsonl (as stream wrote it), csv, or table (the time on every row)."),
     store: str = _store_option(),
     output: Optional[str] = _output_option("Append to FILE instead of stdout."),
     match: Optional[str] = _match_option(),
+    utc: bool = _utc_option(),
 ) -> None:
     """Print the records of the tick at TIME exactly as stream wrote them (the last tick at
     or before it); a time the store has no tick for says what the store holds (exit 1)."""
@@ -900,7 +913,7 @@ def replay(
     def job(warn: Callable[[str, str], None]) -> int:
         from cgstat.app.history import replay as run_replay
 
-        return run_replay(store, at, pattern, warn, output)
+        return run_replay(store, at, pattern, warn, output, fmt, utc)
 
     _history(job)
 
@@ -913,20 +926,23 @@ def dump(
     until: Optional[str] = typer.Option(None, "--until", metavar="TIME", callback=_time, show_default=False,
                                         help="The last tick (default: now)."),
     fmt: str = typer.Option("jsonl", "--format", metavar="FMT", callback=_dump_format,
-                            help="jsonl (as stream wrote it), csv, table, or openmetrics (one exposition, "
-                                 "every sample stamped, for promtool tsdb create-blocks-from openmetrics)."),
+                            help="jsonl (as stream wrote it), csv, table (the time on every row; events and "
+                                 "exit records in tables of their own), or openmetrics (one exposition, every "
+                                 "sample stamped, for promtool tsdb create-blocks-from openmetrics)."),
     store: str = _store_option(),
     output: Optional[str] = _output_option("Append to FILE instead of stdout."),
     output_mode: str = _output_mode_option(),
     match: Optional[str] = _match_option(),
+    utc: bool = _utc_option(),
 ) -> None:
-    """Print every tick from --since to --until, in the order recorded."""
+    """Print every tick from --since to --until, in the order recorded: the workloads'
+    records, the events and the exit records (`type: "exit"`, one per workload that ended)."""
     pattern = _pattern(match, ctx)
 
     def job(warn: Callable[[str, str], None]) -> int:
         from cgstat.app.history import dump as run_dump
 
-        return run_dump(store, since, until, fmt, pattern, warn, output, int(output_mode, 8))
+        return run_dump(store, since, until, fmt, pattern, warn, output, int(output_mode, 8), utc)
 
     _history(job)
 
@@ -938,18 +954,20 @@ def events(
                               help=f"From: {_TIME_HELP}."),
     until: Optional[str] = typer.Option(None, "--until", metavar="TIME", callback=_time, show_default=False,
                                         help="To (default: now)."),
-    fmt: str = typer.Option("jsonl", "--format", metavar="FMT", callback=_format,
-                            help="jsonl, table (one line each) or csv."),
+    fmt: str = typer.Option("jsonl", "--format", metavar="FMT", callback=_replay_format,
+                            help="jsonl, table (the events in one table, the exit records in another) or csv."),
     store: str = _store_option(),
     match: Optional[str] = _match_option(),
+    utc: bool = _utc_option(),
 ) -> None:
-    """Print the events of a span in the order they were raised."""
+    """Print the events of a span in the order they were raised, and the exit records
+    (`type: "exit"`: a workload's lifetime totals and how it ended, once, when it is gone)."""
     pattern = _pattern(match, ctx)
 
     def job(warn: Callable[[str, str], None]) -> int:
         from cgstat.app.history import events as run_events
 
-        return run_events(store, since, until, pattern, warn, fmt)
+        return run_events(store, since, until, pattern, warn, fmt, utc=utc)
 
     _history(job)
 

@@ -1162,6 +1162,14 @@ _CSV_RELEASED: Tuple[str, ...] = (
     "gpu.memory_bytes", "gpu.sm_percent", "gpu.devices", "gpu.processes",
     "event.kind", "event.severity", "event.resolves", "event.message",
     "errors",
+    # an event's kernel-log time and an exit record's figures (rows of type "exit": the
+    # identity columns above, the record sections empty)
+    "event.kernel_ts",
+    "exit.started", "exit.last_seen", "exit.ended", "exit.lifetime_seconds", "exit.cpu_seconds_total",
+    "exit.cpu_throttled_seconds_total", "exit.cpu_throttled_periods_total", "exit.cpu_periods_total",
+    "exit.memory_peak_bytes",
+    "exit.memory_peak_source", "exit.oom_kills_total", "exit.io_read_bytes_total", "exit.io_write_bytes_total",
+    "exit.gpu_seconds_total", "exit.ended_by",
 )
 
 
@@ -1177,4 +1185,4 @@ def _csv_columns() -> Tuple[str, ...]:
 
 CSV_COLUMNS = _csv_columns()
 CSV_MADE = ("name", "event.kind", "event.severity", "event.resolves", "event.message", "gpu.devices",
-            "gpu.processes", "errors")  # the columns that are not a record field as is
+            "gpu.processes", "errors", "event.kernel_ts") + tuple(c for c in _CSV_RELEASED if c.startswith("exit."))  # the columns that are not a record field as is

@@ -50,15 +50,25 @@ def _write_lines(sink: Sink, lines: List[str], raw: bool) -> None:
         sink.write([orjson.loads(line) for line in lines])
 
 
-def replay(store: str, at: str, match: Optional[Pattern[str]], warn: Warn, output: Optional[str] = None) -> int:
-    """`cgstat replay --at TIME`: the tick at TIME, as stream wrote it."""
+def history_sink(fmt: str, output: Optional[str], warn: Warn, output_mode: int = 0o600, utc: bool = False) -> Sink:
+    """The sink of a view of the past: its table says when on every row (outputs/history_table.py)."""
+    if fmt == "table":
+        from cgstat.outputs.history_table import history_table_sink
+
+        return history_table_sink(output, output_mode, warn, utc)
     from cgstat.outputs.formats import make_sink
 
+    return make_sink(fmt, output, output_mode, warn)
+
+
+def replay(store: str, at: str, match: Optional[Pattern[str]], warn: Warn, output: Optional[str] = None,
+           fmt: str = "jsonl", utc: bool = False) -> int:
+    """`cgstat replay --at TIME`: the tick at TIME, as stream wrote it (or as a table, CSV)."""
     wall_s = when(at, "--at")
     with StoreReader(store, warn) as reader:
         tick = reader.at(wall_s)
-        sink = make_sink("jsonl", output, warn=warn)
-        return _run(sink, lambda: _write_lines(sink, _matching(tick.lines, match), True))
+        sink = history_sink(fmt, output, warn, utc=utc)
+        return _run(sink, lambda: _write_lines(sink, _matching(tick.lines, match), fmt == "jsonl"))
 
 
 def span_ticks(reader: StoreReader, since: str, until: Optional[str]) -> Iterator[Tick]:
@@ -78,7 +88,7 @@ def span_ticks(reader: StoreReader, since: str, until: Optional[str]) -> Iterato
 
 
 def dump(store: str, since: str, until: Optional[str], fmt: str, match: Optional[Pattern[str]], warn: Warn,
-         output: Optional[str] = None, output_mode: int = 0o600) -> int:
+         output: Optional[str] = None, output_mode: int = 0o600, utc: bool = False) -> int:
     """`cgstat dump`: every tick of a span into the sink of `fmt` (openmetrics: one
     exposition with every sample stamped with its tick's time)."""
     with StoreReader(store, warn) as reader:
@@ -93,9 +103,7 @@ def dump(store: str, since: str, until: Optional[str], fmt: str, match: Optional
                 for piece in exposition([orjson.loads(line) for line in _matching(t.lines, match)] for t in ticks):
                     om_sink.write_bytes(piece)
             return _run(om_sink, write_om)
-        from cgstat.outputs.formats import make_sink
-
-        sink = make_sink(fmt, output, output_mode, warn)
+        sink = history_sink(fmt, output, warn, output_mode, utc)
 
         def write_all() -> None:
             for tick in ticks:
@@ -104,19 +112,29 @@ def dump(store: str, since: str, until: Optional[str], fmt: str, match: Optional
 
 
 def events(store: str, since: str, until: Optional[str], match: Optional[Pattern[str]], warn: Warn,
-           fmt: str = "jsonl", output: Optional[str] = None) -> int:
-    """`cgstat events --since 1h`: the events (and exit records) of a span, in order."""
-    from cgstat.outputs.formats import make_sink
-
+           fmt: str = "jsonl", output: Optional[str] = None, utc: bool = False) -> int:
+    """`cgstat events --since 1h`: the events (and exit records) of a span, in order; as a
+    table, the span's events in one table and its exit records in another."""
     with StoreReader(store, warn) as reader:
         ticks = span_ticks(reader, since, until)
-        sink = make_sink(fmt, output, warn=warn)
+        sink = history_sink(fmt, output, warn, utc=utc)
+        kept: List[str] = []
 
         def write_all() -> None:
             for tick in ticks:
-                lines = [line for line in tick.lines if orjson.loads(line).get("type") in ("event", "exit")]
-                _write_lines(sink, _matching(lines, match), fmt == "jsonl")
+                lines = _matching([line for line in tick.lines if _is_event_or_exit(line)], match)
+                if fmt == "table":
+                    kept.extend(lines)  # one table for the span, its columns laid out over all rows
+                else:
+                    _write_lines(sink, lines, fmt == "jsonl")
+            _write_lines(sink, kept, False)
         return _run(sink, write_all)
+
+
+def _is_event_or_exit(line: str) -> bool:
+    # a stored line is the stream's: `{"schema":1,"type":"...` (cheap test first)
+    return ('"type":"event"' in line or '"type":"exit"' in line) and \
+        orjson.loads(line).get("type") in ("event", "exit")
 
 
 def _run(sink: Sink, job: Callable[[], None]) -> int:

@@ -8,7 +8,8 @@
   IO, percentages with two decimals and "%". A null figure prints "--". MEM USAGE is the
   working set; with no limit the host's memory stands in (as docker does), found from
   `memory.percent`. Events in the batch follow the table, one line each.
-- csv: a header, then one row per cgroup/pod record and per event, always the same fixed
+- csv: a header, then one row per cgroup/pod record, per event and per exit record (its
+  figures in the `exit.*` columns), always the same fixed
   columns (CSV_COLUMNS, dotted names such as `cpu.percent`), so every row has the same
   width whatever the record holds. GPU device records (`type: "gpu"`) are not rows.
 
@@ -126,6 +127,10 @@ def _is_event(record: object) -> bool:
     return isinstance(record, dict) and record.get("type") == "event"
 
 
+def _is_exit(record: object) -> bool:
+    return isinstance(record, dict) and record.get("type") == "exit"
+
+
 def event_line(event: EventRecord) -> str:
     """An event under the table: "! severity kind name: message"."""
     container = event["container"]
@@ -173,13 +178,18 @@ def csv_values(record: JsonObject) -> List[Any]:
     """The CSV_COLUMNS values of one record (cgroup, pod or event): a record field by its
     path (the paths are the field table's), or what the column makes (fields.CSV_MADE)."""
     event = record.get("type") == "event"
+    gone = record.get("type") == "exit"
     values: List[Any] = []
     for col, keys in zip(CSV_COLUMNS, _CSV_KEYS):
         if col == "name":
             v = display_name(cast("CgroupRecord", record)) if not event else (
                 value_at(record, *Cgroup.CONTAINER_NAME) or record.get("cgroup"))
+        elif col == "event.kernel_ts":
+            v = value_at(record, "evidence", "kernel_ts") if event else None
         elif col.startswith("event."):
             v = record.get(col[6:]) if event else None
+        elif col.startswith("exit."):
+            v = record.get(col[5:]) if gone else None
         elif col == "gpu.devices":
             devs = value_at(record, *Cgroup.GPU_DEVICES)
             v = " ".join(str(d) for d in devs) if isinstance(devs, list) else None
@@ -190,7 +200,7 @@ def csv_values(record: JsonObject) -> List[Any]:
             errs = record.get("errors")
             v = ";".join("%s:%s" % (e.get("source"), e.get("error")) for e in errs
                          if isinstance(e, dict)) if errs and isinstance(errs, list) else None
-        elif event and col.split(".")[0] in ("cpu", "memory", "io", "network", "pids", "pressure", "gpu", "pod"):
+        elif (event or gone) and col.split(".")[0] in ("cpu", "memory", "io", "network", "pids", "pressure", "gpu", "pod"):
             v = None
         else:
             v = value_at(record, *keys)
@@ -205,10 +215,10 @@ def csv_header() -> str:
 
 
 def csv_rows(records: Iterable[JsonObject]) -> str:
-    """RFC 4180 rows (CRLF) for the cgroup, pod and event records of a batch."""
+    """RFC 4180 rows (CRLF) for the cgroup, pod, event and exit records of a batch."""
     out = []
     for r in records:
-        if _is_workload(r) or _is_event(r):
+        if _is_workload(r) or _is_event(r) or _is_exit(r):
             out.append(",".join(csv_cell(v) for v in csv_values(r)))
     return "\r\n".join(out) + "\r\n" if out else ""
 

@@ -42,7 +42,7 @@ def parse_time(text: str, now: float) -> float:
     bare = _SPAN.match(low)
     if bare is not None and bare.group(2) in _UNITS:
         return now - parse_span(low)  # "1h": an hour ago
-    if _EPOCH.match(low) and len(low.split(".")[0]) >= 9:
+    if _EPOCH.match(low):  # Unix seconds, of any size (`--since 0`: everything kept)
         return float(low)
     clock = _CLOCK.match(low)
     if clock is not None:  # a time of day: today's, local; yesterday's when that is still to come

@@ -392,6 +392,7 @@ def test_times_and_sizes():
     assert parse_time("2026-12-02T03:12:00Z", now) == T0
     assert parse_time("2026-12-02T05:12:00+02:00", now) == T0
     assert parse_time("1796181120", now) == T0
+    assert parse_time("0", now) == 0.0 and parse_time("86400.5", now) == 86400.5  # Unix seconds, any size
     day = parse_time("03:12", now)
     assert 0 <= now - day < 86400 and time.localtime(day)[3:6] == (3, 12, 0)
     assert parse_span("7d") == 7 * 86400
