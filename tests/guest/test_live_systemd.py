@@ -8,6 +8,8 @@ import time
 
 import pytest
 
+from tests.helpers.waiting import wait_for
+
 UNITS = "/opt/job/src/systemd"
 
 
@@ -22,17 +24,6 @@ def records(text):
 def show(guest, unit, *props):
     r = guest.run(["systemctl", "show", unit, "-p", ",".join(props)], check=True)
     return dict(line.split("=", 1) for line in r.out.splitlines() if "=" in line)
-
-
-def wait_for(guest, what, check, timeout_s=120, every_s=1.0):
-    deadline = time.monotonic() + timeout_s
-    last = None
-    while time.monotonic() < deadline:
-        last = check()
-        if last:
-            return last
-        time.sleep(every_s)
-    raise AssertionError("%s: not within %s s (last: %r)" % (what, timeout_s, last))
 
 
 def journal(guest, unit, since_cursor=None):
@@ -79,8 +70,9 @@ def test_service_is_active_through_ready_and_streams_records(cgstat_service):
     # DynamicUser: a UID of its own, not root
     uid = g.sh("stat -c %%u /proc/%s" % st["MainPID"], check=True).out.strip()
     assert uid != "0"
-    recs = wait_for(g, "records in the journal", lambda: [
-        r for r in records(journal(g, "cgstat.service")) if r.get("type") == "cgroup"])
+    recs = wait_for(lambda: [
+        r for r in records(journal(g, "cgstat.service")) if r.get("type") == "cgroup"],
+        120, every_s=1.0, what="records in the journal")
     cgroups = {r["cgroup"] for r in recs}
     assert "/system.slice/cgstat.service" in cgroups, sorted(cgroups)
     me = [r for r in recs if r["cgroup"] == "/system.slice/cgstat.service"][-1]
@@ -95,10 +87,11 @@ def test_watchdog_restarts_a_hung_agent(cgstat_service):
     before = show(g, "cgstat.service", "MainPID", "NRestarts")
     g.run(["kill", "-STOP", before["MainPID"]], check=True)
     # WatchdogSec=30s, then SIGABRT, RestartSec=5s, and the new agent's READY=1
-    after = wait_for(g, "a restart by the watchdog", lambda: (
+    after = wait_for(lambda: (
         lambda s: s if s["MainPID"] not in ("0", before["MainPID"]) and s["ActiveState"] == "active"
         and int(s["NRestarts"]) > int(before["NRestarts"]) else None)(
-        show(g, "cgstat.service", "MainPID", "NRestarts", "ActiveState")), timeout_s=150, every_s=3)
+        show(g, "cgstat.service", "MainPID", "NRestarts", "ActiveState")), 150, every_s=3,
+        what="a restart by the watchdog")
     assert int(after["NRestarts"]) == int(before["NRestarts"]) + 1
     log = g.run(["journalctl", "-u", "cgstat.service", "--no-pager", "-o", "cat"]).out
     assert "Watchdog timeout" in log, log[-2000:]
@@ -112,12 +105,13 @@ def test_reload_reopens_the_output_after_logrotate(units):
           "  nocompress\n  postrotate\n    systemctl reload cgstat.service\n  endscript\n}\n")
     try:
         g.sh("systemctl daemon-reload && systemctl start cgstat.service", timeout_s=180, check=True)
-        wait_for(g, "ticks in the file", lambda: g.sh(
-            "test $(grep -c journald /var/log/cgstat/cgstat.jsonl) -ge 3").rc == 0)
+        wait_for(lambda: g.sh("test $(grep -c journald /var/log/cgstat/cgstat.jsonl) -ge 3").rc == 0,
+                 120, every_s=1.0, what="ticks in the file")
         g.run(["logrotate", "-f", "/etc/logrotate.d/cgstat-test"], timeout_s=60, check=True)
-        wait_for(g, "ticks in the new file", lambda: g.sh(
+        wait_for(lambda: g.sh(
             "test -f /var/log/cgstat/cgstat.jsonl && "
-            "test $(grep -c journald /var/log/cgstat/cgstat.jsonl) -ge 3").rc == 0)
+            "test $(grep -c journald /var/log/cgstat/cgstat.jsonl) -ge 3").rc == 0,
+            120, every_s=1.0, what="ticks in the new file")
         g.run(["systemctl", "stop", "cgstat.service"], timeout_s=120, check=True)
         old = g.get("/var/log/cgstat/cgstat.jsonl.1").decode()
         new = g.get("/var/log/cgstat/cgstat.jsonl").decode()
@@ -169,7 +163,7 @@ def test_oom_kills_of_removed_transient_units_come_through_the_kmsg_socket(cgsta
                if e.get("type") == "event" and e.get("kind") == "oom_kill"]
         return evs if len([e for e in evs if "cgstat-oomtest" in json.dumps(e)]) >= n else None
 
-    evs = wait_for(g, "%d oom_kill events" % n, events, timeout_s=60, every_s=2)
+    evs = wait_for(events, 60, every_s=2, what="%d oom_kill events" % n)
     ours = [e for e in evs if "cgstat-oomtest" in json.dumps(e)]
     names = sorted({u for e in ours for u in ["cgstat-oomtest-%d.service" % i for i in range(n)]
                     if u in json.dumps(e)})
@@ -183,9 +177,10 @@ def test_serve_answers_scrapes(units):
     g = units
     try:
         g.run(["systemctl", "start", "cgstat-serve.service"], timeout_s=180, check=True)
-        body = wait_for(g, "a scrape", lambda: (lambda r: r.out if r.rc == 0 and
+        body = wait_for(lambda: (lambda r: r.out if r.rc == 0 and
                         "container_cpu_usage_seconds_total" in r.out else None)(
-            g.run(["curl", "-sf", "http://127.0.0.1:17923/metrics"], timeout_s=60)), timeout_s=90)
+            g.run(["curl", "-sf", "http://127.0.0.1:17923/metrics"], timeout_s=60)), 90, every_s=1.0,
+            what="a scrape")
     finally:
         g.run(["systemctl", "stop", "cgstat-serve.service"], timeout_s=120)
     lines = [line for line in body.splitlines() if line.startswith("container_cpu_usage_seconds_total{")]
@@ -206,7 +201,7 @@ def test_the_once_timer_keeps_state_across_two_firings(units):
             return out if out.count("Finished cgstat-once.service") >= 2 or \
                 out.count("Deactivated successfully") >= 2 else None
 
-        out = wait_for(g, "two firings", two, timeout_s=120, every_s=3)
+        out = wait_for(two, 120, every_s=3, what="two firings")
     finally:
         g.sh("systemctl stop cgstat-once.timer; rm -rf /etc/systemd/system/cgstat-once.timer.d; "
              "systemctl daemon-reload")
@@ -236,9 +231,10 @@ def test_the_dynamic_user_names_dockers_containers_from_their_0600_state(cgstat_
         user = show(g, "cgstat.service", "User", "DynamicUser", "AmbientCapabilities")
         assert user["DynamicUser"] == "yes" and "cap_dac_read_search" in user["AmbientCapabilities"], user
         mark = cursor(g)
-        rec = wait_for(g, "the container's record", lambda: [
+        rec = wait_for(lambda: [
             r for r in records(journal(g, "cgstat.service", mark))
-            if r.get("type") == "cgroup" and (r.get("container") or {}).get("id") == cid], timeout_s=90)[-1]
+            if r.get("type") == "cgroup" and (r.get("container") or {}).get("id") == cid],
+            90, every_s=1.0, what="the container's record")[-1]
     finally:
         g.run(["docker", "rm", "-f", "live-dyn"], timeout_s=120)
     c = rec["container"]

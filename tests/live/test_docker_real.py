@@ -39,6 +39,7 @@ import pytest
 
 from tests.helpers import realdocker
 from tests.helpers.contract import ROOT, validate
+from tests.helpers.waiting import wait_for
 
 pytestmark = pytest.mark.realcg
 
@@ -301,14 +302,14 @@ class _Lines:
             return [line for at, line in self.lines if at > t]
 
     def wait_for(self, pred, timeout=60):
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
+        def seen_or_exited():
             with self.lock:
                 if any(pred(line) for _, line in self.lines):
-                    return
-            if self.proc.poll() is not None:
-                break
-            time.sleep(0.05)
+                    return "seen"
+            return "exited" if self.proc.poll() is not None else None
+
+        if wait_for(seen_or_exited, timeout, every_s=0.05) == "seen":
+            return
         raise AssertionError(f"not seen; stderr: {self.proc.stderr.read().decode() if self.proc.poll() is not None else ''}")
 
     def stop(self):

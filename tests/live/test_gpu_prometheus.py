@@ -13,7 +13,8 @@ import pytest
 
 from tests.helpers import nvmldouble as D
 from tests.helpers.contract import ROOT
-from tests.live.test_serve_prometheus import free_port, http_get, query, wait_for
+from tests.helpers.waiting import wait_for
+from tests.live.test_serve_prometheus import free_port, http_get, query
 from tests.unit.test_gpu_prometheus import U0, U1, scenario
 
 PROMETHEUS = shutil.which("prometheus")

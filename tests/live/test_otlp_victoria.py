@@ -20,6 +20,7 @@ import time
 import pytest
 
 from tests.helpers import realcg, synth, victoria
+from tests.helpers.waiting import wait_for
 
 pytest.importorskip("opentelemetry.proto.collector.metrics.v1.metrics_service_pb2")
 
@@ -29,16 +30,6 @@ OUTAGE_S = 120.0
 # a process that worked a little and sleeps: its CPU time and memory stay as they are
 IDLER = ("import time\nt = time.process_time()\nwhile time.process_time() - t < 0.2: pass\n"
          "print('ready', flush=True)\ntime.sleep(3600)\n")
-
-
-def wait_for(predicate, timeout: float, step: float = 0.25):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(step)
-    return None
 
 
 class Setup:
@@ -149,7 +140,7 @@ def test_two_minutes_down_loses_no_sample(setup):
         held = {stamp for series in vm.export(_selector("container.cpu.time", group)) for stamp in series["timestamps"]}
         return written <= held and held
 
-    held = wait_for(caught_up, 60, step=1.0)
+    held = wait_for(caught_up, 60, every_s=1.0)
     if not held:
         held = {stamp for series in vm.export(_selector("container.cpu.time", group)) for stamp in series["timestamps"]}
         missing = sorted(written - held)

@@ -7,6 +7,7 @@ import time
 
 import pytest
 
+from tests.helpers.waiting import wait_for
 from tests.unit.test_cli import V2, _lines_whole, _popen
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="mounting a small tmpfs needs root")
@@ -23,15 +24,6 @@ def small_disk(tmp_path):
         subprocess.run(["umount", str(mnt)], check=False)
 
 
-def _wait(pred, timeout=20):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if pred():
-            return True
-        time.sleep(0.05)
-    return False
-
-
 def test_full_disk_never_leaves_a_partial_line_and_recovers(small_disk):
     out = small_disk / "out.jsonl"
     filler = small_disk / "filler"
@@ -39,7 +31,7 @@ def test_full_disk_never_leaves_a_partial_line_and_recovers(small_disk):
     try:
         # Two ticks' lines: the first batch is whole in the file (a batch is cut back to its
         # start when a later chunk of it fails, so one caught half-written may go)
-        assert _wait(lambda: out.exists() and out.read_bytes().count(b"\n") >= 2 * 34)
+        assert wait_for(lambda: out.exists() and out.read_bytes().count(b"\n") >= 2 * 34, 20, every_s=0.05)
         # fill the disk: the next batches can't fit
         fd = os.open(filler, os.O_WRONLY | os.O_CREAT)
         try:
@@ -56,7 +48,7 @@ def test_full_disk_never_leaves_a_partial_line_and_recovers(small_disk):
         assert len(kept) >= 34 and len(kept) % 34 == 0, len(kept)
         assert out.stat().st_size <= size_full
         filler.unlink()  # space again: the kept batches go out
-        assert _wait(lambda: out.stat().st_size > size_full)
+        assert wait_for(lambda: out.stat().st_size > size_full, 20, every_s=0.05)
     finally:
         proc.send_signal(signal.SIGTERM)
         _, err = proc.communicate(timeout=20)

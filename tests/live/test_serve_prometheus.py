@@ -26,6 +26,8 @@ import urllib.request
 
 import pytest
 
+from tests.helpers.waiting import wait_for
+
 parser = pytest.importorskip("prometheus_client.parser")
 yaml = pytest.importorskip("yaml")
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -51,16 +53,6 @@ def query(prom: str, expr: str) -> dict:
         return json.loads(http_get(url))
     except urllib.error.HTTPError as exc:  # 400/422: a bad expression
         return json.loads(exc.read())
-
-
-def wait_for(predicate, timeout: float, step: float = 0.5):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(step)
-    return None
 
 
 def dashboard_exprs():

@@ -22,6 +22,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers.waiting import wait_for
+
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "bin" / "cgstat-cron"
 
@@ -337,13 +339,6 @@ def test_parent_writable_by_anyone_is_refused_unless_sticky(tmp_path: Path) -> N
 # --- Overlapping runs.
 
 
-def wait_for(path: Path, timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not path.exists():
-        assert time.monotonic() < deadline, f"{path} never appeared"
-        time.sleep(0.02)
-
-
 def test_overlapping_runs_are_serialised_with_flock(tmp_path: Path) -> None:
     if shutil.which("flock") is None:
         pytest.skip("flock(1) not installed")
@@ -352,7 +347,7 @@ def test_overlapping_runs_are_serialised_with_flock(tmp_path: Path) -> None:
         ["/bin/sh", str(SCRIPT)], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
     )
     try:
-        wait_for(tmp_path / "started")
+        wait_for((tmp_path / "started").exists, 10, every_s=0.02, what="the first run started")
         second = run({**env, "CGSTAT_CRON_WAIT": "0"})
         assert second.returncode == 75
         assert "still holds" in one_line(second.stderr)
