@@ -245,42 +245,26 @@ def test_defaults_are_root_only_folders_apart_from_the_service() -> None:
 # --- Refusals: nothing is run, nothing is written through a link.
 
 
-def test_symlinked_output_is_refused_and_target_untouched(tmp_path: Path) -> None:
-    env = env_for(tmp_path, make_stub(tmp_path, STUB_OK))
-    victim = tmp_path / "victim"
-    victim.write_text("precious\n")
-    out = out_file(tmp_path)
-    out.parent.mkdir(mode=0o700)
-    out.symlink_to(victim)
-    proc = run(env)
-    assert proc.returncode == 1
-    assert "symbolic link" in one_line(proc.stderr)
-    assert victim.read_text() == "precious\n"
-    assert not stub_ran(tmp_path)
-
-
-def test_dangling_symlinked_output_creates_nothing(tmp_path: Path) -> None:
-    env = env_for(tmp_path, make_stub(tmp_path, STUB_OK))
-    out = out_file(tmp_path)
-    out.parent.mkdir(mode=0o700)
-    out.symlink_to(tmp_path / "would-be-created")
-    proc = run(env)
-    assert proc.returncode == 1
-    assert not (tmp_path / "would-be-created").exists()
-
-
-@pytest.mark.parametrize("which", ["lock", "state"])
-def test_symlinked_lock_or_state_is_refused(tmp_path: Path, which: str) -> None:
+@pytest.mark.parametrize("which", ["output", "lock", "state"])
+@pytest.mark.parametrize("target_exists", [True, False], ids=["to-a-file", "dangling"])
+def test_symlinked_output_lock_or_state_is_refused(tmp_path: Path, which: str, target_exists: bool) -> None:
+    """Nothing is written through the link: an existing target is left as it was, a missing
+    one is not created."""
     env = env_for(tmp_path, make_stub(tmp_path, STUB_OK))
     state = state_file(tmp_path)
-    state.parent.mkdir(mode=0o700)
-    link = Path(f"{state}.lock") if which == "lock" else state
+    link = {"output": out_file(tmp_path), "lock": Path(f"{state}.lock"), "state": state}[which]
+    link.parent.mkdir(mode=0o700)
     target = tmp_path / "elsewhere"
+    if target_exists:
+        target.write_text("precious\n")
     link.symlink_to(target)
     proc = run(env)
     assert proc.returncode == 1
     assert "symbolic link" in one_line(proc.stderr)
-    assert not target.exists()
+    if target_exists:
+        assert target.read_text() == "precious\n"
+    else:
+        assert not target.exists()
     assert not stub_ran(tmp_path)
 
 

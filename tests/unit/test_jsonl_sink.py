@@ -14,6 +14,22 @@ def _big_records(n, pad=200):
     return [{"schema": 1, "type": "cgroup", "cgroup": f"/g{i}", "x": "y" * pad} for i in range(n)]
 
 
+def _third_write_fails(monkeypatch, err):
+    """os.write raises OSError(err) on its third call and writes the others; the data of
+    every call, in order."""
+    real_write = os.write
+    calls = []
+
+    def write(fd, data):
+        calls.append(bytes(data))
+        if len(calls) == 3:
+            raise OSError(err, os.strerror(err))
+        return real_write(fd, data)
+
+    monkeypatch.setattr(os, "write", write)
+    return calls
+
+
 def _read_all(fd):
     parts = []
     while True:
@@ -120,16 +136,7 @@ def test_records_that_come_one_at_a_time_are_kept_whole_when_a_later_chunk_fails
     expected = b"".join(orjson.dumps(r) + b"\n" for r in records)
     out = tmp_path / "out.jsonl"
     sink = sinks.FileSink(str(out))
-    real_write = os.write
-    calls = []
-
-    def third_chunk_fails(fd, data):
-        calls.append(len(data))
-        if len(calls) == 3:
-            raise OSError(errno.ENOSPC, "No space left on device")
-        return real_write(fd, data)
-
-    monkeypatch.setattr(os, "write", third_chunk_fails)
+    _third_write_fails(monkeypatch, errno.ENOSPC)
     taken = []
 
     def one_at_a_time():
@@ -152,19 +159,11 @@ def test_what_cannot_be_read_back_is_lost_whole_lines_and_the_rest_kept(tmp_path
     lines = [orjson.dumps(r) + b"\n" for r in records]
     out = tmp_path / "out.jsonl"
     sink = sinks.FileSink(str(out))
-    real_write = os.write
-    calls = []
-
-    def third_chunk_fails(fd, data):
-        calls.append(bytes(data))
-        if len(calls) == 3:
-            raise OSError(errno.EIO, "Input/output error")
-        return real_write(fd, data)
+    calls = _third_write_fails(monkeypatch, errno.EIO)
 
     def unreadable(fd, n, offset):
         raise OSError(errno.EIO, "Input/output error")
 
-    monkeypatch.setattr(os, "write", third_chunk_fails)
     monkeypatch.setattr(os, "pread", unreadable)
     with pytest.raises(sinks.SinkError, match="Input/output error"):
         sink.write(iter(records))

@@ -108,9 +108,14 @@ def verify(tmp_path: Path, dropins: dict[str, str] | None = None, unit: Path = U
     return output
 
 
+# the two long-running services; tests/unit/test_serve_unit.py checks what differs for serve
+SERVICES = [UNIT, REPO / "systemd" / "cgstat-serve.service"]
+
+
 @needs_analyze
-def test_verify_passes_without_warnings(tmp_path: Path) -> None:
-    verify(tmp_path)
+@pytest.mark.parametrize("unit", SERVICES, ids=lambda p: p.name)
+def test_verify_passes_without_warnings(tmp_path: Path, unit: Path) -> None:
+    verify(tmp_path, unit=unit)
 
 
 def documented_dropins() -> dict[str, str]:
@@ -137,9 +142,10 @@ def test_documented_drop_in_verifies(tmp_path: Path, name: str) -> None:
 
 
 @needs_analyze
-def test_security_exposure_at_most_2() -> None:
+@pytest.mark.parametrize("unit", SERVICES, ids=lambda p: p.name)
+def test_security_exposure_at_most_2(unit: Path) -> None:
     proc = subprocess.run(
-        [ANALYZE, "security", "--offline=yes", "--no-pager", str(UNIT)],
+        [ANALYZE, "security", "--offline=yes", "--no-pager", str(unit)],
         capture_output=True,
         text=True,
         timeout=60,
