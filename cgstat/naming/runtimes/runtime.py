@@ -1,6 +1,6 @@
 """What a container runtime is to cgstat: the cgroup paths it makes, how its state names a
 container, and whose state it trusts. One module per runtime implements it (docker.py,
-containerd.py, crio.py, podman.py, lxc.py); registry.py lists them in lookup order.
+containerd.py, crio.py, podman.py, lxc.py, slurm.py); registry.py lists them in lookup order.
 
 No I/O here: the interface, and the per-pass context every runtime reads through.
 
