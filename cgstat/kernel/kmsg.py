@@ -1,41 +1,8 @@
-"""The kernel log's OOM-killer reports and the NVIDIA driver's XIDs: /dev/kmsg followed
-without blocking, parsed to the kernel's field order.
-
-Reads /dev/kmsg (Documentation/ABI/testing/dev-kmsg): opened O_NONBLOCK, one read()
-returns one record `PRI,SEQ,USEC,FLAGS[,...];TEXT\\n` (then ` KEY=value` lines); the
-kernel writes every byte of TEXT below 0x20, from 0x7f, and the backslash as `\\xNN`, so a
-record is ASCII and a newline in a message can't start a record. A new follower starts at
-the end (SEEK_END: the backlog is not this run's), after a saved sequence number
-(`once --state`), or at the oldest record keeping only the kills since this process
-started (`stream`: a kill while it was still starting is reported; /proc/self/stat's
-start time). A sequence number that jumps, or EPIPE (our place was overwritten),
-counts the records lost. Only facility 0 is the kernel: what userspace writes to
-/dev/kmsg is LOG_USER or above (devkmsg_write), so no process can forge a report.
-
-What a kill prints (mm/oom_kill.c, mm/memcontrol.c):
-- dump_header, rate-limited to 10 reports per 5 s machine-wide (oom_kill_process's
-  DEFAULT_RATELIMIT): `<comm> invoked oom-killer: gfp_mask=...`, for a memcg OOM
-  `memory: usage <n>kB, limit <n>kB, failcnt <n>` and `Memory cgroup stats for <path>:`,
-  and since 4.19 the summary `oom-kill:constraint=...,oom_memcg=<path>,task_memcg=<path>,
-  task=<comm>,pid=<n>,uid=<n>` (`global_oom` instead of oom_memcg for the global killer);
-  before 4.19 `Task in <path> killed as a result of limit of <path>` and
-  `... out of memory: Kill process <pid> (<comm>) score <n> or sacrifice child`.
-- always, not rate-limited: `Memory cgroup out of memory: Killed process <pid> (<comm>)
-  total-vm:..., anon-rss:<n>kB, file-rss:<n>kB, shmem-rss:<n>kB[, UID:... ]` (`Out of
-  memory:` for the global killer; no prefix before 4.19). In a storm only this line is
-  left: the kill is reported with its process and no cgroup (OomReport.summary False).
-
-What the NVIDIA driver prints for a GPU error (nv_report_error, kernel-open/nvidia):
-`NVRM: Xid (PCI:<domain>:<bus>:<device>): <code>, pid=<PID>, name=<comm>, <details>` (the
-pid and name since driver 470; `pid='<unknown>'` where no process is to blame); a
-`cgstat once --state` run reports those written since the last run (XidReport).
-
-Cgroup names and task names are chosen by users, so a path may hold `,task_memcg=/...`
-or ` killed as a result of limit of `: each line is split at every place the kernel's
-format allows, and only a split consistent with the rest of the report counts (the task's
-cgroup at or below the OOM cgroup, the OOM cgroup as its stats line names it, the task
-name as the `Killed process` line gives it, at most 15 bytes). Two consistent splits
-naming different cgroups leave the kill without a cgroup rather than pick one.
+"""The kernel log, /dev/kmsg (Documentation/ABI/testing/dev-kmsg), followed without
+blocking from a saved place: the OOM killer's reports (mm/oom_kill.c, mm/memcontrol.c) as
+OomReports, the NVIDIA driver's XIDs as XidReports, and the records lost counted. The
+names in a report are chosen by users: a line is read in every split the kernel's format
+allows, and only one consistent with the rest of the report counts.
 """
 
 from __future__ import annotations
@@ -76,7 +43,12 @@ class Record(NamedTuple):
 
 
 def parse_record(raw: bytes) -> Optional[Record]:
-    """A /dev/kmsg record, or None when it isn't one."""
+    """A /dev/kmsg record, or None when it isn't one.
+
+    One read() returns one record, `PRI,SEQ,USEC,FLAGS[,...];TEXT\\n`, then its dictionary
+    (` KEY=value` lines). The kernel writes every byte of TEXT below 0x20, from 0x7f, and
+    the backslash as `\\xNN`, so a record is ASCII and a newline in a message can't start
+    a record."""
     head, sep, rest = raw.partition(b";")
     if not sep:
         return None
@@ -139,6 +111,12 @@ class OomReport(NamedTuple):
 
 
 # -- the lines ----------------------------------------------------------------------------
+# Cgroup and task names are chosen by users, so a path may hold `,task_memcg=/...` or
+# ` killed as a result of limit of `: each line is split at every place the kernel's format
+# allows, and only a split consistent with the rest of the report counts (the task's cgroup
+# at or below the OOM cgroup, the OOM cgroup as its stats line names it, the task name as
+# the `Killed process` line gives it, at most 15 bytes). Two consistent splits naming
+# different cgroups leave the kill without a cgroup rather than pick one.
 
 _BEGIN = re.compile(r" invoked oom-killer: gfp_mask=0x[0-9a-f]+")
 _USAGE = re.compile(r"^memory: usage (\d+)kB, limit (\d+)kB, failcnt \d+$")
@@ -234,6 +212,19 @@ def _kb(value: Optional[str]) -> Optional[int]:
 class OomParser:
     """Kernel records in, OomReports out: a small state machine over one report at a time.
 
+    What a kill prints (mm/oom_kill.c, mm/memcontrol.c):
+    - dump_header, rate-limited to 10 reports per 5 s machine-wide (oom_kill_process's
+      DEFAULT_RATELIMIT): `<comm> invoked oom-killer: gfp_mask=...`, for a memcg OOM
+      `memory: usage <n>kB, limit <n>kB, failcnt <n>` and `Memory cgroup stats for <path>:`,
+      and since 4.19 the summary `oom-kill:constraint=...,oom_memcg=<path>,task_memcg=<path>,
+      task=<comm>,pid=<n>,uid=<n>` (`global_oom` instead of oom_memcg for the global
+      killer); before 4.19 `Task in <path> killed as a result of limit of <path>` and
+      `... out of memory: Kill process <pid> (<comm>) score <n> or sacrifice child`.
+    - always, not rate-limited: `Memory cgroup out of memory: Killed process <pid> (<comm>)
+      total-vm:..., anon-rss:<n>kB, file-rss:<n>kB, shmem-rss:<n>kB[, UID:... ]` (`Out of
+      memory:` for the global killer; no prefix before 4.19). In a storm only this line is
+      left: the kill is reported with its process and no cgroup (OomReport.summary False).
+
     `feed(record)` returns the kill a `Killed process` record completes (or None). The
     lines before it (usage, stats, summary) belong to the report begun by the last
     `invoked oom-killer` line; a `Killed process` line with no summary before it (the
@@ -256,7 +247,9 @@ class OomParser:
 
     def feed(self, record: Record) -> Optional[OomReport]:
         if record.facility != 0:
-            return None  # written by a process, not the kernel
+            # written by a process, not the kernel: what userspace writes to /dev/kmsg is
+            # LOG_USER or above (devkmsg_write), so no process can forge a report
+            return None
         text = record.text
         if _BEGIN.search(text) is not None:
             self._reset()
@@ -373,7 +366,11 @@ _XID_WHO = re.compile(r"pid=(\d+|'?<unknown>'?), name=([^,]*), ?(.*)$")
 
 
 def parse_xid(record: Record) -> Optional[XidReport]:
-    """The XID an `NVRM: Xid` record reports, or None (another record, or not the kernel's)."""
+    """The XID an `NVRM: Xid` record reports, or None (another record, or not the kernel's).
+
+    The driver prints a GPU error (nv_report_error, kernel-open/nvidia) as
+    `NVRM: Xid (PCI:<domain>:<bus>:<device>): <code>, pid=<PID>, name=<comm>, <details>`
+    (the pid and name since driver 470; `pid='<unknown>'` where no process is to blame)."""
     if record.facility != 0 or "NVRM: Xid " not in record.text:
         return None
     m = _XID.search(record.text)
@@ -436,7 +433,9 @@ class KmsgFollower:
     cron run's state). `since_usec` (with neither): start at the oldest record and report
     the kills from that time on (kernel clock, microseconds since boot: `started_usec()`).
     `fd`: /dev/kmsg already open (passed by systemd: checked to be that device, char 1:11,
-    and kept open by close()). Raises KmsgUnavailable when the log can't be opened.
+    and kept open by close()). Raises KmsgUnavailable when the log can't be opened. A
+    sequence number that jumps, or EPIPE (our place was overwritten), counts the records
+    lost.
     """
 
     def __init__(self, path: str = KMSG, after_seq: Optional[int] = None,
