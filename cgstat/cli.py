@@ -972,6 +972,43 @@ def events(
     _history(job)
 
 
+def _story_format(value: str) -> str:
+    if value not in ("text", "json"):
+        raise typer.BadParameter(f"{value!r} is not one of text, json")
+    return value
+
+
+@app.command(cls=_Command, short_help="Tell one workload's life: how it ended, its peaks, events, totals.")
+def story(
+    workload: str = typer.Argument(..., metavar="WORKLOAD",
+                                   help="A container's name or ID prefix, a unit, a pod (name or namespace/name) "
+                                        "or a cgroup path (or its last folder)."),
+    since: Optional[str] = typer.Option(None, "--since", metavar="TIME", callback=_time, show_default=False,
+                                        help=f"Read from (default: all the store holds): {_TIME_HELP}."),
+    until: Optional[str] = typer.Option(None, "--until", metavar="TIME", callback=_time, show_default=False,
+                                        help="Read to (default: now)."),
+    file: Optional[str] = typer.Option(None, "--file", metavar="FILE", callback=_not_empty,
+                                       help="Read a stream's JSON lines (.gz too) instead of the store."),
+    fmt: str = typer.Option("text", "--format", metavar="FMT", callback=_story_format,
+                            help="text (for a person) or json (one object, for tools)."),
+    store: str = _store_option(),
+    utc: bool = _utc_option(),
+) -> None:
+    """Tell one workload's life from the store (or a stream file): a first line saying how
+    it ended ("OOM-killed at 03:12:07 at its 16 GiB limit after growing 1.2 GiB an hour for
+    6 h"), then when it was seen, its limits, the kernel's peaks and counts (sampled figures
+    said as sampled), CPU and throttling, pressure, GPU, IO, each event with its time and its
+    exit record's totals. Several workloads matching are listed (exit 1): name one by its
+    cgroup path, or narrow the span."""
+
+    def job(warn: Callable[[str, str], None]) -> int:
+        from cgstat.app.story import story as tell
+
+        return tell(workload, store, file, since, until, fmt, utc, warn)
+
+    _history(job)
+
+
 def _blame(exc: click_errors.UsageError) -> None:
     """Name where a bad value came from: click names an option's environment variable in
     every error about it, also when the value was given on the command line."""
