@@ -89,3 +89,11 @@ def test_docs_index_lists_every_page():
     pages = sorted(n for n in os.listdir(os.path.join(ROOT, "docs")) if n.endswith(".md") and n != "README.md")
     linked = sorted(set(re.findall(r"\]\(([a-z]+\.md)\)", index)))
     assert linked == pages
+
+
+def test_readme_cites_figures_by_linking_the_bench_table():
+    """Figures live in bench/README.md (what, how measured, figure, date); the README links it."""
+    readme = open(README).read()
+    figures = re.findall(r"\d[\d,.]*\s?(?:ms|µs|s of CPU|MiB|KiB|GiB|MB|KB|GB|bytes a value)\b", readme)
+    assert figures == []
+    assert "](bench/README.md)" in readme
