@@ -97,3 +97,12 @@ def test_readme_cites_figures_by_linking_the_bench_table():
     figures = re.findall(r"\d[\d,.]*\s?(?:ms|µs|s of CPU|MiB|KiB|GiB|MB|KB|GB|bytes a value)\b", readme)
     assert figures == []
     assert "](bench/README.md)" in readme
+
+
+def test_readme_lists_every_command():
+    proc = subprocess.run([sys.executable, "-m", "cgstat", "--help"], capture_output=True, cwd=ROOT,
+                          env={**os.environ, "COLUMNS": "200"})
+    commands = re.findall(r"^  ([a-z]+)  ", proc.stdout.decode().split("Commands:", 1)[1], re.M)
+    table = open(README).read().split("## The commands", 1)[1]
+    listed = re.findall(r"^\| `([a-z]+)` \|", table, re.M)
+    assert len(commands) >= 10 and sorted(listed) == sorted(commands)
