@@ -83,6 +83,10 @@ def run_stream(sampler: Sampler, sinks: Sequence[Sink], interval_s: float, count
     `budget`: the endpoint's metric groups and series budget (None: every series).
     """
     sinks = list(sinks)
+    if log_state is not None:
+        from cgstat.pipeline.logplace import LogPlace
+
+        LogPlace(log_state, None).check()  # a path not ours fails the run before anything is written
     opened: List[Sink] = []
     try:
         for sink in sinks:

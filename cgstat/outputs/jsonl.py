@@ -18,7 +18,7 @@ terminal can block (a reader that stops reading): `stream` writes it from its ow
 (outputs/queued.py), so the tick never waits for it.
 
 The output file is opened the safe way for a root process writing where others may
-write: O_NOFOLLOW (a symlink at the path is refused, never followed), O_NONBLOCK and
+write: through folders no other user can change (safepath.py), O_NOFOLLOW (a symlink at the path is refused, never followed), O_NONBLOCK and
 O_NOCTTY (a FIFO or terminal placed there can't block or become ours), and the opened
 file must be a regular file; a new file is created with mode 0600 (`--output-mode`).
 """
@@ -36,6 +36,7 @@ import orjson
 from cgstat.errors import file_kind, os_reason
 from cgstat.kernel.hostfs import close_quietly
 from cgstat.outputs.sink import NO_INFO, ChunkSink, ReaderGone, SinkError, TickInfo
+from cgstat.safepath import UnsafePath, place
 from cgstat.text import dumps_record, quote
 
 if TYPE_CHECKING:  # the record types are for the type checker only
@@ -90,25 +91,31 @@ _FLAGS = (os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW 
 def open_output(path: str, mode: int = 0o600) -> int:
     """An append descriptor on the regular file `path`, created with `mode` if missing.
 
-    Refuses (SinkError) a symlink, a device, FIFO, socket or folder at the path. lstat first,
-    so that no device is even opened (opening some has side effects), then fstat of what was
-    opened, which also catches a swap between the two.
+    Refuses (SinkError) a symlink, a device, FIFO, socket or folder at the path, a folder on
+    the way that is a link or another user could change (safepath.py), and an existing file
+    of another user's or one others may write beyond `mode`. lstat first, so that no device
+    is even opened (opening some has side effects), then fstat of what was opened, which
+    also catches a swap between the two.
     """
     try:
-        st = os.lstat(path)
-    except FileNotFoundError:
-        st = None
-    except OSError as exc:
-        raise SinkError(f"cannot open {path}: {os_reason(exc)}") from None
-    if st is not None and not stat.S_ISREG(st.st_mode):
-        raise SinkError(f"refusing to write to {path}: {file_kind(st.st_mode)} (cgstat appends only to "
-                        "regular files and writes through no link)")
-    try:
-        fd = os.open(path, _FLAGS, mode)
-    except OSError as exc:
-        if exc.errno == errno.ELOOP:
-            raise SinkError(f"refusing to write to {path}: a symbolic link (cgstat writes through no link)") from None
-        raise SinkError(f"cannot open {path}: {os_reason(exc)}") from None
+        with place(path, "--output") as where:
+            st = where.lstat()
+            if st is not None and not stat.S_ISREG(st.st_mode):
+                raise SinkError(f"refusing to write to {path}: {file_kind(st.st_mode)} (cgstat appends only to "
+                                "regular files and writes through no link)")
+            if st is not None:
+                where.check_owned(st, mode)
+            try:
+                fd = where.open(_FLAGS, mode)
+            except OSError as exc:
+                if exc.errno == errno.ELOOP:
+                    raise SinkError(f"refusing to write to {path}: a symbolic link (cgstat writes through no "
+                                    "link)") from None
+                raise SinkError(f"cannot open {path}: {os_reason(exc)}") from None
+    except UnsafePath as exc:
+        if exc.errno is not None:  # not refused: the system's reason, as for the file itself
+            raise SinkError(f"cannot open {path}: {os.strerror(exc.errno)}") from None
+        raise SinkError(str(exc)) from None
     st = os.fstat(fd)
     if not stat.S_ISREG(st.st_mode):
         os.close(fd)

@@ -7,7 +7,10 @@ marker `{"cgstat":"once-state"` (a state written by cgstat 0.1, before the marke
 recognised by its four keys). Anything else is refused before anything is printed or
 written, leaving the path untouched: a symlink (never followed: cgstat writes through no
 link), a device, FIFO, socket or directory, or a non-empty file without the marker.
-`FILE.lock` follows the same rules (missing, or an empty regular file).
+`FILE.lock` follows the same rules (missing, or an empty regular file), and must be the
+running user's and closed to others (whoever can open a file can flock it): a lock another
+user holds is refused at once, not waited on. Both are reached through folders no other
+user can change (safepath.py); a file of another user's, or one others may write, is refused.
 
 Written atomically (a temporary file in the same folder, created before the run prints
 anything so an unwritable folder fails first, fsync, rename), so a crash or a full disk
@@ -33,6 +36,7 @@ from typing import Any, Dict, Optional, Tuple
 import orjson
 
 from cgstat.atomic import AtomicFile
+from cgstat.safepath import Place, place
 from cgstat.errors import CgstatError, file_kind, os_reason
 from cgstat.pipeline.rates import Counters
 
@@ -47,34 +51,10 @@ class StateError(CgstatError):
     """The state file or its lock can't be used; nothing was written."""
 
 
-def _lstat(path: str, what: str) -> Optional[os.stat_result]:
-    """lstat, None when missing; the real cause when a parent is not a folder."""
-    try:
-        return os.lstat(path)
-    except FileNotFoundError:
-        return None
-    except OSError as exc:
-        raise StateError(f"cannot use {what} {path}: {os_reason(exc)}") from None
-
-
 def _refuse_unless_regular(path: str, st: os.stat_result, what: str) -> None:
     if not stat.S_ISREG(st.st_mode):
         raise StateError(f"refusing {what} {path}: it is {file_kind(st.st_mode)}, not a state file of "
                          "cgstat's (cgstat replaces only its own files and writes through no link)")
-
-
-def make_folder(path: str) -> None:
-    """Create the folder of `path` (0700 for new levels); ENOTDIR named as such."""
-    folder = os.path.dirname(os.path.abspath(path))
-    try:
-        os.makedirs(folder, mode=0o700, exist_ok=True)
-    except FileExistsError:
-        # makedirs says "File exists" when a level is a file: say what it really is.
-        raise StateError(f"cannot create folder {folder}: {os.strerror(errno.ENOTDIR)}") from None
-    except OSError as exc:
-        raise StateError(f"cannot create folder {folder}: {os_reason(exc)}") from None
-    if not os.path.isdir(folder):
-        raise StateError(f"cannot create folder {folder}: {os.strerror(errno.ENOTDIR)}")
 
 
 def _is_ours(data: bytes) -> bool:
@@ -101,7 +81,8 @@ class StateFile:
         self.lock_path = path + ".lock"
         self.lock_wait_s = lock_wait_s
         self._lock_fd: Optional[int] = None
-        self._out = AtomicFile(path, ".cgstat-state-")
+        self._where: Optional[Place] = None
+        self._out: Optional[AtomicFile] = None
         self._data = b""
         self.extras: Dict[str, Any] = {}  # what the previous run kept for events (judge_runs)
         self.kernel_log_seq: Optional[int] = None  # the last kernel log record the previous run read
@@ -110,16 +91,18 @@ class StateFile:
 
     def __enter__(self) -> "StateFile":
         try:
-            self._check(self.path, "--state")
+            # every folder on the way checked (safepath.py), missing ones made 0700
+            where = self._where = place(self.path, "--state", create=True)
+            self._check(where, where.name, self.path, "--state")
             self._read()  # refuse a foreign file before creating anything (the lock)
-            self._check(self.lock_path, "lock file")
-            make_folder(self.path)
+            self._check(where, where.name + ".lock", self.lock_path, "lock file")
             self._lock()
             self._data = self._read()  # again, now that no other run can replace it
-            folder = os.path.dirname(os.path.abspath(self.path))
+            self._out = AtomicFile(self.path, ".cgstat-state-", "--state", where)
             try:
                 self._out.prepare()
             except OSError as exc:
+                folder = os.path.dirname(os.path.abspath(self.path))
                 raise StateError(f"cannot write state in {folder}: {os_reason(exc)}") from None
         except BaseException:
             self.__exit__()
@@ -127,50 +110,62 @@ class StateFile:
         return self
 
     def __exit__(self, *exc) -> None:
-        self._out.discard()
+        if self._out is not None:
+            self._out.discard()
         if self._lock_fd is not None:
             os.close(self._lock_fd)  # closing drops the flock
             self._lock_fd = None
+        if self._where is not None:
+            self._where.close()
 
-    def _check(self, path: str, what: str) -> None:
-        st = _lstat(path, what)
+    @staticmethod
+    def _check(where: Place, name: str, path: str, what: str) -> None:
+        st = where.lstat(name)
         if st is None:
             return
         _refuse_unless_regular(path, st, what)
+        _check_owned(where, st, path, what)
         if what == "lock file" and st.st_size:
             raise StateError(f"refusing lock file {path}: it is not empty, so not a lock of cgstat's")
 
     def _lock(self) -> None:
         path = self.lock_path
+        assert self._where is not None
+        name = self._where.name + ".lock"
         try:
             try:
-                fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | _OPEN_FLAGS, 0o600)
+                fd = self._where.open(os.O_RDWR | os.O_CREAT | os.O_EXCL | _OPEN_FLAGS, 0o600, name)
             except FileExistsError:
-                fd = os.open(path, os.O_RDWR | _OPEN_FLAGS)
+                fd = self._where.open(os.O_RDWR | _OPEN_FLAGS, 0o600, name)
         except OSError as exc:
             raise StateError(f"cannot open lock file {path}: {_why(exc)}") from None
         self._lock_fd = fd
         st = os.fstat(fd)
         _refuse_unless_regular(path, st, "lock file")
+        _check_owned(self._where, st, path, "lock file")
         deadline = time.monotonic() + self.lock_wait_s
         while True:
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
                 return
             except BlockingIOError:
+                # Only root or this user can hold it (ours, 0600): another run of ours.
                 if time.monotonic() > deadline:
                     raise StateError(f"another cgstat holds {path} for over {self.lock_wait_s:.0f} s") from None
                 time.sleep(0.05)
 
     def _read(self) -> bytes:
+        assert self._where is not None
         try:
-            fd = os.open(self.path, os.O_RDONLY | _OPEN_FLAGS)
+            fd = self._where.open(os.O_RDONLY | _OPEN_FLAGS)
         except FileNotFoundError:
             return b""
         except OSError as exc:
             raise StateError(f"cannot read --state {self.path}: {_why(exc)}") from None
         try:
-            _refuse_unless_regular(self.path, os.fstat(fd), "--state")
+            st = os.fstat(fd)
+            _refuse_unless_regular(self.path, st, "--state")
+            _check_owned(self._where, st, self.path, "--state")
             chunks = []
             total = 0
             while total <= _MAX_BYTES:
@@ -227,10 +222,20 @@ class StateFile:
             "kernel_log_seq": kernel_log_seq,  # where the next run reads the kernel log from (this boot)
             "gpu_utilization": gpu_marks or {},  # per GPU: lastSeen, this run's time, the sampling period (µs)
         }
+        assert self._out is not None, "save() inside the with block"
         try:
             self._out.commit(orjson.dumps(obj))
         except OSError as exc:
             raise StateError(f"cannot write state {self.path}: {os_reason(exc)}") from None
+
+
+def _check_owned(where: Place, st: os.stat_result, path: str, what: str) -> None:
+    """Ours, and (a lock) not even readable by others: whoever can open a file can flock it,
+    and a lock held by another user would stall every run."""
+    where.check_owned(st, path=path, what=what)
+    if what == "lock file" and stat.S_IMODE(st.st_mode) & 0o077:
+        raise StateError(f"refusing lock file {path}: other users may open it (mode {stat.S_IMODE(st.st_mode):o}) "
+                         "and so hold the lock; chmod 600 it")
 
 
 def _why(exc: OSError) -> str:

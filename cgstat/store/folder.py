@@ -20,6 +20,7 @@ import stat
 from typing import List, NamedTuple, Optional
 
 from cgstat.errors import CgstatError, file_kind, os_reason
+from cgstat.safepath import UnsafePath, open_folder
 
 MARKER = "CGSTAT-STORE"
 MARKER_TEXT = b"cgstat store 1\n"
@@ -84,17 +85,15 @@ class StoreFolder:
         """The folder at `path`, made when `writing` and missing; StoreError when it can't be
         used (a link, a file, someone else's, a folder that is not a store)."""
         path = os.path.abspath(path)
-        try:
-            st: Optional[os.stat_result] = os.lstat(path)
-        except FileNotFoundError:
-            st = None
-        except OSError as exc:
-            raise StoreError(f"cannot use --store {path}: {os_reason(exc)}") from None
-        if st is None:
-            if not writing:
-                raise StoreError(f"no store at {path} (cgstat record --store {path} makes one)")
-            _make(path)
-            st = os.lstat(path)
+        if writing:
+            st = _made(path)
+        else:
+            try:
+                st = os.lstat(path)
+            except FileNotFoundError:
+                raise StoreError(f"no store at {path} (cgstat record --store {path} makes one)") from None
+            except OSError as exc:
+                raise StoreError(f"cannot use --store {path}: {os_reason(exc)}") from None
         _check(path, st, writing)
         try:
             fd = os.open(path, _DIR_FLAGS)
@@ -196,13 +195,21 @@ class StoreFolder:
             self.fd = -1
 
 
-def _make(path: str) -> None:
-    parent = os.path.dirname(path)
+def _made(path: str) -> os.stat_result:
+    """The store folder's own status, made (0700) when missing, reached through folders no
+    other user can change (safepath.py): root writes the store."""
     try:
-        os.makedirs(parent, mode=0o700, exist_ok=True)
-        os.mkdir(path, 0o700)
-    except FileExistsError:
-        if not os.path.isdir(parent):
-            raise StoreError(f"cannot create --store {path}: {os.strerror(errno.ENOTDIR)}") from None
+        parent = open_folder(os.path.dirname(path), "--store", create=True, shown=path)
+    except UnsafePath as exc:
+        raise StoreError(str(exc)) from None
+    name = os.path.basename(path)
+    try:
+        try:
+            os.mkdir(name, 0o700, dir_fd=parent)
+        except FileExistsError:
+            pass
+        return os.stat(name, dir_fd=parent, follow_symlinks=False)
     except OSError as exc:
         raise StoreError(f"cannot create --store {path}: {os_reason(exc)}") from None
+    finally:
+        os.close(parent)

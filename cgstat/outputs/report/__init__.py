@@ -16,33 +16,38 @@ from cgstat.atomic import write_atomic
 from cgstat.errors import CgstatError, file_kind, os_reason
 from cgstat.outputs.report.accumulate import ReportData, read_stream
 from cgstat.outputs.report.page import GENERATOR, render
+from cgstat.safepath import place
 from cgstat.text import escape_controls
 
 __all__ = ["ReportData", "build_report", "check_output", "read_stream", "render"]
 
 
-def check_output(path: str) -> None:
+def check_output(path: str, what: str = "report -o") -> None:
     """-o replaces only a missing or empty file or an earlier report of cgstat's: never a
-    link, device, FIFO or folder, and never a file of someone else's (a typo as root)."""
-    try:
-        st = os.lstat(path)
-    except FileNotFoundError:
-        return
-    except OSError as exc:
-        raise CgstatError("cannot write %s: %s" % (escape_controls(path), os_reason(exc))) from None
-    if not stat.S_ISREG(st.st_mode):
-        raise CgstatError("refusing to replace %s: it is %s (cgstat replaces only its own reports)"
-                          % (escape_controls(path), file_kind(st.st_mode)))
-    if st.st_size == 0:
-        return
-    try:
-        with open(path, "rb") as f:
-            start = f.read(4096)
-    except OSError as exc:
-        raise CgstatError("cannot write %s: %s" % (escape_controls(path), os_reason(exc))) from None
+    link, device, FIFO or folder, never a file of someone else's (a typo as root, or a file
+    another user left there), and only through folders no other user can change."""
+    shown = escape_controls(path)
+    with place(path, what) as where:
+        st = where.lstat()
+        if st is None:
+            return
+        if not stat.S_ISREG(st.st_mode):
+            raise CgstatError("refusing to replace %s: it is %s (cgstat replaces only its own reports)"
+                              % (shown, file_kind(st.st_mode)))
+        where.check_owned(st)
+        if st.st_size == 0:
+            return
+        try:
+            fd = where.open(os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY)
+            try:
+                start = os.read(fd, 4096)
+            finally:
+                os.close(fd)
+        except OSError as exc:
+            raise CgstatError("cannot write %s: %s" % (shown, os_reason(exc))) from None
     if GENERATOR.encode() not in start:
         raise CgstatError("refusing to replace %s: it is not a report of cgstat's (cgstat replaces only "
-                          "its own reports)" % escape_controls(path))
+                          "its own reports)" % shown)
 
 
 def build_report(input_path: str, output_path: str, title: Optional[str] = None, points: int = 500,
@@ -62,6 +67,6 @@ def build_report(input_path: str, output_path: str, title: Optional[str] = None,
     text = render(d, title or "cgstat report: %s" % os.path.basename(input_path), point_budget)
     try:
         # names and labels may come from root-only runtime state: mode 0600
-        write_atomic(output_path, text.encode("utf-8", "backslashreplace"), ".cgstat-report-")
+        write_atomic(output_path, text.encode("utf-8", "backslashreplace"), ".cgstat-report-", "report -o")
     except OSError as exc:
         raise CgstatError("cannot write %s: %s" % (escape_controls(output_path), exc.strerror or exc)) from None

@@ -39,7 +39,7 @@ class ReportSink(Sink):
         self.data = ReportData(points, max_workloads, max_summary, max_markers)
 
     def open(self) -> None:
-        check_output(self.path)  # a path that can't be replaced fails the run now
+        check_output(self.path, "--output")  # a path that can't be replaced fails the run now
 
     def write(self, records: Iterable[JsonObject], tick: TickInfo = NO_INFO) -> None:
         feed = self.data.feed
@@ -60,7 +60,7 @@ class ReportSink(Sink):
             return
         text = render(self.data, self.title, self.point_budget)
         try:
-            write_atomic(self.path, text.encode("utf-8", "backslashreplace"), ".cgstat-report-")
+            write_atomic(self.path, text.encode("utf-8", "backslashreplace"), ".cgstat-report-", "--output")
         except OSError as exc:
             self._warn("report", "cannot write %s: %s" % (escape_controls(self.path), exc.strerror or exc))
         except CgstatError as exc:
