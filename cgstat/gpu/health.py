@@ -27,7 +27,10 @@ from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from cgstat.fields import CLOCK_EVENT_REASONS
-from cgstat.gpu.nvml import SUCCESS, Gateway, Gpu
+from cgstat.gpu.nvml import Gateway
+from cgstat.gpu.nvml_codes import SUCCESS
+from cgstat.gpu.nvml_device import Gpu
+from cgstat.gpu.nvml_xid import XidEvent
 from cgstat.kernel.sample import Problem
 
 # nvmlClocksEventReason* bits (the same as the older nvmlClocksThrottleReason*), in bit order
@@ -126,14 +129,16 @@ class HealthReader:
         self.clock = clock
         self.slow_s = slow_s
         self._kept: Dict[str, _Kept] = {}  # GPU UUID (or index) -> its state
+        self._widths: Dict[int, int] = {}  # field id -> its value's width in bits, as last read
+        self._persistence_said: set = set()  # GPUs whose persistence mode off was said
 
-    def take_xids(self) -> List[Tuple[Gpu, int]]:
+    def take_xids(self) -> List[XidEvent]:
         """Drain the event set once a tick (never waits); the counts are kept per GPU."""
         arrived = self.gateway.xids()
-        for gpu, code in arrived:
-            kept = self._state(gpu)
+        for event in arrived:
+            kept = self._state(event.gpu)
             kept.xids += 1
-            kept.last_xid = code
+            kept.last_xid = event.code
         return arrived
 
     def forget(self, present: List[str]) -> None:
@@ -169,6 +174,8 @@ class HealthReader:
         if now >= kept.slow_due:
             kept.slow_errors = []
             kept.slow = self._slow(handle, kept.slow_errors, kept.pcie_counters is False)
+            if kept.slow.get("persistence") is False:
+                self._say_persistence_off(gpu)
             kept.slow_due = now + self.slow_s
         mine.extend(kept.slow_errors)
 
@@ -226,6 +233,19 @@ class HealthReader:
             gpm=gpm, errors=tuple(mine))
         return made
 
+    def _say_persistence_off(self, gpu: Gpu) -> None:
+        """Once per GPU: without persistence mode the driver tears the GPU's state down when
+        no client holds it, and every NVML initialisation wakes it again, seconds on real
+        hosts (nvidia-container-toolkit #1053)."""
+        key = self.key(gpu)
+        if key in self._persistence_said or self.gateway.warn is None:
+            return
+        self._persistence_said.add(key)
+        self.gateway.warn("nvml-persistence:" + key,
+                          f"GPU {gpu.index} ({gpu.uuid or 'no UUID'}): persistence mode is off: each NVML "
+                          "initialisation wakes the GPU and can take seconds; turn it on with "
+                          "nvidia-persistenced (or nvidia-smi -pm 1)")
+
     # ---- what is read once per initialisation, and every slow_s ------------------------
 
     def _fixed(self, handle: Any, errors: List[Problem]) -> Dict[str, Any]:
@@ -266,13 +286,16 @@ class HealthReader:
 
     # ---- per tick --------------------------------------------------------------------
 
-    def _fields(self, handle: Any, errors: List[Problem], device: Any) -> Dict[int, Optional[int]]:
+    def _fields(self, handle: Any, errors: List[Problem], device: Any) -> Dict[int, Any]:
         values = self.gateway.field_values(handle, _FIELDS, errors, device)
         if values is None:
             return {}
-        out: Dict[int, Optional[int]] = {}
-        for (field, _), (code, value) in zip(_FIELDS, values):
-            out[field] = value
+        out: Dict[int, Any] = {}
+        widths = self._widths
+        for (field, _), (code, value, bits) in zip(_FIELDS, values):
+            # every field asked for is a whole number (a degree, KiB, bytes), whatever type carries it
+            out[field] = int(value) if isinstance(value, float) else value
+            widths[field] = bits
             if code == _NOT_SUPPORTED:
                 if field not in (_PCIE_TX_BYTES, _PCIE_RX_BYTES):  # those fall back, said there
                     errors.append(Problem("nvmlDeviceGetFieldValues " + _FIELD_NAMES[field], "unsupported",
@@ -282,7 +305,7 @@ class HealthReader:
                                       f"NVML error {code}"))
         return out
 
-    def _pcie_rate(self, kept: _Kept, fields: Dict[int, Optional[int]],
+    def _pcie_rate(self, kept: _Kept, fields: Dict[int, Any],
                    now: float) -> Tuple[Optional[float], Optional[float]]:
         tx, rx = fields.get(_PCIE_TX_BYTES), fields.get(_PCIE_RX_BYTES)
         if tx is None or rx is None:
@@ -294,10 +317,12 @@ class HealthReader:
         kept.pcie_counters = True
         previous = kept.pcie
         kept.pcie = (now, tx, rx)
-        if previous is None or now <= previous[0] or tx < previous[1] or rx < previous[2]:
-            return None, None  # the first read (or a counter reset): no interval yet
+        if previous is None or now <= previous[0]:
+            return None, None  # the first read: no interval yet
         dt = now - previous[0]
-        return (tx - previous[1]) / dt, (rx - previous[2]) / dt
+        sent = _counted(previous[1], tx, self._widths.get(_PCIE_TX_BYTES, 64))
+        received = _counted(previous[2], rx, self._widths.get(_PCIE_RX_BYTES, 64))
+        return (None if sent is None else sent / dt), (None if received is None else received / dt)
 
     def _gpm(self, gpu: Gpu, handle: Any, kept: _Kept, errors: List[Problem],
              gpu_instance: Optional[int] = None) -> Optional[Dict[str, Optional[float]]]:
@@ -344,6 +369,18 @@ def _once(problems: List[Problem]) -> List[Problem]:
             seen.add((p.source, p.error))
             out.append(p)
     return out
+
+
+def _counted(before: Any, after: Any, bits: int) -> Optional[int]:
+    """The bytes a PCIe counter of `bits` counted between two reads. nvml.h says these
+    counters may wrap: a smaller value is one wrap past 2^bits where that makes a step of
+    at most half the range; a larger step back is a reset (a driver reload): unknown."""
+    if after >= before:
+        return int(after - before)
+    if not bits:
+        return None  # a double that went back: nothing to wrap
+    step = int(after) + (1 << bits) - int(before)
+    return step if step <= 1 << (bits - 1) else None
 
 
 def _kib(value: Optional[int]) -> Optional[int]:

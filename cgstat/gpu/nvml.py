@@ -1,12 +1,13 @@
-"""The one NVML gateway: loading pynvml and the driver library, initialisation and the
-symbols this driver has, and the one call wrapper every NVML call goes through.
+"""The one NVML gateway: whether a driver is loaded, loading pynvml and the driver library,
+initialisation and the symbols this driver has, opening the GPUs (again, after one was
+lost), and the per-tick process lists and utilization samples. Every call goes through the
+call wrapper it inherits (nvml_calls.py says what each error costs).
 
 `pynvml` (nvidia-ml-py) is imported, and NVML initialised (`nvmlInit`), on first use only:
-importing cgstat never loads it. `Gateway._call` turns NOT_SUPPORTED and NOT_FOUND into None,
-a missing symbol (an older driver; also `NVMLLibraryMismatchError`, which is not an
-`NVMLError`) into None plus one warning for the life of the process, and any other NVML error
-into a `Problem` on the device it concerns. `read` also remembers NOT_SUPPORTED per device
-until the next initialisation: a board that lacks a counter lacks it for good.
+importing cgstat never loads it. Nothing is loaded at all where the kernel says no NVIDIA
+driver runs (`/proc/driver/nvidia/version` under the host root is absent): Debian's
+libnvidia-ml 535 run as root without the kernel module creates `/dev/nvidiactl`
+(`mknodat`) and looks for `nvidia-modprobe` in `nvmlInit`; a monitoring agent must not.
 
 Versioned symbols are probed once per initialisation, never per call:
 - process lists: `_v3` -> `_v2` -> unversioned (16-byte struct; drivers 430/440), the
@@ -21,9 +22,10 @@ Versioned symbols are probed once per initialisation, never per call:
 - MPS clients: `nvmlDeviceGetMPSComputeRunningProcesses_v3`, else `_v2`;
 - GPM (`nvmlGpm*`, drivers >= 520): present or not.
 
-A lost GPU (GPU_IS_LOST) or a driver reload schedules a re-initialisation after
-`reinit_backoff_s`; no library, driver, GPU or permission: unavailable, `reason` says why,
-tried again every `retry_s`. `clock` (monotonic, back-offs) and `wallclock` (NVML's lastSeen)
+A lost GPU (GPU_IS_LOST, RESET_REQUIRED) is opened again by index after `reinit_backoff_s`,
+the others untouched; a driver gone or changed (DRIVER_NOT_LOADED, LIB_RM_VERSION_MISMATCH)
+re-initialises the library after the same back-off; no library, driver, GPU or permission:
+unavailable, `reason` says why, tried again every `retry_s`. `clock` (monotonic, back-offs) and `wallclock` (NVML's lastSeen)
 can be replaced in tests. Device reads: nvml_device; direct per-tick calls: nvml_direct;
 XIDs: nvml_xid; GPM: nvml_gpm.
 """
@@ -31,24 +33,23 @@ XIDs: nvml_xid; GPM: nvml_gpm.
 from __future__ import annotations
 
 import ctypes
+import os
 import time
-from typing import Any, Callable, Dict, List, Optional, Tuple, Type
+from typing import Any, Callable, Container, Dict, List, Optional, Tuple
 
-from cgstat.gpu.nvml_codes import (DRIVER_NOT_LOADED, FUNCTION_NOT_FOUND, GPU_IS_LOST, LIB_RM_VERSION_MISMATCH,
-                                    LIBRARY_NOT_FOUND, NO_PERMISSION, NOT_FOUND, NOT_SUPPORTED, RESET_REQUIRED,
-                                    SUCCESS, UNINITIALIZED, UNKNOWN)
+from cgstat.gpu.nvml_calls import Calls
+from cgstat.gpu.nvml_codes import DRIVER_NOT_LOADED, LIB_RM_VERSION_MISMATCH, LIBRARY_NOT_FOUND, NO_PERMISSION, NOT_FOUND
 from cgstat.gpu.nvml_device import Devices, Gpu
-from cgstat.gpu.nvml_direct import MEMORY_V2, NATIVE, UTIL_NEW, UTIL_OLD, native_call, process_lister, utilization_reader
+from cgstat.gpu.nvml_direct import MEMORY_V2, UTIL_NEW, UTIL_OLD, process_lister, utilization_reader
 from cgstat.gpu.nvml_gpm import GPM_SUPPORT, GpmSamples
 from cgstat.gpu.utilization import UtilizationMark, average
-from cgstat.gpu.nvml_xid import XidEvents
+from cgstat.gpu.nvml_xid import XidEvent, XidEvents
 from cgstat.kernel.sample import Problem
 
 LIBRARY = "libnvidia-ml.so.1"
-
-# errors after which the library is shut down and initialised again (after the back-off)
-_REINIT_CODES = frozenset((UNINITIALIZED, DRIVER_NOT_LOADED, GPU_IS_LOST, RESET_REQUIRED,
-                           LIB_RM_VERSION_MISMATCH, UNKNOWN))
+# Where the kernel says the NVIDIA driver runs (present only while the module is loaded);
+# CGSTAT_NVIDIA_VERSION_FILE names another file (the NVML test double's tests)
+DRIVER_FILE = "proc/driver/nvidia/version"
 
 # nvidia-ml-py releases that read the process lists with the wrong struct size: PIDs and
 # memory come out shuffled (nvitop #75, gpustat #161; gpustat requires >= 12.535.108)
@@ -91,47 +92,45 @@ def _distribution_version() -> Optional[str]:
         return None  # a vendored or renamed copy: the struct-size check still applies
 
 
-class Gateway:
+class Gateway(Calls):
     def __init__(self, warn: Optional[Callable[[str, str], None]] = None,
                  reinit_backoff_s: float = 30.0, retry_s: float = 60.0,
                  clock: Callable[[], float] = time.monotonic,
-                 wallclock: Callable[[], float] = time.time):
-        self.warn = warn
+                 wallclock: Callable[[], float] = time.time, driver_file: Optional[str] = None):
+        super().__init__(warn, clock)
         self.reinit_backoff_s = reinit_backoff_s
         self.retry_s = retry_s
-        self.clock = clock
         self.wallclock = wallclock
+        self.driver_file = driver_file or driver_version_file("/")
         self.reason: Optional[str] = "NVML not initialised yet"
         self.driver_version: Optional[str] = None
         self.process_symbols: Dict[str, Optional[str]] = {}  # kind -> the C symbol chosen
+        self.process_struct_bytes = 24  # of the _v3 lists: 32 on drivers 535.43-535.86 (see _probe_symbols)
         self.utilization_symbol: Optional[str] = None
-        self.memory_v2 = False
         self.reasons_symbol: Optional[str] = None
         self.mps_symbol: Optional[str] = None
-        self.gpm = False  # the driver has the GPM calls (each GPU still says whether it supports them)
         self.cuda_version: Optional[str] = None  # "12.4": the CUDA version the driver supports
-        self.inits = 0  # successful initialisations (re-inits after a lost GPU included)
-        self._nv: Any = None  # the pynvml module
-        self._errors: Tuple[Type[BaseException], ...] = ()
+        self.inits = 0  # successful initialisations (re-inits after the driver changed included)
+        self.reopened = 0  # GPUs opened again after they were lost
         self._ready = False
         self._next_try = float("-inf")
         self._reinit_at: Optional[float] = None
         self._gpus: List[Gpu] = []
-        self._missing_said: set = set()
         self._marks: Dict[str, UtilizationMark] = {}  # device uuid -> lastSeen and the last call (µs)
         self._process_fns: Dict[str, Optional[Callable[[Any], List[Tuple[int, Optional[int]]]]]] = {}
         self._sampler: Callable[[Any, int], List[Tuple[int, ...]]] = _no_sampler
-        self._unsupported: Dict[Tuple[Any, ...], Problem] = {}  # (handle address, source, args) -> its problem
         self.devices = Devices(self)  # identity and the reads through pynvml's wrappers
         self._xids = XidEvents(self)
         self._gpm_samples = GpmSamples(self)
-        self._natives: Dict[str, Callable[..., Any]] = {}  # source -> the call read() makes
 
     # ---- life cycle -----------------------------------------------------------------
 
     def available(self) -> bool:
-        """Initialise (or re-initialise after a lost GPU) when due; True when NVML can be read."""
+        """Initialise (or re-initialise after the driver went or changed) when due; True when
+        NVML can be read."""
         now = self.clock()
+        if self._ready and self.library_failed is not None and self._reinit_at is None:
+            self._reinit_at = self.library_failed_at + self.reinit_backoff_s
         if self._ready and self._reinit_at is not None and now >= self._reinit_at:
             self._shutdown()
             self._next_try = now
@@ -155,6 +154,11 @@ class Gateway:
 
     def _init(self, now: float) -> None:
         if self._nv is None:
+            if not os.path.exists(self.driver_file):
+                # Not even loaded: an nvmlInit as root would create /dev/nvidiactl (above).
+                self._unavailable(f"NVIDIA driver not loaded ({self.driver_file} absent): "
+                                  f"{LIBRARY} not loaded, so that it creates no /dev/nvidia* node", now)
+                return
             if not _library_loadable():
                 # Most hosts have no NVIDIA driver: say so without importing pynvml (~8 ms of
                 # ctypes declarations per start); its nvmlInit would dlopen the same name.
@@ -167,6 +171,9 @@ class Gateway:
                 return
             self._nv = pynvml
             self._errors = (pynvml.NVMLError, pynvml.NVMLLibraryMismatchError)
+        elif not os.path.exists(self.driver_file):  # unloaded since: no init until it is back
+            self._unavailable(f"NVIDIA driver not loaded ({self.driver_file} absent)", now)
+            return
         nv = self._nv
         try:
             nv.nvmlInit()
@@ -188,10 +195,11 @@ class Gateway:
             return
         self._ready = True
         self._reinit_at = None
+        self.library_failed = None
         self.inits += 1
-        self.driver_version, _ = self._call("nvmlSystemGetDriverVersion", None, nv.nvmlSystemGetDriverVersion)
+        self.driver_version, _ = self.call_nvml("nvmlSystemGetDriverVersion", None)
         self._probe_symbols()
-        count, code = self._call("nvmlDeviceGetCount", None, nv.nvmlDeviceGetCount)
+        count, code = self.call_nvml("nvmlDeviceGetCount", None)
         if count is None:
             self._shutdown()
             self._unavailable(_init_reason(code, "cannot count the GPUs"), now)
@@ -201,28 +209,59 @@ class Gateway:
             self._unavailable("no NVIDIA GPU found (NVML lists none)", now)
             return
         self._gpus = [self._open(i) for i in range(count)]
-        self.cuda_version = _cuda_version(self._call("nvmlSystemGetCudaDriverVersion", None,
-                                                     nv.nvmlSystemGetCudaDriverVersion)[0])
+        self.cuda_version = _cuda_version(self.call_nvml("nvmlSystemGetCudaDriverVersion", None)[0])
         self._xids.watch(self._gpus)
         self.reason = None
 
     def _open(self, index: int) -> Gpu:
-        nv = self._nv
         errors: List[Problem] = []
-        handle, _ = self._call("nvmlDeviceGetHandleByIndex", errors, nv.nvmlDeviceGetHandleByIndex, index)
+        handle, _ = self.call_nvml("nvmlDeviceGetHandleByIndex", errors, index)
         if handle is None:
-            return Gpu(index, None, None, None, errors[0] if errors else
-                       Problem("nvmlDeviceGetHandleByIndex", "unavailable", f"GPU {index} cannot be opened"))
+            gpu = Gpu(index, None, None, None, errors[0] if errors else
+                      Problem("nvmlDeviceGetHandleByIndex", "unavailable", f"GPU {index} cannot be opened"))
+            gpu.retry_at = self.clock() + self.reinit_backoff_s
+            return gpu
         uuid = self.devices.uuid(handle, errors)
         name = self.devices.name(handle, errors)
         lost = [p for p in errors if p.error == "gpu_lost"]
-        return Gpu(index, None if lost else handle, uuid, name, lost[0] if lost else None)
+        gpu = Gpu(index, None if lost else handle, uuid, name, lost[0] if lost else None)
+        if lost:
+            gpu.retry_at = self.clock() + self.reinit_backoff_s
+        return gpu
+
+    def mark_lost(self, gpu: Gpu, errors: List[Problem]) -> None:
+        """After GPU_IS_LOST or RESET_REQUIRED on this GPU: stop calling it, and open it again
+        after the back-off; the other GPUs and the library are untouched."""
+        for p in errors:
+            if p.error == "gpu_lost":
+                gpu.handle = None
+                gpu.problem = p
+                gpu.retry_at = self.clock() + self.reinit_backoff_s
+                return
+
+    def reopen(self, gpu: Gpu) -> bool:
+        """Open a lost GPU again when its back-off is over; True when it is back (the same
+        board: its UUID, where one was known, unchanged)."""
+        if gpu.handle is not None:
+            return True
+        if gpu.retry_at is None or self.clock() < gpu.retry_at:
+            return False
+        fresh = self._open(gpu.index)
+        if fresh.handle is None or (gpu.uuid is not None and fresh.uuid != gpu.uuid):
+            gpu.retry_at = self.clock() + self.reinit_backoff_s
+            if fresh.handle is not None:
+                gpu.problem = Problem("nvmlDeviceGetUUID", "gpu_lost",
+                                      f"GPU {gpu.index} came back as another board ({fresh.uuid})")
+            return False
+        gpu.reopened(fresh)
+        self._xids.watch_one(gpu)
+        self.reopened += 1
+        return True
 
     def _shutdown(self) -> None:
         self._ready = False
         self._gpus = []
-        self._unsupported = {}
-        self._natives = {}
+        self.forget_calls()
         self._gpm_samples.free()
         self._xids.free()
         try:
@@ -233,133 +272,57 @@ class Gateway:
     def _probe_symbols(self) -> None:
         """Pick, once per initialisation, the versioned symbols this driver has."""
         self._process_fns = {}
+        # Drivers 535.43-535.86 fill the _v3 lists with a 32-byte struct (a confidential-
+        # computing memory figure after the instance IDs); nvitop (`api/libnvml.py`) tells
+        # them by their symbols: nvmlDeviceGetConfComputeMemSizeInfo present and
+        # nvmlDeviceGetRunningProcessDetailList (550) absent. Read with a 24-byte stride,
+        # every PID after the first comes out shuffled.
+        self.process_struct_bytes = 24
+        if (self.has(_PROCESS_SYMBOLS["compute"][0]) and self.has("nvmlDeviceGetConfComputeMemSizeInfo")
+                and not self.has("nvmlDeviceGetRunningProcessDetailList")):
+            self.process_struct_bytes = 32
         for kind, names in _PROCESS_SYMBOLS.items():
             chosen = next((n for n in names if self.has(n)), None)
             self.process_symbols[kind] = chosen
             if chosen is None:
-                self._say_missing(names[-1], f"no {kind} processes can be listed")
+                self.say_missing(names[-1], f"no {kind} processes can be listed")
             elif chosen != names[0]:
-                self._say_missing(names[0], f"using {chosen} (an older driver)")
+                self.say_missing(names[0], f"using {chosen} (an older driver)")
             self._process_fns[kind] = self._process_lister(chosen)
         if self.has(UTIL_NEW) and hasattr(self._nv, UTIL_NEW):  # pynvml >= 12.560.30
             self.utilization_symbol = UTIL_NEW
         else:
-            self._say_missing(UTIL_NEW, f"using {UTIL_OLD} (an older driver)")
+            self.say_missing(UTIL_NEW, f"using {UTIL_OLD} (an older driver)")
             self.utilization_symbol = UTIL_OLD if self.has(UTIL_OLD) else None
             if self.utilization_symbol is None:
-                self._say_missing(UTIL_OLD, "no per-process utilization")
+                self.say_missing(UTIL_OLD, "no per-process utilization")
         self._sampler = self._utilization_reader(self.utilization_symbol)
         self.memory_v2 = self.has(MEMORY_V2)
         if not self.memory_v2:
-            self._say_missing(MEMORY_V2, "memory used includes reserved memory and reserved is unknown")
+            self.say_missing(MEMORY_V2, "memory used includes reserved memory and reserved is unknown")
         self.reasons_symbol = self._first(_REASONS, "no clock-event reasons")
         self.mps_symbol = self._first(_MPS, "no MPS clients listed")
         self._process_fns["mps"] = self._process_lister(self.mps_symbol)
         self.gpm = self.has(GPM_SUPPORT)
         if not self.gpm:
-            self._say_missing(GPM_SUPPORT, "no GPM metrics (an older driver)")
+            self.say_missing(GPM_SUPPORT, "no GPM metrics (an older driver)")
 
     def _first(self, names: Tuple[str, ...], none: str) -> Optional[str]:
         """The first of `names` the driver has (the newest first); said once when not the first."""
         chosen = next((n for n in names if self.has(n)), None)
         if chosen is None:
-            self._say_missing(names[-1], none)
+            self.say_missing(names[-1], none)
         elif chosen != names[0]:
-            self._say_missing(names[0], f"using {chosen} (an older driver)")
+            self.say_missing(names[0], f"using {chosen} (an older driver)")
         return chosen
 
-    def has(self, symbol: str) -> bool:
-        try:
-            self._nv._nvmlGetFunctionPointer(symbol)
-            return True
-        except self._errors:
-            return False
-
-    def _say_missing(self, symbol: str, consequence: str) -> None:
-        if symbol in self._missing_said:
-            return
-        self._missing_said.add(symbol)
-        if self.warn is not None:
-            self.warn("nvml-missing:" + symbol, f"NVML has no {symbol}: {consequence}")
-
-    # ---- the one place every call goes through -----------------------------------------
-
-    def _call(self, source: str, errors: Optional[List[Problem]], fn: Callable, *args) -> Tuple[Any, int]:
-        """(value, 0) or (None, NVML return code); NOT_SUPPORTED/NOT_FOUND leave no problem."""
-        try:
-            return fn(*args), SUCCESS
-        except self._errors as exc:
-            return None, self._failed(source, errors, exc)
-
-    def _failed(self, source: str, errors: Optional[List[Problem]], exc: BaseException) -> int:
-        """What a failed call says: its NVML return code, and the problem or warning it leaves."""
-        code = getattr(exc, "value", FUNCTION_NOT_FOUND)  # LibraryMismatch: a missing symbol
-        if code in (NOT_SUPPORTED, NOT_FOUND):
-            return code
-        if code == FUNCTION_NOT_FOUND:
-            self._say_missing(source, "value left null")
-            return code
-        if code in _REINIT_CODES and self._reinit_at is None:
-            self._reinit_at = self.clock() + self.reinit_backoff_s
-        if errors is not None:
-            errors.append(Problem(source, _error_name(code), f"NVML error {code}: {exc}"))
-        return code
-
-    def read(self, source: str, errors: List[Problem], handle: Any, *args: Any, device: Any = None) -> Any:
-        """pynvml's `source`(handle, *args): its value, or None. NOT_SUPPORTED adds an
-        "unsupported" problem, remembered per device until the next initialisation (the call
-        is not made again); other errors are problems as in every call. `device`: what
-        names the device in that memory (default: the handle's address).
-
-        The calls made every tick (_NATIVE) skip pynvml's wrappers: their C symbol is called
-        with output variables made once, which is several times cheaper per call."""
-        if device is None:
-            device = ctypes.cast(handle, ctypes.c_void_p).value
-        if self._unsupported:  # nothing remembered (a board with all it is asked): no key to build
-            known = self._unsupported.get((device, source, args))
-            if known is not None:
-                errors.append(known)
-                return None
-        fn = self._natives.get(source)
-        if fn is None:
-            fn = self._natives[source] = self._native(source)
-        try:  # the call itself, not through _call: a dozen of these per GPU per tick
-            return fn(handle, *args)
-        except self._errors as exc:
-            code = self._failed(source, errors, exc)
-        if code in (NOT_SUPPORTED, FUNCTION_NOT_FOUND):
-            problem = Problem(source, "unsupported", "NVML: not supported on this GPU or driver")
-            self._unsupported[(device, source, args)] = problem
-            errors.append(problem)
-        return None
-
-    def call_direct(self, source: str, errors: List[Problem], handle: Any, *args: Any) -> Tuple[Any, int]:
-        """`source`(handle, *args) as `_call` makes it (nothing remembered), called directly where
-        nvml_direct's NATIVE describes it: the device reads made every tick."""
-        fn = self._natives.get(source)
-        if fn is None:
-            fn = self._natives[source] = self._native(source)
-        try:  # _call's work inlined: several of these per GPU per tick
-            return fn(handle, *args), SUCCESS
-        except self._errors as exc:
-            return None, self._failed(source, errors, exc)
-
     def field_values(self, handle: Any, fields: Tuple[Tuple[int, int], ...], errors: List[Problem],
-                     device: Any = None) -> Optional[List[Tuple[int, Optional[int]]]]:
+                     device: Any = None) -> Optional[List[Tuple[int, Any, int]]]:
         """One nvmlDeviceGetFieldValues call for (field id, scope id) pairs: (its NVML return
-        code, the unsigned value or None) per field, in order; None when the call failed."""
+        code, the value as its valueType says or None, its width in bits) per field, in
+        order; None when the call failed."""
         return self.read("nvmlDeviceGetFieldValues", errors, handle, fields, device=device)
 
-    def _native(self, source: str) -> Callable[..., Any]:
-        """A direct call of `source` where NATIVE describes its outputs, else pynvml's wrapper."""
-        nv = self._nv
-        if source not in NATIVE:
-            return getattr(nv, source)
-        try:
-            fn = nv._nvmlGetFunctionPointer(source)
-        except self._errors:
-            return _missing(nv.NVMLError)  # said as unsupported, as pynvml's wrapper would raise
-        return native_call(source, fn, nv.NVMLError)
 
     def mps_processes(self, handle: Any, errors: List[Problem]) -> List[Tuple[int, Optional[int]]]:
         """(pid, used memory) of the MPS clients on the device ([] without MPS or the call)."""
@@ -367,8 +330,8 @@ class Gateway:
 
     # ---- XIDs and GPM (nvml_xid, nvml_gpm) -------------------------------------------
 
-    def xids(self) -> List[Tuple[Gpu, int]]:
-        """The XIDs that arrived since the last call: (GPU, XID code), oldest first. Never waits."""
+    def xids(self) -> List[XidEvent]:
+        """The XIDs that arrived since the last call, oldest first. Never waits."""
         return self._xids.drain(self._gpus) if self._ready else []
 
     def gpm_supported(self, handle: Any, errors: List[Problem]) -> bool:
@@ -391,12 +354,14 @@ class Gateway:
             return fn(handle)
         except self._errors as exc:
             symbol = self.mps_symbol if kind == "mps" else self.process_symbols[kind]
-            self._failed(symbol or kind, errors, exc)
+            self.failed(symbol or kind, errors, exc)
             return []
 
-    def process_utilization(self, handle: Any, key: str,
-                            errors: List[Problem]) -> Optional[Dict[int, Tuple[Any, Any, Any, Any]]]:
-        """pid -> (sm, mem, enc, dec) %, averaged over the time since the previous call.
+    def process_utilization(self, handle: Any, key: str, errors: List[Problem],
+                            pids: Container[int]) -> Optional[Dict[int, Tuple[Any, Any, Any, Any]]]:
+        """pid -> (sm, mem, enc, dec) %, averaged over the time since the previous call, from
+        the samples of the processes in `pids` (the device's process lists) that can be
+        trusted (utilization.trusted).
 
         {} when no process was busy (NOT_FOUND: idle, 0 %); None where NVML cannot measure it
         (MIG, unsupported, or an error, which is in `errors`). `key` (the device's UUID) keeps
@@ -416,7 +381,7 @@ class Gateway:
                 self._marks[key] = mark._replace(called_us=now)
                 return {}
             return None
-        usage, self._marks[key] = average(samples, mark, now)
+        usage, self._marks[key] = average(samples, mark, now, pids)
         return usage
 
     def utilization_marks(self) -> Dict[str, List[Any]]:
@@ -441,32 +406,12 @@ class Gateway:
         """The process-list call for `symbol` (nvml_direct)."""
         if symbol is None:
             return None
-        return process_lister(symbol, self._nv._nvmlGetFunctionPointer(symbol), self._nv.NVMLError)
-
-    # ---- for nvml_device, nvml_xid and nvml_gpm: pynvml's wrappers, through _call() ---------------
-
-    def call_nvml(self, source: str, errors: Optional[List[Problem]], *args: Any) -> Tuple[Any, int]:
-        """pynvml's wrapper `source`(*args) through the one call wrapper."""
-        return self._call(source, errors, getattr(self._nv, source), *args)
-
-
-def _missing(error: Any) -> Callable[..., Any]:
-    """The call of a symbol this driver lacks: FunctionNotFound every time."""
-    def missing(*args: Any) -> Any:
-        raise error(FUNCTION_NOT_FOUND)
-    return missing
+        wide = self.process_struct_bytes == 32 and symbol.endswith("_v3")
+        return process_lister(symbol, self._nv._nvmlGetFunctionPointer(symbol), self._nv.NVMLError, wide)
 
 
 def _no_sampler(handle: Any, last: int) -> Any:  # pragma: no cover - never called (no symbol)
     raise NotImplementedError
-
-
-def _error_name(code: int) -> str:
-    if code == GPU_IS_LOST:
-        return "gpu_lost"
-    if code == NO_PERMISSION:
-        return "permission_denied"
-    return "read_failed"
 
 
 def _cuda_version(value: Optional[int]) -> Optional[str]:
@@ -474,6 +419,11 @@ def _cuda_version(value: Optional[int]) -> Optional[str]:
     if not value:
         return None
     return f"{value // 1000}.{value % 1000 // 10}"
+
+
+def driver_version_file(host_root: str) -> str:
+    """The file whose presence says the NVIDIA kernel module is loaded, under `host_root`."""
+    return os.environ.get("CGSTAT_NVIDIA_VERSION_FILE") or os.path.join(host_root, DRIVER_FILE)
 
 
 def _library_loadable() -> bool:

@@ -9,14 +9,12 @@ the ones made every tick directly (nvml_direct), the others through pynvml's wra
 from __future__ import annotations
 
 import ctypes
-from typing import TYPE_CHECKING, Any, List, Optional, Tuple
+from typing import Any, List, Optional, Tuple
 
-from cgstat.gpu.nvml_codes import NOT_SUPPORTED
+from cgstat.gpu.nvml_calls import Calls
+from cgstat.gpu.nvml_codes import INVALID_ARGUMENT, NOT_SUPPORTED
 from cgstat.gpu.nvml_direct import MEMORY_V2
 from cgstat.kernel.sample import Problem
-
-if TYPE_CHECKING:  # pragma: no cover
-    from cgstat.gpu.nvml import Gateway
 
 # nvml.h
 _TEMPERATURE_GPU = 0  # NVML_TEMPERATURE_GPU
@@ -26,7 +24,7 @@ _MIG_ENABLE = 1  # NVML_DEVICE_MIG_ENABLE
 class Gpu:
     """One full GPU as enumerated at initialisation (handles stay valid until shutdown)."""
 
-    __slots__ = ("index", "handle", "uuid", "name", "problem", "address", "xid_problem")
+    __slots__ = ("index", "handle", "uuid", "name", "problem", "address", "xid_problem", "retry_at")
 
     def __init__(self, index: int, handle: Any, uuid: Optional[str], name: Optional[str],
                  problem: Optional[Problem]):
@@ -38,12 +36,19 @@ class Gpu:
         # the handle's address: how an event names its GPU
         self.address = None if handle is None else ctypes.cast(handle, ctypes.c_void_p).value
         self.xid_problem: Optional[Problem] = None  # why XIDs are not watched on this GPU
+        self.retry_at: Optional[float] = None  # lost: when to open it again (monotonic s)
+
+    def reopened(self, fresh: "Gpu") -> None:
+        """Back after it was lost: the new handle of the same board."""
+        self.handle, self.address, self.problem, self.retry_at = fresh.handle, fresh.address, None, None
+        if self.uuid is None:
+            self.uuid, self.name = fresh.uuid, fresh.name
 
 
 class Devices:
     """The reads of one device handle (a GPU or a MIG device) through the gateway."""
 
-    def __init__(self, gateway: Gateway):
+    def __init__(self, gateway: Calls):
         self._gateway = gateway
         self._call = gateway.call_nvml
         self._direct = gateway.call_direct  # the reads made every tick (nvml_direct's NATIVE)
@@ -54,14 +59,6 @@ class Devices:
             errors.append(gpu.problem or Problem("nvml", "unavailable", f"GPU {gpu.index} not opened"))
             return True
         return False
-
-    def mark_lost(self, gpu: Gpu, errors: List[Problem]) -> None:
-        """After a GPU_IS_LOST on this GPU: stop calling it until the re-initialisation."""
-        for p in errors:
-            if p.error == "gpu_lost":
-                gpu.handle = None
-                gpu.problem = p
-                return
 
     def uuid(self, handle: Any, errors: List[Problem]) -> Optional[str]:
         return self._call("nvmlDeviceGetUUID", errors, handle)[0]
@@ -104,7 +101,12 @@ class Devices:
         most, _ = self._call("nvmlDeviceGetMaxMigDeviceCount", errors, handle)
         found = []
         for slot in range(most or 0):
-            h, _ = self._call("nvmlDeviceGetMigDeviceHandleByIndex", errors, handle, slot)
-            if h is not None:  # NOT_FOUND: an empty slot
+            # An empty slot answers NOT_FOUND or INVALID_ARGUMENT, depending on the driver:
+            # dcgm-exporter (`nvmlprovider/provider.go`) takes both as "no instance here"
+            empty: List[Problem] = []
+            h, code = self._call("nvmlDeviceGetMigDeviceHandleByIndex", empty, handle, slot)
+            if h is not None:
                 found.append((slot, h))
+            elif code != INVALID_ARGUMENT:
+                errors.extend(empty)
         return found

@@ -21,6 +21,7 @@ _VALUE_NOT_AVAILABLE = 0xFFFFFFFFFFFFFFFF  # usedGpuMemory "not available"
 # The driver's structs, read as bytes (native order: the driver's own)
 _PROCESS_V1 = struct.Struct("=I4xQ")  # nvmlProcessInfo_v1_t: pid, usedGpuMemory (16 bytes)
 _PROCESS_V2 = struct.Struct("=I4xQ8x")  # _v2/_v3: and gpuInstanceId, computeInstanceId, unread (24 bytes)
+_PROCESS_V3_WIDE = struct.Struct("=I4xQ16x")  # _v3 of drivers 535.43-535.86: and usedGpuCcProtectedMemory (32)
 _SAMPLE_V1 = struct.Struct("=I4xQIIII")  # nvmlProcessUtilizationSample_t: pid, timeStamp, sm, mem, enc, dec (32)
 _SAMPLE_INFO = struct.Struct("=QIIIIIII4x")  # nvmlProcessUtilizationInfo_v1_t: timeStamp, pid, sm, mem, enc,
 #                                               dec, jpg, ofa (40)
@@ -56,6 +57,12 @@ NATIVE: Dict[str, Any] = {
 }
 _FIELD_VALUE = struct.Struct("=IIqqIiQ")  # nvmlFieldValue_t: fieldId, scopeId, timestamp, latencyUsec,
 #                                           valueType, nvmlReturn, value (40 bytes)
+_FIELD_ROW = struct.Struct("=16x8xIi8s")  # valueType, nvmlReturn, the value union's 8 bytes
+# nvmlValue_t read as its valueType says (nvml.h `nvmlValueType_t`): the driver writes only
+# the member it names, so the rest of the union is whatever the buffer held; (layout, bits)
+_VALUE_TYPES = {0: (struct.Struct("=d"), 0), 1: (struct.Struct("=I4x"), 32), 2: (struct.Struct("=Q"), 64),
+                3: (struct.Struct("=Q"), 64), 4: (struct.Struct("=q"), 64), 5: (struct.Struct("=i4x"), 32),
+                6: (struct.Struct("=H6x"), 16)}
 
 
 class _UtilizationInfo(ctypes.Structure):
@@ -124,11 +131,13 @@ def _struct_call(out: StructOut, fn: Any, error: Any) -> Callable[..., Tuple[int
     return filled
 
 
-def _field_values_call(fn: Any, error: Any) -> Callable[..., List[Tuple[int, Optional[int]]]]:
-    """nvmlDeviceGetFieldValues with the nvmlFieldValue_t array read as bytes (unsigned values)."""
+def _field_values_call(fn: Any, error: Any) -> Callable[..., List[Tuple[int, Any, int]]]:
+    """nvmlDeviceGetFieldValues with the nvmlFieldValue_t array read as bytes: per field
+    (nvmlReturn, the value as its valueType says or None, the value's width in bits: 0 for a
+    double, a counter of 32 bits wraps at 2^32)."""
     made: Dict[Tuple[Tuple[int, int], ...], Tuple[bytes, Any, Any]] = {}  # fields -> request, buffer, count
 
-    def call(handle: Any, fields: Tuple[Tuple[int, int], ...]) -> List[Tuple[int, Optional[int]]]:
+    def call(handle: Any, fields: Tuple[Tuple[int, int], ...]) -> List[Tuple[int, Any, int]]:
         kept = made.get(fields)
         if kept is None:
             request = b"".join(_FIELD_VALUE.pack(f, scope, 0, 0, 0, 0, 0) for f, scope in fields)
@@ -138,8 +147,18 @@ def _field_values_call(fn: Any, error: Any) -> Callable[..., List[Tuple[int, Opt
         ret = fn(handle, count, buf)
         if ret:
             raise error(ret)
-        return [(row[5], row[6] if row[5] == SUCCESS else None) for row in _FIELD_VALUE.iter_unpack(memoryview(buf))]
+        out: List[Tuple[int, Any, int]] = []
+        for kind, code, raw in _FIELD_ROW.iter_unpack(memoryview(buf)):
+            typed = _VALUE_TYPES.get(kind)
+            if code != SUCCESS or typed is None:
+                out.append((code if typed is not None else code or _UNKNOWN_TYPE, None, 0))
+            else:
+                out.append((code, typed[0].unpack(raw)[0], typed[1]))
+        return out
     return call
+
+
+_UNKNOWN_TYPE = 999  # a valueType nvml.h does not define: the value is not read
 
 
 class _Room:
@@ -211,7 +230,8 @@ def utilization_reader(symbol: str, fn: Any, error: Any) -> Callable[[Any, int],
     return old
 
 
-def process_lister(symbol: str, fn: Any, error: Any) -> Callable[[Any], List[Tuple[int, Optional[int]]]]:
+def process_lister(symbol: str, fn: Any, error: Any,
+                   wide: bool = False) -> Callable[[Any], List[Tuple[int, Optional[int]]]]:
     """The process-list call `symbol` (function pointer `fn`): NVML's two-call protocol (one
     call once the kept buffer has room), the structs (24 bytes for _v2/_v3, 16 for the
     unversioned call, which pynvml has no wrapper for) read as bytes, only pid and memory:
@@ -219,7 +239,8 @@ def process_lister(symbol: str, fn: Any, error: Any) -> Callable[[Any], List[Tup
     # the driver's layouts (notes/nvml.md): pid @0, usedGpuMemory @8, and for _v2/_v3
     # the MIG instance IDs @16 and @20; read as bytes (pynvml's struct classes convert
     # every field they hand out, which cost ~1 ms a tick at 400 processes)
-    layout = _PROCESS_V2 if symbol.endswith(("_v2", "_v3")) else _PROCESS_V1
+    # (`wide`: the 32-byte _v3 struct of drivers 535.43-535.86)
+    layout = _PROCESS_V3_WIDE if wide else _PROCESS_V2 if symbol.endswith(("_v2", "_v3")) else _PROCESS_V1
     room = _Room(layout.size)
     count = ctypes.c_uint(0)
     count_ref = ctypes.byref(count)

@@ -3,22 +3,25 @@ device or MIG instance (`nvmlGpmSampleAlloc`, `nvmlGpmSampleGet`, `nvmlGpmMigSam
 `nvmlGpmSampleFree`), the metrics between them (`nvmlGpmMetricsGet`, called directly with one
 reused `nvmlGpmMetricsGet_t`, read as bytes), per-GPU support (`nvmlGpmQueryDeviceSupport`). Every call goes
 through the gateway.
+
+nvml.h: two samples must be at least 100 ms apart. A reading sooner than that after the
+previous sample takes none (the metrics are null, the problem says why) and keeps the
+previous one: at --interval 0.1 GPM is measured every other tick.
 """
 
 from __future__ import annotations
 
 import ctypes
 import struct
-from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
+from cgstat.gpu.nvml_calls import Calls
 from cgstat.gpu.nvml_codes import SUCCESS
 from cgstat.kernel.sample import Problem
 
-if TYPE_CHECKING:  # pragma: no cover
-    from cgstat.gpu.nvml import Gateway
-
 GPM_SUPPORT = "nvmlGpmQueryDeviceSupport"
 _GPM_METRICS_GET_VERSION = 1
+MIN_APART_S = 0.1  # nvml.h: GPM samples closer than 100 ms give no metrics
 
 
 class _GpmMetric(ctypes.Structure):
@@ -54,8 +57,9 @@ def _address(sample: Any) -> int:
 class GpmSamples:
     """The GPM samples of one initialisation, by key (a GPU, or a GPU and a MIG instance)."""
 
-    def __init__(self, gateway: Gateway):
+    def __init__(self, gateway: Calls):
         self._gateway = gateway
+        self._taken: Dict[Any, float] = {}  # key -> when its previous sample was taken (monotonic s)
         # key -> [(previous sample, its address), (spare sample, its address)]: the address
         # is what nvmlGpmMetricsGet_t holds, taken once (ctypes.cast is a foreign call)
         self._samples: Dict[Any, List[Tuple[Any, int]]] = {}
@@ -90,6 +94,11 @@ class GpmSamples:
             first = True
         else:
             first = False
+            taken_s = self._taken.get(key)
+            if taken_s is not None and self._gateway.clock() - taken_s < MIN_APART_S:
+                errors.append(Problem("nvmlGpmSampleGet", "unavailable",
+                                      "GPM samples must be at least 100 ms apart (nvml.h): measured every other tick"))
+                return None
         (previous, previous_at), (spare, spare_at) = samples
         if gpu_instance is None:
             taken, _ = self._gateway.call_direct("nvmlGpmSampleGet", errors, handle, spare)
@@ -100,6 +109,7 @@ class GpmSamples:
             for sample, _ in samples:
                 call("nvmlGpmSampleFree", None, sample)
             return None
+        self._taken[key] = self._gateway.clock()
         samples.reverse()  # the new sample is the next call's previous one
         if first:
             return None
@@ -123,3 +133,4 @@ class GpmSamples:
             for sample, _ in samples:
                 call("nvmlGpmSampleFree", None, sample)
         self._samples = {}
+        self._taken = {}

@@ -22,7 +22,8 @@ from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, NamedTuple, Optional, Tuple
 
 from cgstat.gpu.health import MIG_HEALTH, DeviceHealth, HealthReader
-from cgstat.gpu.nvml import Gateway, Gpu
+from cgstat.gpu.nvml import Gateway
+from cgstat.gpu.nvml_device import Gpu
 from cgstat.kernel.sample import Problem
 
 
@@ -69,6 +70,8 @@ class Xid:
     gpu_index: int
     gpu_uuid: Optional[str]
     code: int
+    gpu_instance_id: Optional[int] = None  # MIG: the GPU instance the XID concerns (None: the whole GPU)
+    compute_instance_id: Optional[int] = None
 
 
 @dataclass(frozen=True)
@@ -80,6 +83,7 @@ class GpuSnapshot:
     xids: Tuple[Xid, ...] = ()  # arrived since the previous reading, oldest first
     driver_version: Optional[str] = None
     cuda_version: Optional[str] = None
+    late: bool = False  # the GPU read missed the tick's deadline (gpu/beside.py): devices carry no figure
 
 
 _IDLE = (0, 0, 0, 0)
@@ -103,8 +107,11 @@ class GpuReader:
         devices: List[GpuDevice] = []
         processes: List[GpuProcess] = []
         gpus = gateway.gpus()
-        xids = tuple(Xid(g.index, g.uuid, code) for g, code in self.health.take_xids())
+        xids = tuple(Xid(e.gpu.index, e.gpu.uuid, e.code, e.gpu_instance_id, e.compute_instance_id)
+                     for e in self.health.take_xids())
         for gpu in gpus:
+            if gpu.handle is None:
+                gateway.reopen(gpu)  # lost: opened again once its back-off is over
             _read_gpu(gateway, self.health, gpu, devices, processes)
         self.health.forget([self.health.key(g) for g in gpus])
         return GpuSnapshot(True, None, tuple(devices), tuple(processes), xids, gateway.driver_version,
@@ -135,24 +142,24 @@ def _read_gpu(gw: Gateway, health: HealthReader, gpu: Gpu, devices: List[GpuDevi
     mine: List[GpuProcess] = []
     migs: List[GpuDevice] = []
     if mig:
+        # Per instance only: nvml.h says the parent's process list needs privileges the
+        # agent's unit does not have (NO_PERMISSION every tick), and dcgm-exporter
+        # (`nvmlprovider/provider.go`) reads per GPU instance only too.
         for slot, mh in reads.mig_devices(h, errors):
             _read_mig(gw, health, gpu, slot, mh, migs, mine)
-        seen = {p.pid for p in mine}
-        # the parent lists every instance's processes: add only what no MIG device listed
-        for pid, mem, kind in _listed(gw, h, errors):
-            if pid not in seen:
-                mine.append(_new(GpuProcess, (pid, gpu.index, gpu.uuid, kind, mem) + _UNMEASURED))
     else:
         lists = _lists(gw, h, errors)
         if lists:
-            usage = gw.process_utilization(h, gpu.uuid or str(gpu.index), errors)
+            usage = gw.process_utilization(h, gpu.uuid or str(gpu.index), errors,
+                                           {pid for rows in lists for pid, _ in rows})
             figures, none = ({}, _UNMEASURED) if usage is None else (usage, _IDLE)
             _made(mine, lists, gpu.index, gpu.uuid, figures, none)
     if errors or health_errors:  # no problem (the usual tick): nothing to scan for a lost GPU
         if any(p.error == "gpu_lost" for p in health_errors):
             errors.extend(p for p in health_errors if p.error == "gpu_lost")
-        reads.mark_lost(gpu, errors)
+        gw.mark_lost(gpu, errors)
         errors = _one_lost(errors)
+        gw.count_errors(gpu.uuid or str(gpu.index), errors)
         if gpu.handle is None:  # lost during this reading: its health figures are not to be trusted
             dev_health = DeviceHealth()
     made = _bare(GpuDevice)

@@ -18,7 +18,7 @@ docs/gpu.md says what that means for long intervals.
 from __future__ import annotations
 
 from operator import itemgetter
-from typing import Any, Dict, List, NamedTuple, Optional, Sequence, Tuple, cast
+from typing import Any, Container, Dict, List, NamedTuple, Optional, Sequence, Tuple, cast
 
 MAX_PERIOD_US = 1_000_000  # nvidia-smi's longest documented sampling period
 _STAMP = itemgetter(1)  # a sample's timeStamp
@@ -60,10 +60,26 @@ def _median(values: List[int]) -> int:
     return values[len(values) // 2]
 
 
-def average(samples: Sequence[Tuple[int, ...]], mark: UtilizationMark,
-            now_us: int) -> Tuple[Dict[int, Tuple[Any, Any, Any, Any]], UtilizationMark]:
+def trusted(samples: Sequence[Tuple[int, ...]], pids: Container[int], last_seen_us: int,
+            now_us: int) -> List[Tuple[int, ...]]:
+    """The samples worth believing, as nvtop keeps them (`extract_gpuinfo_nvidia.c`, its
+    process-utilisation loop, after nvtop #110 met a driver answering 100 rows for 3
+    processes, rows of PID 0 and timestamp 0, rows older than lastSeen and an smUtil of
+    37100): the PID is one the process lists hold, every value is a percentage (<= 100),
+    and the timestamp is newer than lastSeen. Also not ahead of the clock by more than
+    the longest sampling period: one such row would move lastSeen ahead and leave every
+    process at 0 % until the clock caught up."""
+    high = now_us + MAX_PERIOD_US
+    return [s for s in samples if last_seen_us < s[1] <= high and s[0] in pids
+            and s[2] <= 100 and s[3] <= 100 and s[4] <= 100 and s[5] <= 100]
+
+
+def average(samples: Sequence[Tuple[int, ...]], mark: UtilizationMark, now_us: int,
+            pids: Container[int]) -> Tuple[Dict[int, Tuple[Any, Any, Any, Any]], UtilizationMark]:
     """pid -> (sm, mem, enc, dec) % over (mark.called_us, now_us], and the next mark.
-    `samples`: (pid, timeStamp µs, sm, mem, enc, dec) as the driver returned them."""
+    `samples`: (pid, timeStamp µs, sm, mem, enc, dec) as the driver returned them; only
+    the `trusted` ones count, and only they move lastSeen (`pids`: the listed processes)."""
+    samples = trusted(samples, pids, mark.last_seen_us, now_us)
     if mark.period_us is None:
         # one sample per process (a driver answering only its newest, or a first reading):
         # no gap to measure a period from, each sample is the driver's figure as it is

@@ -39,6 +39,9 @@ VARIANTS = {
     # every symbol, the scenario read once (benches: the per-call stat() of the file is the
     # double's own cost, neither cgstat's nor a driver's)
     "full-once": ["-DSCENARIO_ONCE"],
+    # drivers 535.43-535.86: the _v3 lists fill a 32-byte struct (nvitop tells them by
+    # nvmlDeviceGetConfComputeMemSizeInfo), and no ProcessesUtilizationInfo yet
+    "535-early": ["-DPROC_V3_32", "-DNO_PUI"],
 }
 
 
@@ -47,6 +50,16 @@ def cache_dir() -> str:
         os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"),
         "cgstat-nvml-double")
     return base
+
+
+def driver_version_file() -> str:
+    """A stand-in for /proc/driver/nvidia/version (present only while the driver is loaded),
+    for the environment of a process that loads the double."""
+    os.makedirs(cache_dir(), exist_ok=True)
+    path = os.path.join(cache_dir(), "driver-version")
+    if not os.path.exists(path):
+        write_scenario(path, "NVRM version: NVIDIA UNIX x86_64 Kernel Module  550.54.15  (the NVML double)\n")
+    return path
 
 
 def build(variant: str = "full") -> str:
@@ -155,6 +168,8 @@ def env(scenario_path: Optional[str], variant: Optional[str] = "full",
     """Environment for a subprocess that loads the double (variant None: no library at all)."""
     e = dict(os.environ if base is None else base)
     e["LD_LIBRARY_PATH"] = build(variant) if variant else ""
+    # the kernel's word that a driver is loaded: cgstat loads no NVML library without it
+    e.setdefault("CGSTAT_NVIDIA_VERSION_FILE", driver_version_file())
     if scenario_path is not None:
         e["NVML_DOUBLE_SCENARIO"] = str(scenario_path)
     else:
@@ -172,12 +187,13 @@ def run_python(code: str, scenario_path: Optional[str], variant: Optional[str] =
 
 def run_reads(folder, steps: List[Dict[str, Any]], variant: Optional[str] = "full",
               timeout: float = 60.0, distribution_version: Optional[str] = None,
-              **gateway) -> Dict[str, Any]:
+              extra_env: Optional[Dict[str, str]] = None, **gateway) -> Dict[str, Any]:
     """Read the GPUs once per step in one process, against the double.
 
     steps: [{"scenario": Scenario or text (optional: written before this read),
              "advance": seconds added to the fake monotonic clock before this read}]
     gateway: Gateway keyword arguments (reinit_backoff_s, retry_s).
+    extra_env: more environment for the reading process (e.g. NVML_DOUBLE_INIT_MARK).
     distribution_version: what the installed nvidia-ml-py claims to be (default: the real one).
     Each step also runs the energy model (gpu/energy.py) on the fake clock.
     Returns {"snapshots": [asdict(GpuSnapshot)...], "energy": [{"processes": {"UUID/pid":
@@ -195,8 +211,9 @@ def run_reads(folder, steps: List[Dict[str, Any]], variant: Optional[str] = "ful
     plan_path = os.path.join(folder, "plan.json")
     with open(plan_path, "w") as f:
         json.dump(plan, f)
+    environment = env(scenario_path, variant, base=dict(os.environ, **(extra_env or {})))
     proc = subprocess.run([sys.executable, os.path.abspath(__file__), plan_path],
-                          env=env(scenario_path, variant), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                          env=environment, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                           universal_newlines=True, timeout=timeout, cwd=REPO)
     if proc.returncode != 0:
         raise AssertionError(f"reader failed ({proc.returncode}):\n{proc.stderr}")
@@ -233,6 +250,8 @@ def _main(plan_path: str) -> None:
         now[0] += step["advance"]
         snapshot = reader.read()
         as_dict = dataclasses.asdict(snapshot)
+        if as_dict.get("late") is False:
+            del as_dict["late"]  # only the deadline's tests (gpu/beside.py) make a late one
         as_dict["processes"] = [p._asdict() for p in snapshot.processes]  # NamedTuples
         snapshots.append(as_dict)
         shares = zip(*model.update(snapshot, now[0])) if snapshot.available else []  # (power, energy) pairs
@@ -241,6 +260,8 @@ def _main(plan_path: str) -> None:
                        "idle": {d.uuid: list(model.idle(d.uuid)) for d in snapshot.devices
                                 if d.parent_uuid is None}})
     json.dump({"snapshots": snapshots, "energy": energy, "warnings": warnings, "inits": gw.inits,
+               "reopened": getattr(gw, "reopened", None),
+               "error_counts": {f"{d} {c}": n for (d, c), n in getattr(gw, "error_counts", {}).items()},
                "symbols": {"processes": gw.process_symbols, "utilization": gw.utilization_symbol,
                            "memory_v2": gw.memory_v2, "driver": gw.driver_version},
                "newer": {"reasons": gw.reasons_symbol, "mps": gw.mps_symbol, "gpm": gw.gpm,

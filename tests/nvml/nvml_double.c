@@ -15,12 +15,17 @@
  *   -DNO_CER    no nvmlDeviceGetCurrentClocksEventReasons (drivers < 535: only ...ThrottleReasons)
  *   -DNO_MPS3   no nvmlDeviceGetMPSComputeRunningProcesses_v3 (drivers < 510: only _v2)
  *   -DNO_GPM    no nvmlGpm* (drivers < 520)
+ *   -DPROC_V3_32  the _v3 process lists fill a 32-byte struct (usedGpuCcProtectedMemory after
+ *               the instance IDs) and nvmlDeviceGetConfComputeMemSizeInfo exists: drivers 535.43-535.86
  *   -DSCENARIO_ONCE  the scenario parsed at the first call only, never checked again: for
  *               benches that take the double's own per-call stat() out of what they measure
  *
  * $NVML_DOUBLE_LOG, when set, names a file each device call and event wait appends one
  * line to ("<function>" or "nvmlEventSetWait_v2 timeout=<ms>"): how tests check what is
  * called how often.
+ *
+ * $NVML_DOUBLE_INIT_MARK, when set, names a file nvmlInitWithFlags creates, as Debian's real
+ * libnvidia-ml run as root creates /dev/nvidiactl: how tests prove no init happened.
  *
  * Struct layouts and protocols: /work/shared/notes/nvml.md and pynvml.py 13.615.71.
  */
@@ -32,6 +37,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 #define EXPORT __attribute__((visibility("default")))
 
@@ -70,6 +76,10 @@ typedef struct {
     char uuid[96], name[96];
     val_t mem_total, mem_used, mem_reserved, util_gpu, util_mem, temp, power_mw, mig, procutil;
     val_t compute_err, graphics_err, mps_err;
+    int mig_empty;             /* what an empty MIG slot answers (default NOT_FOUND) */
+    int parent_list;           /* what a MIG GPU's own process lists answer (nvml.h: privileged) */
+    unsigned util_rows;        /* pad each utilization answer to this many rows with PID 0, timestamp 0 ones */
+    int field_type;            /* nvmlValueType_t the field values come in (default 3: unsigned long long) */
     /* device health: numbers, or an error the call returns */
     val_t sm_clock, mem_clock, sm_clock_max, mem_clock_max, reasons, viol_power, viol_thermal,
           energy_mj, power_limit_mw, mem_temp, pcie_tx_kbs, pcie_rx_kbs, pcie_tx_bytes, pcie_rx_bytes,
@@ -86,12 +96,13 @@ enum { K_COMPUTE, K_GRAPHICS, K_MPS };
 typedef struct { int gpu, mig, graphics; unsigned pid; unsigned long long mem; } proc_t;  /* graphics: K_* */
 
 #define MAX_XIDS 1024
-typedef struct { int gpu, id; unsigned long long code; } xid_t;
+typedef struct { int gpu, id, alias, foreign; unsigned gi, ci; unsigned long long code; } xid_t;
 
-enum { TS_ABS, TS_BUSY, TS_ONCE, TS_PERIODIC };
+enum { TS_ABS, TS_BUSY, TS_ONCE, TS_PERIODIC, TS_AHEAD };
 typedef struct {
     int gpu; unsigned pid, sm, mem, enc, dec, jpg, ofa;
     int ts_kind; unsigned long long ts, delta, frozen;
+    int stale;  /* served whatever lastSeen says (a driver ignoring it, nvtop #110) */
     /* ts=periodic: the driver's ring buffer of one sample every `period` µs, busy for the
      * first `busy` µs of every `cycle` µs, the last `depth` periods kept */
     unsigned long long period, cycle, busy, depth;
@@ -111,6 +122,8 @@ static struct {
     xid_t xids[MAX_XIDS];
     int nxids;
     unsigned long long fake_now;  /* `clock now=<µs>`: the time every call sees (0: the real clock) */
+    char sleep_fn[96];            /* `sleep fn=<function> ms=<n>`: that call sleeps first (a hung driver) */
+    unsigned sleep_ms;
 } S;
 
 static struct stat last_st;
@@ -126,6 +139,7 @@ static int err_word(const char *s) {
     if (!strcmp(s, "lost")) return GPU_IS_LOST;
     if (!strcmp(s, "unknown")) return UNKNOWN;
     if (!strcmp(s, "driver_not_loaded")) return DRIVER_NOT_LOADED;
+    if (!strcmp(s, "invalid")) return INVALID_ARGUMENT;
     if (s[0] == '!') return atoi(s + 1);
     return 0;
 }
@@ -222,6 +236,9 @@ static void parse_line(char *line) {
         g.mem_total = V(80ULL << 30);
         g.mig = V(0);
         g.mig_max = 7;
+        g.persistence = V(1);  /* on, as datacenter hosts run it (nvidia-persistenced) */
+        g.mig_empty = NOT_FOUND;
+        g.field_type = 3;
         while (next_kv(&p, &k, &v)) {
             if (!strcmp(k, "index")) idx = atoi(v);
             else if (!strcmp(k, "uuid")) copy(g.uuid, v);
@@ -240,6 +257,10 @@ static void parse_line(char *line) {
             else if (!strcmp(k, "graphics")) g.graphics_err = parse_val(v);
             else if (!strcmp(k, "lost")) g.lost = atoi(v);
             else if (!strcmp(k, "handle")) g.handle_err = err_word(v);
+            else if (!strcmp(k, "mig_empty")) g.mig_empty = err_word(v);
+            else if (!strcmp(k, "parent_list")) g.parent_list = err_word(v);
+            else if (!strcmp(k, "util_rows")) g.util_rows = (unsigned)atoi(v);
+            else if (!strcmp(k, "field_type")) g.field_type = atoi(v);
             else gpu_kv(&g, k, v);
         }
         if (idx < 0) idx = S.ngpus;
@@ -287,15 +308,24 @@ static void parse_line(char *line) {
     } else if (!strcmp(word, "cuda")) {
         if (next_kv(&p, &k, &v)) S.cuda = parse_val(k);
     } else if (!strcmp(word, "xid")) {
-        xid_t x = {0, 0, 0};
+        xid_t x = {0, 0, 0, 0, 0xFFFFFFFFu, 0xFFFFFFFFu, 0};
         if (S.nxids >= MAX_XIDS) return;
         x.id = S.nxids + 1;
         while (next_kv(&p, &k, &v)) {
             if (!strcmp(k, "gpu")) x.gpu = atoi(v);
             else if (!strcmp(k, "code")) x.code = strtoull(v, NULL, 0);
             else if (!strcmp(k, "id")) x.id = atoi(v);
+            else if (!strcmp(k, "alias")) x.alias = atoi(v);
+            else if (!strcmp(k, "foreign")) x.foreign = atoi(v);
+            else if (!strcmp(k, "gi")) x.gi = (unsigned)atoi(v);
+            else if (!strcmp(k, "ci")) x.ci = (unsigned)atoi(v);
         }
         S.xids[S.nxids++] = x;
+    } else if (!strcmp(word, "sleep")) {
+        while (next_kv(&p, &k, &v)) {
+            if (!strcmp(k, "fn")) snprintf(S.sleep_fn, sizeof S.sleep_fn, "%s", v);
+            else if (!strcmp(k, "ms")) S.sleep_ms = (unsigned)atoi(v);
+        }
     } else if (!strcmp(word, "clock")) {
         while (next_kv(&p, &k, &v))
             if (!strcmp(k, "now")) S.fake_now = strtoull(v, NULL, 10);
@@ -319,11 +349,13 @@ static void parse_line(char *line) {
             else if (!strcmp(k, "cycle")) s.cycle = strtoull(v, NULL, 10);
             else if (!strcmp(k, "busy")) s.busy = strtoull(v, NULL, 10);
             else if (!strcmp(k, "depth")) s.depth = strtoull(v, NULL, 10);
+            else if (!strcmp(k, "stale")) s.stale = atoi(v);
             else if (!strcmp(k, "ts")) {
                 if (!strcmp(v, "busy")) s.ts_kind = TS_BUSY;
                 else if (!strncmp(v, "busy-", 5)) { s.ts_kind = TS_BUSY; s.delta = strtoull(v + 5, NULL, 10); }
                 else if (!strcmp(v, "once")) s.ts_kind = TS_ONCE;
                 else if (!strcmp(v, "periodic")) s.ts_kind = TS_PERIODIC;
+                else if (!strncmp(v, "ahead+", 6)) { s.ts_kind = TS_AHEAD; s.delta = strtoull(v + 6, NULL, 10); }
                 else { s.ts_kind = TS_ABS; s.ts = strtoull(v, NULL, 10); }
             }
         }
@@ -365,6 +397,7 @@ static void refresh(void) {
 /* ---- handles: opaque pointers that encode (epoch, gpu, MIG slot) -------------------- */
 
 #define HBASE 0x6e76000000000000ULL
+#define HALIAS 0x0000010000000000ULL
 
 static nvmlDevice_t make_handle(int gpu, int mig) {
     return (nvmlDevice_t)(uintptr_t)(HBASE | ((unsigned long long)(S.epoch & 0xffff) << 16) |
@@ -377,6 +410,7 @@ static int resolve(nvmlDevice_t h, gpu_t **g, mig_t **m, int *gpu_index, int *mi
     int gi, mi;
     refresh();
     if (!initialised) return UNINITIALIZED;
+    x &= ~HALIAS;  /* another pointer value for the same device (an event's handle) */
     if ((x & 0xffff000000000000ULL) != HBASE) return INVALID_ARGUMENT;
     if ((int)((x >> 16) & 0xffff) != (S.epoch & 0xffff)) return S.stale_code;
     gi = (int)(x & 0xff);
@@ -404,8 +438,18 @@ static void log_call(const char *what, long arg, int with_arg) {
 }
 
 #define RESOLVE(h) gpu_t *g; mig_t *m; int gidx, midx; \
-    int rc_; log_call(__func__, 0, 0); rc_ = resolve(h, &g, &m, &gidx, &midx); if (rc_) return rc_; \
-    (void)gidx; (void)midx;
+    int rc_; log_call(__func__, 0, 0); rc_ = resolve(h, &g, &m, &gidx, &midx); maybe_sleep(__func__); \
+    (void)gidx; (void)midx; if (rc_) return rc_;
+
+/* `sleep fn=<name> ms=<n>`: that call blocks first, as calls did for tens of seconds under
+ * ECC error storms (DCGM #313) */
+static void maybe_sleep(const char *fn) {
+    struct timespec ts;
+    if (!S.sleep_ms || strcmp(fn, S.sleep_fn)) return;
+    ts.tv_sec = S.sleep_ms / 1000;
+    ts.tv_nsec = (long)(S.sleep_ms % 1000) * 1000000L;
+    while (nanosleep(&ts, &ts) != 0) {}
+}
 
 static int put_val(val_t x, unsigned *out) { if (x.err) return x.err; *out = (unsigned)x.v; return OK; }
 
@@ -414,7 +458,12 @@ static int mig_on(gpu_t *g) { return !g->mig.err && g->mig.v == 1; }
 /* ---- initialisation and system ------------------------------------------------------ */
 
 EXPORT nvmlReturn_t nvmlInitWithFlags(unsigned flags) {
+    const char *mark = getenv("NVML_DOUBLE_INIT_MARK");
     (void)flags;
+    if (mark) {  /* what Debian's libnvidia-ml does as root: a device node made */
+        FILE *f = fopen(mark, "a");
+        if (f) fclose(f);
+    }
     refresh();
     if (S.init_code) return S.init_code;
     initialised++;
@@ -576,7 +625,7 @@ EXPORT nvmlReturn_t nvmlDeviceGetMigDeviceHandleByIndex(nvmlDevice_t h, unsigned
     RESOLVE(h);
     if (m) return INVALID_ARGUMENT;
     if (!mig_on(g)) return INVALID_ARGUMENT;
-    if (index >= MAX_MIG || !g->migs[index].present) return NOT_FOUND;
+    if (index >= MAX_MIG || !g->migs[index].present) return g->mig_empty;
     *mig = make_handle(gidx, (int)index);
     return OK;
 }
@@ -612,6 +661,8 @@ EXPORT nvmlReturn_t nvmlDeviceGetComputeInstanceId(nvmlDevice_t h, unsigned *id)
 
 typedef struct { unsigned pid; unsigned long long usedGpuMemory; } proc_v1_t;  /* 16 bytes */
 typedef struct { unsigned pid; unsigned long long usedGpuMemory; unsigned gpuInstanceId, computeInstanceId; } proc_v2_t;  /* 24 */
+typedef struct { unsigned pid; unsigned long long usedGpuMemory; unsigned gpuInstanceId, computeInstanceId;
+                 unsigned long long usedGpuCcProtectedMemory; } proc_v3_32_t;  /* 32: drivers 535.43-535.86 */
 
 /* On a MIG-enabled GPU the parent lists every process (with its instance IDs); a MIG
  * device handle lists the processes of that instance. */
@@ -636,6 +687,7 @@ static int running(nvmlDevice_t h, int graphics, unsigned *count, void *buf, int
     RESOLVE(h);
     e = graphics == K_MPS ? g->mps_err : graphics ? g->graphics_err : g->compute_err;
     if (e.err) return e.err;
+    if (!m && mig_on(g) && g->parent_list) return g->parent_list;
     if (!count) return INVALID_ARGUMENT;
     n = procs_of(g, gidx, midx, graphics, scratch, MAX_PROCS);
     if (n == 0) { *count = 0; return OK; }
@@ -646,6 +698,12 @@ static int running(nvmlDevice_t h, int graphics, unsigned *count, void *buf, int
             proc_v1_t *o = (proc_v1_t *)buf + i;
             o->pid = q->pid;
             o->usedGpuMemory = q->mem;
+        } else if (ver == 332) {
+            proc_v3_32_t *o = (proc_v3_32_t *)buf + i;
+            o->pid = q->pid;
+            o->usedGpuMemory = q->mem;
+            o->gpuInstanceId = o->computeInstanceId = 0xFFFFFFFFu;
+            o->usedGpuCcProtectedMemory = 0;
         } else {
             proc_v2_t *o = (proc_v2_t *)buf + i;
             o->pid = q->pid;
@@ -669,9 +727,16 @@ EXPORT nvmlReturn_t nvmlDeviceGetGraphicsRunningProcesses(nvmlDevice_t h, unsign
 EXPORT nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v2(nvmlDevice_t h, unsigned *c, proc_v2_t *p) { return running(h, 0, c, p, 2); }
 EXPORT nvmlReturn_t nvmlDeviceGetGraphicsRunningProcesses_v2(nvmlDevice_t h, unsigned *c, proc_v2_t *p) { return running(h, 1, c, p, 2); }
 #endif
+#ifdef PROC_V3_32
+#define V3_STRUCT 332
+typedef struct { unsigned version; unsigned long long protectedMemSizeKib, unprotectedMemSizeKib; } cc_mem_t;
+EXPORT nvmlReturn_t nvmlDeviceGetConfComputeMemSizeInfo(nvmlDevice_t h, cc_mem_t *m_) { RESOLVE(h); (void)m_; return NOT_SUPPORTED; }
+#else
+#define V3_STRUCT 3
+#endif
 #ifndef NO_V3
-EXPORT nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t h, unsigned *c, proc_v2_t *p) { return running(h, 0, c, p, 3); }
-EXPORT nvmlReturn_t nvmlDeviceGetGraphicsRunningProcesses_v3(nvmlDevice_t h, unsigned *c, proc_v2_t *p) { return running(h, 1, c, p, 3); }
+EXPORT nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t h, unsigned *c, proc_v2_t *p) { return running(h, 0, c, p, V3_STRUCT); }
+EXPORT nvmlReturn_t nvmlDeviceGetGraphicsRunningProcesses_v3(nvmlDevice_t h, unsigned *c, proc_v2_t *p) { return running(h, 1, c, p, V3_STRUCT); }
 #endif
 
 /* ---- per-process utilization samples ------------------------------------------------ */
@@ -696,6 +761,8 @@ static unsigned long long sample_ts(sample_t *s, unsigned long long now, unsigne
     case TS_ONCE:
         if (!s->frozen) s->frozen = now > last ? now : last + 1;
         return s->frozen;
+    case TS_AHEAD:
+        return now + s->delta;
     default:
         return s->ts;
     }
@@ -747,9 +814,19 @@ static int collect(int gidx, unsigned long long last, int fill, int *total) {
             continue;
         }
         t = sample_ts(s, now, last);
-        if (t <= last) continue;
+        if (t <= last && !s->stale) continue;
         if (fill) put(n, s, t);
         n++;
+    }
+    /* util_rows: the answer padded with PID 0, timestamp 0 rows (nvtop #110: 100 rows for 3 processes) */
+    if (n && gidx >= 0 && gidx < S.ngpus) {
+        static sample_t zero;
+        while ((unsigned)n < S.gpus[gidx].util_rows) {
+            if (fill) put(n, &zero, 0);
+            n++;
+            (*total)++;
+        }
+        if ((unsigned)*total < S.gpus[gidx].util_rows) *total = (int)S.gpus[gidx].util_rows;
     }
     return n;
 }
@@ -1043,10 +1120,19 @@ EXPORT nvmlReturn_t nvmlDeviceGetFieldValues(nvmlDevice_t h, int count, field_t 
         val_t *x = field_of(g, f->fieldId);
         f->timestamp = (long long)now;
         f->latencyUsec = 0;
-        f->valueType = 3;  /* NVML_VALUE_TYPE_UNSIGNED_LONG_LONG */
+        f->valueType = (unsigned)g->field_type;  /* default NVML_VALUE_TYPE_UNSIGNED_LONG_LONG */
         if (!x) { f->nvmlReturn = NOT_SUPPORTED; continue; }
         f->nvmlReturn = x->err;
-        f->value.ull = x->err ? 0 : x->v;
+        /* the driver writes only the member valueType names: the rest is what was there */
+        memset(&f->value, 0xAB, sizeof f->value);
+        if (x->err) continue;
+        switch (g->field_type) {
+        case 0: f->value.d = (double)x->v; break;
+        case 1: f->value.ui = (unsigned)x->v; break;
+        case 4: f->value.sll = (long long)x->v; break;
+        case 5: f->value.si = (int)x->v; break;
+        default: f->value.ull = x->v; break;
+        }
     }
     return OK;
 }
@@ -1092,12 +1178,15 @@ static nvmlReturn_t wait_event(evset_t *set, event_t *data, unsigned timeout_ms)
     for (i = 0; i < S.nxids; i++) {
         xid_t *x = &S.xids[i];
         if (x->id <= 0 || x->id > MAX_XIDS || set->done[x->id]) continue;
-        if (x->gpu < 0 || x->gpu >= S.ngpus || !(set->reg[x->gpu] & EV_XID)) continue;
+        if (!x->foreign && (x->gpu < 0 || x->gpu >= S.ngpus || !(set->reg[x->gpu] & EV_XID))) continue;
         set->done[x->id] = 1;
-        data->device = make_handle(x->gpu, -1);
+        /* alias: the same device under another pointer value; foreign: a device no handle names */
+        data->device = x->foreign ? make_handle(0xEE, -1)
+                     : (nvmlDevice_t)((uintptr_t)make_handle(x->gpu, -1) | (x->alias ? HALIAS : 0));
         data->eventType = EV_XID;
         data->eventData = x->code;
-        data->gi = data->ci = 0xFFFFFFFFu;
+        data->gi = x->gi;
+        data->ci = x->ci;
         return OK;
     }
     return 10;  /* NVML_ERROR_TIMEOUT: nothing pending (the double never blocks) */

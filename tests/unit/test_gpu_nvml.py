@@ -257,7 +257,8 @@ def test_gpu_lost_mid_stream_then_recovers_after_backoff(tmp_path):
     assert snaps[4]["devices"] == good
     assert by_pid(snaps[4])[0] == proc(10, 0, U0, GiB)
     assert by_pid(snaps[4])[1]["pid"] == 11 and by_pid(snaps[4])[1]["memory_bytes"] == 2 * GiB
-    assert r["inits"] == 2
+    # only the lost GPU was opened again: the library was never shut down for GPU 0
+    assert r["inits"] == 1 and r["reopened"] == 1
 
 
 def test_gpu_lost_at_init_is_an_entry_with_the_error(tmp_path):
@@ -270,7 +271,7 @@ def test_gpu_lost_at_init_is_an_entry_with_the_error(tmp_path):
     assert r["snapshots"][0]["devices"] == [device(0, U0), gone]
 
 
-def test_driver_reload_stale_handles_reinitialised(tmp_path):
+def test_stale_handles_after_a_reload_reopen_the_gpu_not_the_library(tmp_path):
     ok = gpu(Scenario(), 0, U0).proc(0, 10, GiB)
     reloaded = gpu(Scenario(), 0, U0).proc(0, 10, GiB).line("epoch n=1")
     r = run_reads(tmp_path, [{"scenario": ok}, {"scenario": reloaded, "advance": 1}, {"advance": 10}],
@@ -278,7 +279,35 @@ def test_driver_reload_stale_handles_reinitialised(tmp_path):
     assert [d["errors"] for d in r["snapshots"][1]["devices"]] == [[lost_error("nvmlDeviceGetMigMode")]]
     assert r["snapshots"][2]["devices"] == [device(0, U0)]
     assert by_pid(r["snapshots"][2]) == [proc(10, 0, U0, GiB)]
+    assert r["inits"] == 1 and r["reopened"] == 1
+
+
+def test_driver_gone_under_us_reinitialises_the_library(tmp_path):
+    ok = gpu(Scenario(), 0, U0).proc(0, 10, GiB)
+    reloaded = gpu(Scenario(), 0, U0).proc(0, 10, GiB).line("epoch n=1 stale=driver_not_loaded")
+    r = run_reads(tmp_path, [{"scenario": ok}, {"scenario": reloaded, "advance": 1}, {"advance": 10}],
+                  reinit_backoff_s=10)
+    assert r["snapshots"][1]["devices"][0]["errors"][0]["error"] == "read_failed"
+    assert r["snapshots"][2]["devices"] == [device(0, U0)]
+    assert by_pid(r["snapshots"][2]) == [proc(10, 0, U0, GiB)]
     assert r["inits"] == 2
+
+
+def test_one_unknown_error_costs_that_value_only(tmp_path):
+    """NVML_ERROR_UNKNOWN from one call of one GPU: that value null with its reason, counted
+    per device and call; no shutdown, no re-initialisation, the other GPU untouched."""
+    s = gpu(gpu(Scenario(), 0, U0, temp="unknown"), 1, U1).proc(0, 10, GiB).proc(1, 11, GiB)
+    r = run_reads(tmp_path, [{"scenario": s}, {"advance": 31}, {"advance": 31}], reinit_backoff_s=30)
+    for snap in r["snapshots"]:
+        assert snap["available"] is True
+        assert snap["devices"] == [
+            device(0, U0, temperature_celsius=None, errors=[
+                {"source": "nvmlDeviceGetTemperature", "error": "read_failed",
+                 "detail": "NVML error 999: Unknown Error"}]),
+            device(1, U1)]
+        assert by_pid(snap) == [proc(10, 0, U0, GiB), proc(11, 1, U1, GiB)]
+    assert r["inits"] == 1 and r["reopened"] == 0
+    assert r["error_counts"] == {f"{U0} nvmlDeviceGetTemperature": 3}
 
 
 def test_not_supported_is_null_without_error_and_other_errors_are_kept(tmp_path):

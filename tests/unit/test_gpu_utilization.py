@@ -25,7 +25,7 @@ def _bursts(start: int, end: int, period: int, cycle: int, busy: int, sm: int = 
 def test_bursts_average_over_the_interval():
     mark = UtilizationMark(T0, T0, None)
     samples = _bursts(T0, T0 + MINUTE, 166_667, 10_000_000, 3_000_000)
-    usage, after = average(samples, mark, T0 + MINUTE)
+    usage, after = average(samples, mark, T0 + MINUTE, {7})
     sm, mem, enc, dec = usage[7]
     assert abs(sm - 30) <= 1 and abs(mem - 3) <= 0.5 and (enc, dec) == (0, 0)
     assert after.called_us == T0 + MINUTE and after.last_seen_us == max(s[1] for s in samples)
@@ -36,14 +36,14 @@ def test_a_burst_after_an_idle_stretch_counts_only_its_own_periods():
     """The first sample after 50 s of nothing stands for one sampling period, not 50 s."""
     mark = UtilizationMark(T0, T0, 166_667)
     samples = [(7, T0 + 50_000_000 + k * 166_667, 100, 0, 0, 0) for k in range(6)]  # 1 s busy
-    usage, _ = average(samples, mark, T0 + MINUTE)
+    usage, _ = average(samples, mark, T0 + MINUTE, {7})
     assert abs(usage[7][0] - 100 / 60) < 0.2
 
 
 def test_one_sample_per_process_and_no_period_is_the_drivers_figure():
     """A driver that answers one sample per process (NVML's reference describes that) gives
     its own figure for the interval: taken as it is."""
-    usage, after = average([(7, T0 + 500, 42, 5, 1, 2)], UtilizationMark(T0, T0, None), T0 + 1_000_000)
+    usage, after = average([(7, T0 + 500, 42, 5, 1, 2)], UtilizationMark(T0, T0, None), T0 + 1_000_000, {7})
     assert usage == {7: (42, 5, 1, 2)} and after.period_us is None
 
 
