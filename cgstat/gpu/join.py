@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, List, NamedTupl
 
 from cgstat.gpu.energy import Shares, ancestors
 from cgstat.gpu.sample import GpuProcess
-from cgstat.kernel.procs import Owner
+from cgstat.kernel.membership import Owner
 
 if TYPE_CHECKING:  # the record types are for the type checker only
     from cgstat.records import GpuProcessUse, GpuUse

@@ -18,7 +18,7 @@ from cgstat import text
 from cgstat.kernel import parse
 from cgstat.kernel.hierarchy import Layout
 from cgstat.kernel.hostfs import Gone, HostFS, Malformed, ReadError, close_quietly, read_bytes, read_error
-from cgstat.kernel.procs import pid_paths
+from cgstat.kernel.membership import pid_paths
 
 
 class PidCgroups(NamedTuple):

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, List, NamedTupl
 
 from cgstat.kernel.hierarchy import Layout
 from cgstat.kernel.hostfs import Gone, HostFS, ReadError
-from cgstat.kernel.procs import UNKNOWN, Owner, member_pids, recheck_after_s
+from cgstat.kernel.membership import UNKNOWN, Owner, member_pids, recheck_after_s
 from cgstat.kernel.sample import Sample
 from cgstat.kernel.tree import Cgroup
 from cgstat.naming.devices import DeviceNames

@@ -44,7 +44,7 @@ def test_reused_pid_is_not_attributed_from_the_cache(tmp_path):
 
     from cgstat.kernel.hierarchy import detect
     from cgstat.kernel.hostfs import HostFS
-    from cgstat.kernel.procs import UNKNOWN
+    from cgstat.kernel.membership import UNKNOWN
     from cgstat.naming.workload import Namer
 
     root = str(tmp_path / "t1")

@@ -10,7 +10,7 @@ from cgstat.kernel import discover, membership
 from cgstat.kernel.discover import Discoverer
 from cgstat.kernel.hierarchy import detect
 from cgstat.kernel.hostfs import HostFS
-from cgstat.kernel.procs import recheck_after_s
+from cgstat.kernel.membership import recheck_after_s
 from cgstat.naming import workload
 from cgstat.naming.workload import Namer
 from tests.helpers import synth
