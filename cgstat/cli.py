@@ -863,6 +863,40 @@ def pid(
     _run(lambda: _sampler(ctx, host_root, False, None, follow=False), job)
 
 
+def _procs_format(value: str) -> str:
+    if value not in ("table", "jsonl", "csv"):
+        raise typer.BadParameter(f"{value!r} is not one of table, jsonl, csv")
+    return value
+
+
+@app.command(cls=_Command, short_help="List a workload's processes: PSS, USS, CPU, GPU, as a tree.")
+def procs(
+    ctx: typer.Context,
+    workload: Optional[str] = typer.Argument(None, metavar="[WORKLOAD]", show_default=False,
+                                             help="A container name or ID prefix, a unit, a pod or a cgroup path "
+                                                  "(default: every workload shown)."),
+    fmt: str = typer.Option("table", "--format", metavar="FMT", callback=_procs_format,
+                            help="table (a tree per workload), jsonl (one object per workload) or csv."),
+    window: float = typer.Option(1.0, "--window", metavar="S", callback=_window,
+                                 help=f"Seconds over which CPU % is measured (0: none, no wait; else "
+                                      f"{MIN_INTERVAL_S:g} to {MAX_WINDOW_S:g})."),
+    host_root: Optional[str] = _host_root_option(),
+    all_: bool = _all_option(),
+    match: Optional[str] = _match_option(),
+    max_user: Optional[int] = _max_user_option(),
+) -> None:
+    """Each process of a workload: host PID and the PID its namespace gives it, CPU, RSS, PSS
+    (shared pages split among their users: the PSS of a workload's processes adds up to what
+    they hold), USS (what exiting would free), swap, open files and GPU memory, as a fork tree
+    with each tree's total. docs/processes.md says which figure answers which question."""
+    def job(sampler: Sampler) -> int:
+        from cgstat.app.procs import run_procs
+
+        return run_procs(sampler, workload, fmt, window)
+
+    _run(lambda: _sampler(ctx, host_root, all_, match, max_user, follow=False), job)
+
+
 @app.command(cls=_Command, short_help="Keep every tick in a local store, until stopped.")
 def record(
     ctx: typer.Context,

@@ -12,7 +12,7 @@ import pytest
 from tests.helpers.contract import ROOT, run_cgstat
 
 V2 = os.path.join(ROOT, "tests", "fixtures", "v2-systemd", "t1")
-COMMANDS = ["stream", "serve", "once", "top", "report", "pid", "record", "replay", "dump", "events", "story"]
+COMMANDS = ["stream", "serve", "once", "top", "report", "pid", "procs", "record", "replay", "dump", "events", "story"]
 
 
 def _help(*args):

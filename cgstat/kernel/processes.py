@@ -1,0 +1,259 @@
+"""One process's own files: what `cgstat procs` and `stream --processes` say of each process.
+
+Reads, under the host root (HostFS), for a PID:
+
+- /proc/<pid>/stat: name, state, parent, threads, CPU ticks (utime + stime), start time (the
+  PID reuse check: a PID whose start time changed is another process), RSS in pages;
+- /proc/<pid>/status: NSpid (the PID in each PID namespace, the container's last) and Uid;
+- /proc/<pid>/smaps_rollup (kernel >= 4.14): Rss, Pss, Private_Clean + Private_Dirty (USS)
+  and Swap, the sums smem(8) makes from /proc/<pid>/smaps. An older kernel has no rollup:
+  its smaps is summed instead, the same keys per mapping, up to SMAPS_MAX_BYTES (a process
+  with more mappings gets null and the reason; the default vm.max_map_count of 65,530
+  mappings is ~20 MiB of smaps). Either file is walked under the process's mm lock;
+  pipeline/processes.py decides how often;
+- /proc/<pid>/cmdline (bounded, NULs as spaces, undecodable bytes as \\xNN, controls
+  escaped) and the number of entries of /proc/<pid>/fd;
+- cgroup.procs of a cgroup folder and of the folders below it (the processes, thread
+  group IDs, of a workload's subtree), bounded.
+
+Every read raises a ReadError (hostfs.py): Gone when the process exited between the list and
+the read (normal, at any step), Denied for another user's process when not root
+(smaps_rollup, fd and a hidepid= mount's files need PTRACE_MODE_READ), Malformed for text
+the kernel does not write.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import List, NamedTuple, Optional, Tuple
+
+from cgstat.kernel.hostfs import Gone, HostFS, Malformed, ReadError, read_bytes, read_error
+from cgstat.text import decode_bytes, escape_controls
+
+
+def _sysconf(name: str, default: int) -> int:
+    try:
+        value = os.sysconf(name)
+    except (OSError, ValueError):
+        return default
+    return value if value > 0 else default
+
+
+CLOCK_TICKS = _sysconf("SC_CLK_TCK", 100)  # USER_HZ: the unit of stat's times (100 on Linux)
+PAGE_BYTES = _sysconf("SC_PAGESIZE", 4096)
+CMDLINE_BYTES = 4096  # what is read of a command line (the kernel's own is ARG_MAX long)
+SMAPS_MAX_BYTES = 32 * 1024 * 1024  # summing smaps without a rollup: at most this much text
+
+
+class Stat(NamedTuple):
+    """/proc/<pid>/stat, the fields cgstat uses (proc(5))."""
+
+    pid: int
+    name: str  # comm, up to 15 bytes, \\xNN for bytes that are not UTF-8
+    state: str  # R, S, D, Z, T, t, X, I
+    ppid: int
+    cpu_ticks: int  # utime + stime, in CLOCK_TICKS
+    threads: int
+    start_ticks: int  # since boot, in CLOCK_TICKS: with the PID, who the process is
+    rss_pages: int
+
+
+class Status(NamedTuple):
+    """/proc/<pid>/status: the PID in each namespace (outermost first) and the real UID."""
+
+    nspid: Tuple[int, ...]
+    uid: Optional[int]
+
+
+class Memory(NamedTuple):
+    """What smaps_rollup (or smaps summed) says, in bytes."""
+
+    rss_bytes: int
+    pss_bytes: int
+    uss_bytes: int  # Private_Clean + Private_Dirty: what goes away when the process exits
+    swap_bytes: int
+    source: str  # "smaps_rollup" or "smaps"
+
+
+def read_stat(fs: HostFS, pid: int) -> Stat:
+    """Raises ReadError; Malformed when the line is not what proc(5) documents."""
+    path = fs.path(f"/proc/{pid}/stat")
+    data = read_bytes(path)
+    # comm is in parentheses and may hold anything, ')' and spaces included: the last ')'
+    # ends it (what procps does).
+    open_at, close_at = data.find(b"("), data.rfind(b")")
+    fields = data[close_at + 2:].split()
+    if open_at < 0 or close_at < open_at or len(fields) < 22:
+        raise Malformed(path, "not a /proc/<pid>/stat line")
+    try:
+        return Stat(int(data[:open_at]), decode_bytes(data[open_at + 1:close_at]), fields[0].decode("ascii"),
+                    int(fields[1]), int(fields[11]) + int(fields[12]), int(fields[17]), int(fields[19]),
+                    int(fields[21]))
+    except (ValueError, UnicodeDecodeError):
+        raise Malformed(path, "not a /proc/<pid>/stat line") from None
+
+
+def read_status(fs: HostFS, pid: int) -> Status:
+    """NSpid (kernel >= 4.1; older kernels: the one PID) and the real UID. Raises ReadError."""
+    path = fs.path(f"/proc/{pid}/status")
+    nspid: Tuple[int, ...] = (pid,)
+    uid: Optional[int] = None
+    try:
+        for line in read_bytes(path).split(b"\n"):
+            if line.startswith(b"NSpid:"):
+                nspid = tuple(int(x) for x in line[6:].split())
+            elif line.startswith(b"Uid:"):
+                uid = int(line[4:].split()[0])
+    except (ValueError, IndexError):
+        raise Malformed(path, "not a /proc/<pid>/status file") from None
+    return Status(nspid or (pid,), uid)
+
+
+_ROLLUP_KEYS = {b"Rss": 0, b"Pss": 1, b"Private_Clean": 2, b"Private_Dirty": 2, b"Swap": 3}
+
+
+def parse_smaps(data: bytes, path: str) -> Tuple[int, int, int, int]:
+    """(rss, pss, uss, swap) in bytes, the keys summed over every mapping (a rollup has one)."""
+    sums = [0, 0, 0, 0]
+    keys = _ROLLUP_KEYS
+    try:
+        for line in data.split(b"\n"):
+            key, sep, rest = line.partition(b":")
+            slot = keys.get(key) if sep else None
+            if slot is not None:
+                value, unit = rest.split()
+                if unit != b"kB":
+                    raise ValueError(unit)
+                sums[slot] += int(value) * 1024
+    except ValueError:
+        raise Malformed(path, "not a smaps file (KEY: N kB lines)") from None
+    return sums[0], sums[1], sums[2], sums[3]
+
+
+def read_memory(fs: HostFS, pid: int) -> Optional[Memory]:
+    """RSS, PSS, USS and swap; None for a process with no memory of its own (a kernel thread,
+    a zombie: the kernel gives an empty file). Raises ReadError."""
+    path = fs.path(f"/proc/{pid}/smaps_rollup")
+    source = "smaps_rollup"
+    try:
+        data = read_bytes(path)
+    except Gone:
+        # no rollup on kernels before 4.14 (the process may also have exited: then smaps is
+        # gone too, and that is what is raised)
+        path, source = fs.path(f"/proc/{pid}/smaps"), "smaps"
+        data = _read_bounded(path, SMAPS_MAX_BYTES)
+    if not data:
+        return None
+    return Memory(*parse_smaps(data, path), source=source)
+
+
+def _read_bounded(path: str, max_bytes: int) -> bytes:
+    """A procfs file, Malformed past max_bytes (read_bytes allows 16 MiB)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError as exc:
+        raise read_error(exc, path) from None
+    chunks: List[bytes] = []
+    total = 0
+    try:
+        while True:
+            chunk = os.read(fd, 1 << 20)
+            if not chunk:
+                return b"".join(chunks)
+            chunks.append(chunk)
+            total += len(chunk)
+            if total > max_bytes:
+                raise Malformed(path, f"more than {max_bytes} bytes of mappings: not summed")
+    except OSError as exc:
+        raise read_error(exc, path) from None
+    finally:
+        os.close(fd)
+
+
+def read_cmdline(fs: HostFS, pid: int, max_bytes: int = CMDLINE_BYTES) -> str:
+    """The command line as one line of text: arguments joined by spaces, at most `max_bytes`
+    read ("..." marks a cut), bytes that are not UTF-8 as \\xNN and control characters
+    (newline, ESC) escaped, so a hostile argv can't forge a table row or drive a terminal.
+    "" for a kernel thread or a zombie. Raises ReadError."""
+    path = fs.path(f"/proc/{pid}/cmdline")
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError as exc:
+        raise read_error(exc, path) from None
+    try:
+        data = os.read(fd, max_bytes + 1)
+    except OSError as exc:
+        raise read_error(exc, path) from None
+    finally:
+        os.close(fd)
+    cut = len(data) > max_bytes
+    data = data[:max_bytes].rstrip(b"\0").replace(b"\0", b" ")
+    return escape_controls(decode_bytes(data)) + ("..." if cut else "")
+
+
+def count_fds(fs: HostFS, pid: int) -> int:
+    """Open file descriptors: the entries of /proc/<pid>/fd. Raises ReadError."""
+    path = fs.path(f"/proc/{pid}/fd")
+    try:
+        return len(os.listdir(path))
+    except OSError as exc:
+        raise read_error(exc, path) from None
+
+
+def subtree_pids(folder_local: str, max_pids: int) -> Tuple[List[int], bool]:
+    """The processes (thread group IDs: cgroup.procs) of a cgroup folder and every folder below
+    it, in the order met, at most `max_pids`; and whether all were listed (False: cut at the
+    bound, or a folder below could not be read). Raises ReadError when the folder itself is
+    gone or unreadable."""
+    pids: List[int] = []
+    seen = set()
+    complete = True
+    stack = [folder_local]
+    first = True
+    while stack:
+        folder = stack.pop()
+        try:
+            data = read_bytes(os.path.join(folder, "cgroup.procs"))
+        except ReadError as exc:
+            if first:
+                raise
+            # a folder below removed meanwhile took its processes with it; any other
+            # failure leaves the list short
+            complete = complete and isinstance(exc, Gone)
+            continue
+        try:
+            below = [e.path for e in os.scandir(folder) if e.is_dir(follow_symlinks=False)]
+        except OSError:
+            below, complete = [], False
+        first = False
+        for word in data.split():
+            try:
+                pid = int(word)
+            except ValueError:
+                continue
+            if pid not in seen:
+                if len(pids) >= max_pids:
+                    return pids, False
+                seen.add(pid)
+                pids.append(pid)
+        stack.extend(sorted(below, reverse=True))
+    return pids, complete
+
+
+def hidepid(fs: HostFS) -> Optional[str]:
+    """The hidepid= option of the proc mount under the host root ("invisible", "2", ...), or
+    None: with it, other users' /proc/<pid> folders are hidden (hidepid=2, invisible) or
+    unreadable (hidepid=1, noaccess) to anyone but root (proc(5))."""
+    try:
+        data = read_bytes(fs.path("/proc/self/mountinfo"))
+    except ReadError:
+        return None
+    for line in data.split(b"\n"):
+        head, sep, tail = line.partition(b" - ")
+        words, options = head.split(), tail.split()
+        if not sep or len(words) < 5 or words[4] != b"/proc" or not options or options[0] != b"proc":
+            continue
+        for option in options[-1].split(b","):
+            if option.startswith(b"hidepid="):
+                return option[8:].decode("ascii", "replace")
+    return None

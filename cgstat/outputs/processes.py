@@ -1,0 +1,108 @@
+"""`cgstat procs`: a workload's processes as a tree table, JSON lines or CSV.
+
+Input: one object per workload as app/procs.py makes it (its identity, then the
+`processes` listing of pipeline/processes.py: entries in fork-tree order with `depth` and
+`group`, each tree's total in `groups`). The table indents each process under its parent
+and ends each workload with its trees' totals; sizes in docker's units (units.bytes_size),
+"--" for null. Command lines are escaped by the reader (kernel/processes.py) and again here
+(text.escape_controls), CSV cells as outputs/table.py writes them (formula starts defused).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Dict, Iterable, List
+
+from cgstat.outputs.table import csv_cell, percent, render_table
+from cgstat.text import dumps_record, escape_controls
+from cgstat.units import bytes_size
+
+HEADER = ("PID", "NSPID", "S", "THR", "CPU %", "RSS", "PSS", "USS", "SWAP", "FDS", "GPU MEM", "COMMAND")
+CSV_COLUMNS = ("cgroup", "workload", "pid", "ns_pid", "ppid", "group", "depth", "name", "state", "uid", "threads",
+               "cpu_percent", "cpu_seconds_total", "rss_bytes", "pss_bytes", "uss_bytes", "swap_bytes",
+               "memory_age_s", "fds", "gpu_memory_bytes", "gpu_sm_percent", "cmdline", "errors")
+COMMAND_WIDTH = 80  # characters of a command line in the table
+
+
+def _num(value: Any) -> str:
+    return "--" if value is None else str(value)
+
+
+def _command(row: Dict[str, Any]) -> str:
+    indent = "  " * (row.get("depth") or 0) + ("└─ " if row.get("depth") else "")
+    cmd = row.get("cmdline") or ("[%s]" % (row.get("name") or "?"))
+    text = escape_controls(cmd)
+    if len(text) > COMMAND_WIDTH:
+        text = text[:COMMAND_WIDTH - 3] + "..."
+    return indent + text
+
+
+def table_rows(listing: Dict[str, Any]) -> List[List[str]]:
+    rows = []
+    for p in listing["processes"]:
+        rows.append([_num(p["pid"]), _num(p["ns_pid"]), p["state"] or "?", _num(p["threads"]),
+                     percent(p["cpu_percent"]), bytes_size(p["rss_bytes"]), bytes_size(p["pss_bytes"]),
+                     bytes_size(p["uss_bytes"]), bytes_size(p["swap_bytes"]), _num(p["fds"]),
+                     bytes_size(p["gpu_memory_bytes"]) if p["gpu_memory_bytes"] is not None else "--",
+                     _command(p)])
+    return rows
+
+
+def format_workload(item: Dict[str, Any]) -> str:
+    """One workload: a title line, the tree table, each tree's total, the workload's sums."""
+    listing = item["processes"]
+    title = "%s  (%s)" % (escape_controls(item["name"]), escape_controls(item["cgroup"]))
+    if listing.get("error"):
+        err = listing["error"]
+        return "%s\n  cannot list its processes: %s: %s\n" % (title, err["source"], escape_controls(err["detail"]))
+    count = listing["count"]
+    lines = [title + ": %d process%s%s" % (count, "" if count == 1 else "es",
+                                           "" if listing["complete"] else " (not all listed)")]
+    text = "\n".join(lines) + "\n"
+    if listing["processes"]:
+        text += render_table(table_rows(listing), HEADER)
+    for g in listing["groups"]:
+        if g["processes"] < 2 and len(listing["groups"]) > 1:
+            continue  # a lone process is its own row above
+        text += ("total of %s %s (%d process%s): CPU %s  RSS %s  PSS %s  USS %s  SWAP %s  GPU MEM %s\n" % (
+            g["pid"], escape_controls(g["name"] or "?"), g["processes"], "" if g["processes"] == 1 else "es",
+            percent(g["cpu_percent"]), bytes_size(g["rss_bytes"]), bytes_size(g["pss_bytes"]),
+            bytes_size(g["uss_bytes"]), bytes_size(g["swap_bytes"]),
+            bytes_size(g["gpu_memory_bytes"]) if g["gpu_memory_bytes"] is not None else "--"))
+    return text
+
+
+def format_table(items: Iterable[Dict[str, Any]]) -> str:
+    return "\n".join(format_workload(item) for item in items)
+
+
+def csv_header() -> str:
+    return ",".join(CSV_COLUMNS) + "\r\n"
+
+
+def csv_rows(items: Iterable[Dict[str, Any]]) -> str:
+    out = []
+    for item in items:
+        for p in item["processes"]["processes"]:
+            values = []
+            for col in CSV_COLUMNS:
+                if col == "cgroup":
+                    v: Any = item["cgroup"]
+                elif col == "workload":
+                    v = item["name"]
+                elif col == "errors":
+                    v = ";".join("%s:%s" % (e["source"], e["error"]) for e in p["errors"]) or None
+                else:
+                    v = p.get(col)
+                values.append(csv_cell(v))
+            out.append(",".join(values))
+    return "\r\n".join(out) + "\r\n" if out else ""
+
+
+def jsonl(items: Iterable[Dict[str, Any]]) -> bytes:
+    """One JSON object per workload (controls escaped as every record is)."""
+    lines = []
+    for item in items:
+        data = dumps_record(item)
+        if data is not None:
+            lines.append(data + b"\n")
+    return b"".join(lines)

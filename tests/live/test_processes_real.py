@@ -1,0 +1,163 @@
+"""`cgstat procs` on real processes in a real test cgroup: the DataLoader pattern (a parent
+holding a few hundred MB of Python objects, 4 forked workers walking them: copy-on-access
+through reference counts, pytorch/pytorch#13246), PSS and USS against Debian's smem, GPU
+memory per process from the NVML double, a process that exits mid-read."""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+
+import pytest
+
+from tests.helpers import nvmldouble as D
+from tests.helpers import realcg as R
+from tests.helpers.contract import ROOT
+
+MIB = 1 << 20
+GIB = 1 << 30
+
+# ~210 MB of floats (24 bytes each, plus the list's 8-byte pointer); each worker walks them
+# with sum(), which takes a reference to each float: its page is written, and copied.
+DATALOADER = r"""
+import os, sys, time
+data = [float(i) for i in range(6_500_000)]
+workers = []
+for _ in range(4):
+    pid = os.fork()
+    if pid == 0:
+        sum(data)
+        sys.stdout.write("walked\n"); sys.stdout.flush()
+        time.sleep(600)
+        os._exit(0)
+    workers.append(pid)
+print("ready", flush=True)
+time.sleep(600)
+"""
+
+
+def _procs(*args, env=None):
+    proc = subprocess.run([sys.executable, "-m", "cgstat", "procs", *args], capture_output=True, cwd=ROOT,
+                          timeout=120, env=env)
+    assert proc.returncode == 0, proc.stderr.decode()
+    return proc.stdout.decode(), proc.stderr.decode()
+
+
+def _anon_and_mapped(group):
+    stat = R.flat_keyed(group.read("memory", "memory.stat"))
+    if group.hier.v2:
+        return stat["anon"] + stat["file_mapped"]
+    return stat["total_rss"] + stat["total_mapped_file"]
+
+
+@pytest.fixture(scope="module")
+def dataloader(_realcg_hier):
+    group = R.TestGroup(_realcg_hier)
+    try:
+        parent = group.start([sys.executable, "-c", DATALOADER])
+        parent.wait_line("ready", timeout=120)
+        deadline = time.monotonic() + 120
+        while len(group.members("memory")) < 5 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        # every worker has walked the list (each prints once; the pipe is shared)
+        walked = b""
+        while walked.count(b"walked") < 4 and time.monotonic() < deadline:
+            walked += os.read(parent.popen.stdout.fileno(), 4096)
+        assert walked.count(b"walked") == 4
+        yield group, parent.pid
+    finally:
+        group.destroy()
+
+
+def test_dataloader_workers_rss_is_the_parents_and_pss_sums_to_the_cgroup(dataloader):
+    group, parent_pid = dataloader
+    out, _ = _procs("--all", group.cgroup, "--format", "jsonl", "--window", "0.2")
+    charged = _anon_and_mapped(group)
+    (item,) = [json.loads(line) for line in out.splitlines()]
+    listing = item["processes"]
+    rows = {p["pid"]: p for p in listing["processes"]}
+    assert listing["count"] == 5 and listing["complete"] and len(rows) == 5
+    parent = rows[parent_pid]
+    workers = [p for p in rows.values() if p["pid"] != parent_pid]
+    assert parent["depth"] == 0 and all(w["ppid"] == parent_pid and w["depth"] == 1 for w in workers)
+    assert parent["rss_bytes"] > 200 * MIB
+    for w in workers:  # each worker's RSS approaches the parent's: ps would show 5 x 230 MB
+        assert w["rss_bytes"] > 0.8 * parent["rss_bytes"], (w, parent)
+        assert w["uss_bytes"] > 150 * MIB  # it copied what it walked: its own pages now
+    pss_sum = sum(p["pss_bytes"] for p in rows.values())
+    print("PSS sum %d, RSS sum %d, cgroup anon + file-mapped %d" % (pss_sum, sum(p["rss_bytes"] for p in rows.values()), charged))
+    assert abs(pss_sum - charged) <= 0.10 * charged, (pss_sum, charged)
+    rss_sum = sum(p["rss_bytes"] for p in rows.values())
+    assert rss_sum > pss_sum  # RSS counts the shared pages once per process
+    (tree,) = listing["groups"]
+    assert (tree["pid"], tree["processes"], tree["pss_bytes"]) == (parent_pid, 5, pss_sum)
+    # the table: the tree, indented, and the group total
+    table, _ = _procs("--all", group.cgroup, "--window", "0")
+    assert "%d processes" % 5 in table
+    assert table.count("└─ ") == 4
+    assert "total of %d python" % parent_pid in table and "(5 processes)" in table
+
+
+@pytest.mark.skipif(not shutil.which("smem"), reason="Debian's smem is not installed")
+def test_pss_and_uss_equal_smems(dataloader):
+    group, parent_pid = dataloader
+    # read both close together: the workers are quiescent (asleep after their walk)
+    out, _ = _procs("--all", group.cgroup, "--format", "jsonl", "--window", "0")
+    smem = subprocess.run(["smem", "-H", "-c", "pid uss pss rss"], capture_output=True, timeout=300, check=True)
+    ours = {p["pid"]: p for p in json.loads(out)["processes"]["processes"]}
+    theirs = {}
+    for line in smem.stdout.decode().splitlines():
+        pid, uss, pss, rss = (int(x) for x in line.split())
+        theirs[pid] = (uss * 1024, pss * 1024, rss * 1024)
+    assert set(ours) <= set(theirs)
+    for pid, p in ours.items():
+        uss, pss, _ = theirs[pid]
+        print("pid %d: PSS %d vs smem %d, USS %d vs smem %d" % (pid, p["pss_bytes"], pss, p["uss_bytes"], uss))
+        assert abs(p["pss_bytes"] - pss) <= 0.02 * pss
+        assert abs(p["uss_bytes"] - uss) <= 0.02 * uss
+
+
+def test_gpu_memory_lands_on_the_right_process(tmp_path, make_group):
+    g = make_group()
+    parent = g.start(["sh", "-c", "sleep 1000 & echo started; wait"])
+    parent.wait_line("started")
+    deadline = time.monotonic() + 10
+    while len(g.members()) < 2 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    (child,) = [pid for pid in g.members() if pid != parent.pid]
+    sc = (D.Scenario().gpu(0, uuid="GPU-00000000-0000-0000-0000-000000000000", mem_total=80 * GIB, util_gpu=50)
+          .proc(0, child, 3 * GIB).sample(0, child, sm=42, mem=10))
+    path = D.write_scenario(tmp_path / "s.txt", sc)
+    out, err = _procs("--all", g.cgroup, "--format", "jsonl", "--window", "0.3", env=D.env(path, "full"))
+    assert "GPU metrics off" not in err
+    rows = {p["pid"]: p for p in json.loads(out)["processes"]["processes"]}
+    assert (rows[child]["gpu_memory_bytes"], rows[child]["gpu_sm_percent"]) == (3 * GIB, 42)
+    assert (rows[parent.pid]["gpu_memory_bytes"], rows[parent.pid]["gpu_sm_percent"]) == (0, 0)
+    (tree,) = json.loads(out)["processes"]["groups"]
+    assert tree["gpu_memory_bytes"] == 3 * GIB
+
+
+def test_a_process_that_exits_mid_read_is_dropped(make_group, monkeypatch):
+    from cgstat.kernel import processes as kp
+    from cgstat.kernel.hostfs import HostFS
+    from cgstat.pipeline import processes as model
+
+    g = make_group()
+    stays = g.start(["sleep", "1000"], stdout=subprocess.DEVNULL)
+    goes = g.start(["sleep", "1000"], stdout=subprocess.DEVNULL)
+    real_status = kp.read_status
+
+    def status_then_exit(fs, pid):  # its stat was read; it exits before its status is
+        if pid == goes.pid:
+            goes.kill()
+        return real_status(fs, pid)
+
+    monkeypatch.setattr(model, "read_status", status_then_exit)
+    watcher = model.ProcessWatcher(HostFS("/"))
+    watcher.begin_tick()
+    listing = watcher.read(g.path("cpu"))
+    watcher.end_tick()
+    assert [p["pid"] for p in listing.processes] == [stays.pid]
+    assert listing.listed == 1 and listing.processes[0]["pss_bytes"] > 0
