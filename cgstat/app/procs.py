@@ -7,10 +7,10 @@ import sys
 import time
 from typing import TYPE_CHECKING, Any, Dict, List, Optional
 
+from cgstat.app.story import matches
 from cgstat.errors import CgstatError
 from cgstat.names import display_name
 from cgstat.outputs import processes as view
-from cgstat.pipeline.lookup import find
 from cgstat.pipeline.processes import Options, ProcessWatcher, folder_of, listing_object
 from cgstat.timestamps import rfc3339
 
@@ -28,7 +28,8 @@ def collect(sampler: Sampler, query: Optional[str], window_s: float,
     identity and its `processes` (CPU % over `window_s`; 0: no CPU %). Raises CgstatError
     when the query names none."""
     records: List[Dict[str, Any]] = [dict(r) for r in sampler.tick() if r.get("type") in ("cgroup", "pod")]
-    chosen = find(records, query) if query is not None else records
+    # the workload found as `story` finds it (container name or ID prefix, unit, pod, cgroup path)
+    chosen = [r for r in records if matches(r, query)] if query is not None else records
     if not chosen:
         raise CgstatError(f"no workload is called {query!r} (a container name or ID prefix, a unit, a pod "
                           "or a cgroup path; --all shows every cgroup)")
