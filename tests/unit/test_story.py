@@ -1,6 +1,7 @@
 """`cgstat story`: one workload's life told from the store or a stream file, its verdict
 first; found by name, ID prefix, unit, pod or path; several lives listed, never guessed."""
 
+import re
 import subprocess
 import sys
 
@@ -113,3 +114,19 @@ def test_a_life_that_grew_for_hours_says_so_per_hour():
     told["ending"] = dict(told["ending"], how="oom_kill", at=rfc3339(H.T0 + 6 * 3600 + 7), limit_bytes=16 << 30)
     assert verdict(told, Clock(utc=True)).startswith(
         "OOM-killed at 09:12:07 at its 16 GiB limit after growing 1.2 GiB an hour for 6 h")
+
+
+def test_the_report_has_the_kernels_peak_and_the_workloads_that_ended(store, tmp_path):
+    page = tmp_path / "r.html"
+    _cgstat("report", "--store", store, "--since", "0", "-o", str(page))
+    html = page.read_text()
+    row = html.split('<tr data-name="job.service /system.slice/job.service">')[1].split("</tr>")[0]
+    assert ">64.0 MiB (kernel)<" in row and ">100.0 %<" in row  # not the 57 MiB sampled
+    assert '<td data-v="1.0">1</td>' in row  # its OOM kill, from its event and exit record
+    init = html.split('<tr data-name="init.scope /init.scope">')[1].split("</tr>")[0]
+    assert "(sampled)" in init or "(kernel)" in init
+    ended = html.split('<table id="exits">')[1].split("</table>")[0]
+    cells = re.findall(r"<td[^>]*>(.*?)</td>", ended)
+    assert cells == ["job.service", "2026-12-02 03:12:00", "2026-12-02 03:12:28", "26.0 s", "13.00", "10.40",
+                     "64.0 MiB (kernel)", "1", "4.0 KiB", "0 B", "–", "oom_kill"]
+    assert "[the kernel log&#x27;s 03:12:26 UTC]" in html

@@ -9,6 +9,7 @@ buckets, `max_summary` a summary row, and `max_markers` events each.
 from __future__ import annotations
 
 import math
+import time
 from array import array
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
@@ -163,7 +164,10 @@ class Workload:
         self.mem_limit: Optional[float] = None
         self.oom_first: Optional[float] = None
         self.oom_last: Optional[float] = None
-        self.oom_kills = 0
+        self.oom_kills = 0  # the rises of its OOM-kill counter
+        self.oom_events = 0  # the kills its oom_kill events count (the kernel log's, a counter's)
+        self.kernel_peak: Optional[float] = None  # memory.peak (v1 max_usage_in_bytes), its last reading
+        self.exit: Optional[Dict[str, Any]] = None  # its exit record, when it ended in the span
         self.has_gpu = False
         self.gpu_held_s = 0.0  # GPU-seconds it held memory on a GPU (each GPU it held, each interval)
         self.gpu_busy_s = 0.0  # GPU-seconds of SM use (sm_percent / 100 over each interval)
@@ -202,6 +206,8 @@ class ReportData:
         self.hosts: Dict[str, int] = {}
         self.events = 0
         self.orphan_events: List[Tuple[float, str, str, str]] = []
+        self.exits: List[Dict[str, Any]] = []  # the exit records of the span (at most max_summary)
+        self.exits_dropped = 0
         self._ts_cache: Tuple[Any, Optional[float]] = (None, None)
 
     def _t(self, ts: Any) -> Optional[float]:
@@ -248,6 +254,8 @@ class ReportData:
             self._workload(r, t)
         elif typ == "event":
             self._event(r, t)
+        elif typ == "exit":
+            self._exit(r)
         else:
             self.other += 1
 
@@ -288,6 +296,9 @@ class ReportData:
         rd = number_at(r, *Cgroup.IO_READ_BYTES_PER_SECOND)
         wr = number_at(r, *Cgroup.IO_WRITE_BYTES_PER_SECOND)
         oom = number_at(r, *Cgroup.MEMORY_OOM_KILLS_TOTAL)
+        peak = number_at(r, *Cgroup.MEMORY_PEAK_BYTES)
+        if peak is not None:
+            w.kernel_peak = peak
         gpu = value_at(r, *Cgroup.GPU)
         sm = gmem = None
         if isinstance(gpu, dict):
@@ -328,19 +339,49 @@ class ReportData:
         self.events += 1
         kind = str(r.get("kind"))
         resolves = r.get("resolves") if isinstance(r.get("resolves"), str) else None
-        entry = (t, kind, str(r.get("severity")), str(r.get("message")), resolves)
+        message = str(r.get("message"))
+        kernel = parse_ts(value_at(r, "evidence", "kernel_ts"))
+        if kernel is not None:  # an OOM kill's own time, from the kernel log (the event's is the tick's)
+            message = "[the kernel log's %s UTC] %s" % (time.strftime("%H:%M:%S", time.gmtime(kernel)), message)
+        entry = (t, kind, str(r.get("severity")), message, resolves)
         cg = r.get("cgroup")
         w = self.workloads.get(cg) if isinstance(cg, str) else None
         if w is None:
             if len(self.orphan_events) < self.max_markers:
                 self.orphan_events.append(entry[:4])
             return
+        if kind == "oom_kill":
+            kills = number_at(r, "evidence", "kills")
+            w.oom_events += int(kills) if kills is not None else 1
         key = resolves and "resolved" or kind
         w.event_counts[key] = w.event_counts.get(key, 0) + 1
         if len(w.events) < self.max_markers:
             w.events.append(entry)
         else:
             w.events_dropped += 1
+
+    def _exit(self, r: Dict[str, Any]) -> None:
+        """A workload that ended: its record for the table of those, its kernel peak and
+        kills for its summary row."""
+        if len(self.exits) < self.max_summary:
+            self.exits.append(r)
+        else:
+            self.exits_dropped += 1
+        cg = r.get("cgroup")
+        w = self.workloads.get(cg) if isinstance(cg, str) else None
+        if w is None:
+            return
+        w.exit = r
+        peak = number_at(r, "memory_peak_bytes")
+        if peak is not None and r.get("memory_peak_source") == "memory.peak":
+            w.kernel_peak = peak
+
+    def oom_kills(self, w: Workload) -> int:
+        """Its OOM kills: the most any witness counted (the counter's rises miss a kill in
+        its first sample or once its memory figures are gone; the events miss none the log
+        or a counter saw; the exit record has its counter's last reading)."""
+        gone = number_at(w.exit, "oom_kills_total") if w.exit is not None else None
+        return max(w.oom_kills, w.oom_events, int(gone) if gone is not None else 0)
 
 
 def read_stream(input_path: str, points: int = 500, max_workloads: int = 400, max_summary: int = 5000,

@@ -10,6 +10,7 @@ from typing import Optional
 
 from cgstat.outputs.report.accumulate import ReportData
 from cgstat.outputs.report.charts import workload_charts
+from cgstat.outputs.report.ended import ended_table
 from cgstat.outputs.report.markup import clock, esc, pct, rate, size, span
 
 # The mark of a report cgstat wrote: the only kind of existing file -o replaces.
@@ -140,19 +141,31 @@ def render(d: ReportData, title: str, point_budget: int) -> str:
         link = '<a href="#w%d">%s</a>' % (w.index, esc(w.name)) if w.charted else esc(w.name)
         evs = ", ".join("%s %d" % (esc(k), n) for k, n in sorted(w.event_counts.items()) if k != "resolved")
         n_events = sum(n for k, n in w.event_counts.items() if k != "resolved")
+        # the kernel's peak where it has one (what the job needed, between samples too), else sampled
+        peak: Optional[float]
+        if w.kernel_peak is not None:
+            peak, peak_text = w.kernel_peak, size(w.kernel_peak) + " (kernel)"
+            peak_pct = 100.0 * w.kernel_peak / w.mem_limit if w.mem_limit else None
+        else:
+            peak, peak_text, peak_pct = w.ws.peak, size(w.ws.peak) + " (sampled)", w.mem_pct.peak
+        kills = d.oom_kills(w)
         out.append('<tr data-name="%s"><td class="n" title="%s">%s</td><td class="n">%s</td>%s%s%s%s%s%s%s%s%s%s%s%s%s%s%s%s</tr>' % (
             name_attr, esc(w.cgroup), link, esc(w.kind),
             _td(pct(w.cpu.mean), w.cpu.mean), _td(pct(w.cpu.peak), w.cpu.peak),
             _td(_cores(w.cpu_limit), w.cpu_limit),
-            _td(size(w.ws.mean), w.ws.mean), _td(size(w.ws.peak), w.ws.peak),
+            _td(size(w.ws.mean), w.ws.mean), _td(peak_text, peak),
             _td(size(w.mem_limit) if w.mem_limit is not None else "–", w.mem_limit),
-            _td(pct(w.mem_pct.peak), w.mem_pct.peak),
+            _td(pct(peak_pct), peak_pct),
             _td(rate(w.rd.mean), w.rd.mean), _td(rate(w.wr.mean), w.wr.mean),
             _td(pct(w.sm.mean), w.sm.mean), _td(pct(w.sm.peak), w.sm.peak),
             _td(size(w.gmem.peak), w.gmem.peak), _gpu_hours(w.gpu_held_s, w.has_gpu),
-            _gpu_hours(w.gpu_busy_s, w.has_gpu), _td("%d" % w.oom_kills, w.oom_kills),
+            _gpu_hours(w.gpu_busy_s, w.has_gpu), _td("%d" % kills, kills),
             _td(evs or "–", n_events, "e")))
     out.append("</tbody></table></div>")
+    out.append('<p class="note">Memory peak: the kernel\'s (memory.peak, v1 max_usage_in_bytes: usage with the page '
+               'cache, between samples too) where it has it, else the highest working set sampled. Means, CPU '
+               'and GPU figures are sampled.</p>')
+    out.append(ended_table(d.exits, d.exits_dropped))
 
     # per workload: those with events first, then the rest in stream order
     for w in sorted(charted, key=lambda w: (0 if w.events else 1, w.index)):
