@@ -19,10 +19,16 @@ from types import ModuleType
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def module_at(ref: str, path: str) -> ModuleType:
-    """The module at `path` (relative to the repository) as it is at git `ref`."""
-    text = subprocess.run(["git", "show", "%s:%s" % (ref, path)], cwd=REPO, check=True,
-                          stdout=subprocess.PIPE).stdout
+def module_at(ref: str, path: str, *older: str) -> ModuleType:
+    """The module at `path` (relative to the repository) as it is at git `ref`, or at the
+    first of `older` (where the module was before a move) that `ref` has."""
+    for path in (path, *older):
+        shown = subprocess.run(["git", "show", "%s:%s" % (ref, path)], cwd=REPO, stdout=subprocess.PIPE,
+                               stderr=subprocess.DEVNULL)
+        if shown.returncode == 0:
+            break
+    shown.check_returncode()
+    text = shown.stdout
     folder = tempfile.mkdtemp(prefix="cgstat-bench-against-")
     name = "at_%s_%s" % ("".join(c if c.isalnum() else "_" for c in ref), os.path.basename(path)[:-3])
     file = os.path.join(folder, name + ".py")

@@ -6,7 +6,7 @@ record, every value, every Prometheus family and series, side by side.
 
 For each tree of tests/fixtures (t0, then t1, with one --state file) each checkout runs
 `python -m cgstat once --host-root T --state F --all`; the records are then rendered by that
-checkout's own exporter (cgstat.outputs.prometheus.render), with a cgroup and a GPU record
+checkout's own exporter (cgstat.outputs.prometheus.exposition.render), with a cgroup and a GPU record
 holding every field of that checkout's table (tests/helpers/fieldtable.py) added, so that the
 families a recorded tree does not fill (GPU, cpuset, IO limits) are compared too. Reported:
 key paths and series (`name{label,names}`) only one side has, and the values of paths both
@@ -30,8 +30,8 @@ HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _RENDER = r"""
 import json, re, sys
 sys.path[:0] = ["tests/helpers", "tests"]  # fieldtable.py: tests/helpers/ since the tests moved
-from cgstat import fields
-from cgstat.outputs import prometheus
+from cgstat.contract import fields
+from cgstat.outputs.prometheus import exposition as prometheus
 from fieldtable import example
 records = [json.loads(line) for line in sys.stdin if line.strip()]
 records += [example(fields.RECORD), example(fields.GPU_RECORD)]

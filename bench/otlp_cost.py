@@ -7,7 +7,7 @@
 
 The synthetic host of bench/prometheus_cost.py (every cgroup a Docker container with a name
 and an image, one block device, PSI; no root needed) is sampled by the real Sampler; its
-records go through the real encoder (outputs/otlp_encode.py) and the real sink to a local
+records go through the real encoder (cgstat/outputs/otlp/encode.py) and the real sink to a local
 receiver on loopback that reads each request and answers 200.
 
 - encode: CPU time (process time) of one Encoder.encode() of the tick, protobuf (needs
@@ -18,8 +18,8 @@ receiver on loopback that reads each request and answers 200.
 - push: wall time from OtlpSink.write() to the receiver having read the request (gzip
   included), median of --reps.
 - --max-series: encode CPU and bytes with the series budget folding to that many data
-  points (outputs/otlp_budget.py), in the same turns.
-- --against REF: otlp_encode.py as it is at git REF (bench/against.py) encodes the same
+  points (cgstat/outputs/otlp/budget.py), in the same turns.
+- --against REF: cgstat/outputs/otlp/encode.py as it is at git REF (bench/against.py) encodes the same
   records in the same turns, and says whether its bytes are this checkout's.
 """
 
@@ -43,11 +43,11 @@ sys.path.insert(0, HERE)
 
 from prometheus_cost import build_host  # noqa: E402
 
-from cgstat.outputs.otlp import OtlpOptions, OtlpSink  # noqa: E402
-from cgstat.outputs.otlp_budget import OtlpBudget  # noqa: E402
-from cgstat.outputs.otlp_encode import Encoder  # noqa: E402
+from cgstat.outputs.otlp.sink import OtlpOptions, OtlpSink  # noqa: E402
+from cgstat.outputs.otlp.budget import OtlpBudget  # noqa: E402
+from cgstat.outputs.otlp.encode import Encoder  # noqa: E402
 from cgstat.pipeline.sampler import Sampler  # noqa: E402
-from cgstat.pipeline.warner import Warner  # noqa: E402
+from cgstat.diagnostics import Warner  # noqa: E402
 
 
 class _Receiver(http.server.ThreadingHTTPServer):
@@ -102,7 +102,7 @@ def measure(n: int, reps: int, warmup: int, max_series: int = 10000, against: st
     if against:
         from against import module_at
 
-        old = module_at(against, "cgstat/outputs/otlp_encode.py")
+        old = module_at(against, "cgstat/outputs/otlp/encode.py", "cgstat/outputs/otlp_encode.py")
     for encoding in ("protobuf", "json"):
         try:
             encoder = Encoder(encoding)
@@ -153,7 +153,7 @@ def main() -> int:
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--max-series", type=int, default=10000)
     ap.add_argument("--against", metavar="REF", default="",
-                    help="also encode with otlp_encode.py as it is at git REF, interleaved")
+                    help="also encode with cgstat/outputs/otlp/encode.py as it is at git REF, interleaved")
     args = ap.parse_args()
     print("load average at start: %.2f %.2f %.2f" % os.getloadavg(), file=sys.stderr)
     rows = [measure(n, args.reps, args.warmup, args.max_series, args.against) for n in args.cgroups]

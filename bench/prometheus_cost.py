@@ -35,9 +35,9 @@ sys.path.insert(0, os.path.dirname(HERE))
 
 from tests.helpers import synth  # noqa: E402
 
-from cgstat.outputs import prometheus as prom  # noqa: E402
-from cgstat.outputs.serve import Exporter  # noqa: E402
-from cgstat.pipeline.warner import Warner  # noqa: E402
+from cgstat.outputs.prometheus import exposition as prom  # noqa: E402
+from cgstat.outputs.prometheus.exporter import Exporter  # noqa: E402
+from cgstat.diagnostics import Warner  # noqa: E402
 from cgstat.pipeline.sampler import Sampler  # noqa: E402
 
 

@@ -12,7 +12,7 @@ name, an image and 3 labels, one block device, PSI). Render CPU: process time of
 publishes each, for: no
 budget (the exporter as it was), a budget not reached (the default 100,000: what counting
 costs), and --max-series (folding); with --against REF, also --max-series with
-prometheus_budget.py as it is at git REF (bench/against.py), in the same turns.
+cgstat/outputs/prometheus/budget.py as it is at git REF (bench/against.py), in the same turns.
 """
 
 from __future__ import annotations
@@ -32,11 +32,11 @@ sys.path.insert(0, HERE)
 
 from prometheus_cost import build_host  # noqa: E402
 
-from cgstat import fields  # noqa: E402
-from cgstat.outputs.prometheus_budget import SeriesBudget  # noqa: E402
-from cgstat.outputs.serve import Exporter  # noqa: E402
+from cgstat.contract import fields  # noqa: E402
+from cgstat.outputs.prometheus.budget import SeriesBudget  # noqa: E402
+from cgstat.outputs.prometheus.exporter import Exporter  # noqa: E402
 from cgstat.pipeline.sampler import Sampler  # noqa: E402
-from cgstat.pipeline.warner import Warner  # noqa: E402
+from cgstat.diagnostics import Warner  # noqa: E402
 
 GROUP = {f.name: f.group for f in fields.FAMILIES}
 
@@ -71,7 +71,7 @@ def measure(n: int, max_series: int, reps: int, against: str = "") -> dict:
             from against import module_at
 
             labels += ("at " + against,)
-            budgets.append(module_at(against, "cgstat/outputs/prometheus_budget.py").SeriesBudget(max_series))
+            budgets.append(module_at(against, "cgstat/outputs/prometheus/budget.py", "cgstat/outputs/prometheus_budget.py").SeriesBudget(max_series))
         exporters = [Exporter("127.0.0.1:0", Warner(io.StringIO()), budget=budget) for budget in budgets]
         times = {label: [] for label in labels}
         try:
@@ -101,7 +101,7 @@ def main() -> int:
     ap.add_argument("--max-series", type=int, default=10000)
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--against", metavar="REF", default="",
-                    help="also fold with prometheus_budget.py as it is at git REF, interleaved")
+                    help="also fold with cgstat/outputs/prometheus/budget.py as it is at git REF, interleaved")
     args = ap.parse_args()
     print("load average at start: %.2f %.2f %.2f" % os.getloadavg())
     results = [measure(n, args.max_series, args.reps, args.against) for n in args.cgroups]

@@ -25,7 +25,7 @@ sys.path.insert(0, os.path.join(HERE, ".."))
 from tests.helpers.synth import v2_cgroup, v2_host  # noqa: E402
 
 from cgstat.outputs.jsonl import StdoutSink  # noqa: E402
-from cgstat.pipeline.warner import Warner  # noqa: E402
+from cgstat.diagnostics import Warner  # noqa: E402
 from cgstat.pipeline.sampler import Sampler  # noqa: E402
 
 

@@ -42,7 +42,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from tests.helpers import synth  # noqa: E402
 
 from cgstat.outputs.store import StoreSink  # noqa: E402
-from cgstat.pipeline.warner import Warner  # noqa: E402
+from cgstat.diagnostics import Warner  # noqa: E402
 from cgstat.pipeline.sampler import Sampler  # noqa: E402
 from cgstat.store.reader import StoreReader  # noqa: E402
 from cgstat.text import dumps_record  # noqa: E402

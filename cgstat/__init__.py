@@ -22,7 +22,7 @@ def __getattr__(name):  # PEP 562: `import cgstat` stays cheap for the CLI's sta
 
         return Sampler
     if name == "Warner":
-        from cgstat.pipeline.warner import Warner
+        from cgstat.diagnostics import Warner
 
         return Warner
     if name == "CgstatError":

@@ -30,14 +30,14 @@ from cgstat import __version__
 from cgstat.errors import CgstatError
 from cgstat.outputs import DEFAULT_LISTEN
 from cgstat.outputs.formats import FORMATS
-from cgstat.pipeline.warner import say
+from cgstat.diagnostics import say
 
 # The run modes are imported by the command that runs them, so that --help, --version,
 # report and a usage error don't load the sampler (cron start-up).
 if TYPE_CHECKING:
     from typing import Pattern
 
-    from cgstat.outputs.otlp import OtlpOptions
+    from cgstat.outputs.otlp.sink import OtlpOptions
     from cgstat.pipeline.sampler import Sampler
 
 _HELP = """Per-container CPU, memory, block IO, network, pids, pressure and GPU, read straight
@@ -233,7 +233,7 @@ def _listen(value: Optional[str]) -> Optional[str]:
     """--listen checked before anything starts: a bad address is a usage error (exit 2)."""
     if value is None:
         return None
-    from cgstat.outputs.http import parse_listen  # only where --listen is given or served
+    from cgstat.outputs.prometheus.http import parse_listen  # only where --listen is given or served
 
     try:
         parse_listen(_not_empty(value) or "")
@@ -246,7 +246,7 @@ def _groups(value: Optional[str]) -> Optional[str]:
     """--metrics / --disable-metrics checked before anything starts (exit 2 on a group not known)."""
     if value is None:
         return None
-    from cgstat.outputs.prometheus_budget import groups_off
+    from cgstat.outputs.prometheus.budget import groups_off
 
     try:
         groups_off(_group_list(value), None)
@@ -281,7 +281,7 @@ DEFAULT_MAX_SERIES = 100000  # ~2x what 1,000 containers make (docs/prometheus.m
 
 def _budget(metrics: Optional[str], disable: Optional[str], max_series: int) -> Any:
     """The exporter's series budget from the options (a SeriesBudget)."""
-    from cgstat.outputs.prometheus_budget import SeriesBudget, groups_off
+    from cgstat.outputs.prometheus.budget import SeriesBudget, groups_off
 
     return SeriesBudget(max_series, groups_off(_group_list(metrics), _group_list(disable)))
 
@@ -388,7 +388,7 @@ def _otlp_endpoint(value: Optional[str]) -> Optional[str]:
     """--otlp-endpoint checked before anything starts: a bad URL is a usage error (exit 2)."""
     if value is None:
         return None
-    from cgstat.outputs.otlp_http import parse_endpoint
+    from cgstat.outputs.otlp.transport import parse_endpoint
 
     try:
         parse_endpoint(value)
@@ -406,7 +406,7 @@ def _otlp_encoding(value: str) -> str:
 def _otlp_headers(values: List[str]) -> List[str]:
     if not values:  # typer calls this for the default too: no OTLP (ssl, http.client) for a run without it
         return values
-    from cgstat.outputs.otlp_http import parse_header
+    from cgstat.outputs.otlp.transport import parse_header
 
     for value in values:
         try:
@@ -475,8 +475,8 @@ class _Otlp:
                 compression: str, ca_file: Optional[str]) -> Optional[OtlpOptions]:
         if endpoint is None:
             return None
-        from cgstat.outputs.otlp import OtlpOptions
-        from cgstat.outputs.otlp_http import parse_header
+        from cgstat.outputs.otlp.sink import OtlpOptions
+        from cgstat.outputs.otlp.transport import parse_header
 
         return OtlpOptions(endpoint, encoding, tuple(parse_header(h) for h in headers), buffer, timeout,
                            compression, ca_file)
@@ -599,7 +599,7 @@ _TIME_HELP = ("ISO 8601 (2026-12-02T03:12, local time without an offset), a time
 
 def _history(job: Callable[[Callable[[str, str], None]], int]) -> None:
     """Run a reader of the store: its notices (damage skipped) on stderr, one line each."""
-    from cgstat.pipeline.warner import Warner
+    from cgstat.diagnostics import Warner
 
     try:
         code = job(Warner().warn)

@@ -1,13 +1,21 @@
-"""How the views write byte sizes, in one place: docker's units for the table and top
+"""Numbers in records, in one place: `finite` (the one rule for a number read from a record)
+and how the views write byte sizes: docker's units for the table and top
 (github.com/docker/go-units, size.go), binary units with one decimal for the report, and
 MiB for event messages. A null figure is each view's own mark ("--", "–", "unknown")."""
 
 from __future__ import annotations
 
 import math
-from typing import Optional, Sequence, Tuple
+from typing import Any, Optional, Sequence, Tuple
 
 MiB = 1024 * 1024
+
+
+def finite(value: Any) -> Optional[float]:
+    """A finite int or float, else None (null, missing, a bool, NaN, an infinity, anything else)."""
+    if value is None or isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        return None
+    return value
 
 _BINARY = ("B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB", "ZiB", "YiB")
 _DECIMAL = ("B", "kB", "MB", "GB", "TB", "PB", "EB", "ZB", "YB")

@@ -15,7 +15,7 @@ from cgstat.store.reader import StoreReader, Tick, say_time
 from cgstat.store.times import parse_time
 
 if TYPE_CHECKING:
-    from cgstat.records import JsonObject
+    from cgstat.contract.types import JsonObject
 
 Warn = Callable[[str, str], None]
 
@@ -95,7 +95,7 @@ def dump(store: str, since: str, until: Optional[str], fmt: str, match: Optional
         ticks = span_ticks(reader, since, until)
         if fmt == "openmetrics":
             from cgstat.outputs.jsonl import FileSink, StdoutSink
-            from cgstat.outputs.openmetrics_dump import exposition
+            from cgstat.outputs.prometheus.dump import exposition
 
             om_sink = FileSink(output, output_mode, warn) if output else StdoutSink(warn)
 

@@ -10,7 +10,7 @@ from cgstat.outputs.sink import ReaderGone, Sink
 from cgstat.pipeline.schedule import Schedule
 
 if TYPE_CHECKING:
-    from cgstat.records import JsonObject
+    from cgstat.contract.types import JsonObject
     from cgstat.pipeline.sampler import Sampler
 
 
@@ -34,7 +34,7 @@ def run_once(sampler: Sampler, sink: Sink, state_path: Optional[str], window_s: 
         sink.open()
         if state_path:
             from cgstat.pipeline import state as statefile
-            from cgstat.pipeline.events import judge_runs, state_extras
+            from cgstat.events import judge_runs, state_extras
 
             # Checked, locked and ready to be replaced before anything is printed.
             with statefile.StateFile(state_path) as state:

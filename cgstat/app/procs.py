@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any, Dict, List, Optional
 
 from cgstat.app.story import matches
 from cgstat.errors import CgstatError
-from cgstat.names import display_name
+from cgstat.contract.workload import display_name
 from cgstat.outputs import processes as view
 from cgstat.pipeline.processes import Options, ProcessWatcher, folder_of, listing_object
 from cgstat.timestamps import rfc3339

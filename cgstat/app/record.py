@@ -28,7 +28,7 @@ def record(sampler: Sampler, store: StoreOptions, interval_s: float, count: Opti
 
     events = None
     if events_window_s is not None:
-        from cgstat.pipeline.events import EventDetector
+        from cgstat.events import EventDetector
 
         events = EventDetector(window_s=events_window_s)
     sampler.warner.once("recording", f"recording every {interval_s:g} s into {store.path}")

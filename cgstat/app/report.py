@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from typing import Optional
 
-from cgstat.pipeline.warner import say
+from cgstat.diagnostics import say
 from cgstat.units import binary_size
 
 

@@ -15,7 +15,7 @@ def open_sampler(host_root: str, all_cgroups: bool, match: Optional[Pattern[str]
     """A Sampler with the diagnostics channel on stderr, in a process with room for the
     descriptors it keeps open; `daemons`: --docker-data-root and --docker-host."""
     from cgstat.kernel.rlimits import raise_nofile_limit
-    from cgstat.pipeline.warner import Warner
+    from cgstat.diagnostics import Warner
     from cgstat.pipeline.sampler import Sampler
 
     raise_nofile_limit()

@@ -18,7 +18,7 @@ from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Tupl
 import orjson
 
 from cgstat.errors import CgstatError
-from cgstat.names import workload_name
+from cgstat.contract.workload import workload_name
 from cgstat.pipeline.record import number_at, value_at
 from cgstat.timestamps import parse_ts
 

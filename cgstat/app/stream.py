@@ -1,6 +1,6 @@
 """`cgstat stream` (a batch every interval, into a sink, with events) and `cgstat serve`
 (the same ticks into the Prometheus endpoint only); either also pushes them over OTLP
-(outputs/otlp.py) when given an endpoint."""
+(cgstat/outputs/otlp/sink.py) when given an endpoint."""
 
 from __future__ import annotations
 
@@ -10,16 +10,16 @@ from typing import TYPE_CHECKING, Iterable, List, Optional, Sequence, Tuple
 from cgstat import sdnotify
 from cgstat.kernel.kmsg import started_usec
 from cgstat.outputs.sink import NO_INFO, ReaderGone, Sink, SinkError, TickInfo
-from cgstat.pipeline.gpuheld import DEFAULT_MEMORY_BYTES, DEFAULT_WINDOW_S
+from cgstat.events.gpuheld import DEFAULT_MEMORY_BYTES, DEFAULT_WINDOW_S
 from cgstat.pipeline.schedule import Schedule, watchdog_heartbeat_s
 
 if TYPE_CHECKING:  # the exporter and events are imported by the runs that use them
     from cgstat.app.record import StoreOptions
-    from cgstat.records import JsonObject
-    from cgstat.outputs.otlp import OtlpOptions
-    from cgstat.pipeline.events import EventDetector
+    from cgstat.contract.types import JsonObject
+    from cgstat.outputs.otlp.sink import OtlpOptions
+    from cgstat.events import EventDetector
     from cgstat.pipeline.sampler import Sampler
-    from cgstat.outputs.prometheus_budget import SeriesBudget
+    from cgstat.outputs.prometheus.budget import SeriesBudget
 
 
 def stream(sampler: Sampler, interval_s: float, count: Optional[int], fmt: str, output: Optional[str],
@@ -37,7 +37,7 @@ def stream(sampler: Sampler, interval_s: float, count: Optional[int], fmt: str, 
 
     events = None
     if events_window_s is not None:
-        from cgstat.pipeline.events import EventDetector
+        from cgstat.events import EventDetector
 
         events = EventDetector(window_s=events_window_s, gpu_idle_memory_bytes=gpu_idle_memory_bytes,
                                gpu_idle_window_s=gpu_idle_window_s)
@@ -63,8 +63,8 @@ def _otlp_sinks(sampler: Sampler, otlp: Optional[OtlpOptions], budget: Optional[
     (its own count: data points, not the exposition's series)."""
     if otlp is None:
         return []
-    from cgstat.outputs.otlp import OtlpSink  # only when asked: protobuf costs a start-up
-    from cgstat.outputs.otlp_budget import OtlpBudget
+    from cgstat.outputs.otlp.sink import OtlpSink  # only when asked: protobuf costs a start-up
+    from cgstat.outputs.otlp.budget import OtlpBudget
 
     own = OtlpBudget(budget.max_series, budget.off) if budget is not None else None
     return [OtlpSink(otlp, sampler.warner.warn, budget=own)]
@@ -93,7 +93,7 @@ def run_stream(sampler: Sampler, sinks: Sequence[Sink], interval_s: float, count
             sink.open()  # an output that can't be used fails the run now, not silently later
             opened.append(sink)
         if listen:
-            from cgstat.outputs.serve import Exporter  # only when asked: HTTP costs a start-up
+            from cgstat.outputs.prometheus.exporter import Exporter  # only when asked: HTTP costs a start-up
 
             exporter = Exporter(listen, sampler.warner, stale_after_s=max(60.0, 5 * interval_s),
                                 gpu_idle_memory_bytes=gpu_idle_memory_bytes, budget=budget)

@@ -11,11 +11,11 @@ from typing import TYPE_CHECKING, Any, Callable, List, Optional
 
 from cgstat.outputs.jsonl import ReaderGone, SinkError, StdoutSink
 from cgstat.outputs.top import Model, Screen, ViewLog, plain_frame
-from cgstat.pipeline.events import EventDetector, Thresholds
+from cgstat.events import EventDetector, Thresholds
 from cgstat.pipeline.schedule import Schedule
 
 if TYPE_CHECKING:
-    from cgstat.records import Sampled
+    from cgstat.contract.types import Sampled
     from cgstat.pipeline.sampler import Sampler
 
 FIRST_SCREEN_S = 0.5  # the warm-up before the first screen (at most one interval)

@@ -26,7 +26,7 @@ import functools
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
-from cgstat.fields import CLOCK_EVENT_REASONS
+from cgstat.contract.fields import CLOCK_EVENT_REASONS
 from cgstat.gpu.nvml import Gateway
 from cgstat.gpu.nvml_codes import SUCCESS
 from cgstat.gpu.nvml_device import Gpu

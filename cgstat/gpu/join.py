@@ -26,7 +26,7 @@ from cgstat.gpu.sample import GpuProcess
 from cgstat.kernel.membership import Owner
 
 if TYPE_CHECKING:  # the record types are for the type checker only
-    from cgstat.records import GpuProcessUse, GpuUse
+    from cgstat.contract.types import GpuProcessUse, GpuUse
 
 
 class Attributed(NamedTuple):

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Dict, List, Optional, Tuple
 from cgstat.text import quote
 
 if TYPE_CHECKING:
-    from cgstat.kernel.walk import Listing
+    from cgstat.kernel.tree import Listing
 
 DELEGATED = re.compile(r"^user@[0-9]+\.service$")  # a delegation point's folder name
 MAX_USER_CGROUPS = 1000  # folders walked below one user@<UID>.service, per hierarchy

@@ -22,7 +22,8 @@ from cgstat.kernel.handles import KeptFiles
 from cgstat.kernel.hierarchy import Hierarchy
 from cgstat.kernel.inotify import Event, Inotify
 from cgstat.kernel.tree import Folder
-from cgstat.kernel.walk import Listing, Walker, Watcher
+from cgstat.kernel.tree import Listing
+from cgstat.kernel.walk import Walker, Watcher
 from cgstat.text import decode_name, quote
 
 

@@ -23,7 +23,7 @@ from cgstat.kernel.hostfs import HostFS, ReadError, read_bytes, read_text
 from cgstat.kernel.tree import Folder
 
 if TYPE_CHECKING:  # the record types are for the type checker only
-    from cgstat.records import Container
+    from cgstat.contract.types import Container
 
 
 @dataclass(frozen=True)

@@ -77,7 +77,7 @@ class MemorySample(NamedTuple):
     events_local: Optional[MemoryEvents] = None  # v2 memory.events.local (this cgroup only)
     swap_events: Optional[SwapEvents] = None  # v2 memory.swap.events
     failcnt: Optional[int] = None  # v1 memory.failcnt: charges refused at the limit
-    # the memory.stat counters read as the kernel writes them, in fieldkeys.MemoryStat's order
+    # the memory.stat counters read as the kernel writes them, in contract/keys.py MemoryStat's order
     # (None: no memory.stat); the field table declares them, the record names them
     stat: Optional[Tuple[Optional[int], ...]] = None
     hugetlb_bytes: Optional[int] = None  # v2 hugetlb.<size>.current summed

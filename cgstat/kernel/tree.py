@@ -1,7 +1,8 @@
 """The shapes of a cgroup tree: one folder in one hierarchy, and one workload's folders.
 
 Plain data built by the walk (kernel/walk.py) and read by the sampler
-(kernel/cgroups.py); nothing here reads files.
+(kernel/cgroups.py), and the walk's one pass over a folder's entries (Listing); nothing
+here opens files.
 
 There is one Folder per cgroup folder of every hierarchy walked (six per cgroup on a
 hybrid host, also for cgroups no record shows), kept from tick to tick: both shapes use
@@ -12,7 +13,8 @@ point followed by the printable path (a name that is not printable UTF-8).
 from __future__ import annotations
 
 from dataclasses import FrozenInstanceError, dataclass
-from typing import Any, Dict, FrozenSet, Optional, Tuple
+import os
+from typing import Any, Dict, FrozenSet, Iterator, List, Optional, Tuple
 
 from cgstat.kernel.hierarchy import Hierarchy
 
@@ -118,3 +120,27 @@ class Cgroup:
     @property
     def paths(self) -> Dict[str, str]:
         return {f.hierarchy.name: f.path for f in self.folders}
+
+
+class Listing:
+    """One folder's listing, read once: the names of its files, and its sub-folders as an
+    iterator, counted as they go by."""
+
+    def __init__(self, it: Iterator[os.DirEntry]):
+        self.files: List[str] = []
+        self.dirs_seen = 0
+        self._it = it
+
+    def dirs(self) -> Iterator[Tuple[str, str, int]]:
+        """(name, local path, inode) of each sub-folder; symbolic links are never
+        followed (a cgroup filesystem has none; a host root may)."""
+        for entry in self._it:
+            try:
+                is_dir = entry.is_dir(follow_symlinks=False)
+            except OSError:
+                continue
+            if is_dir:
+                self.dirs_seen += 1
+                yield entry.name, entry.path, entry.inode()
+            else:
+                self.files.append(entry.name)

@@ -16,7 +16,7 @@ from typing import Dict, FrozenSet, Iterator, List, Optional, Tuple
 from cgstat.kernel.delegated import DELEGATED, SubtreeCaps
 from cgstat.kernel.hierarchy import Hierarchy
 from cgstat.kernel.hostfs import HostFS
-from cgstat.kernel.tree import Folder
+from cgstat.kernel.tree import Folder, Listing
 from cgstat.text import decode_name
 
 # What the walk's stack holds: (printable path, local path, inode, delegated subtree above it or None)
@@ -166,26 +166,3 @@ class Walker:
                         continue
                 stack.append((child, child_local, child_ino, below))
 
-
-class Listing:
-    """One folder's listing, read once: the names of its files, and its sub-folders as an
-    iterator, counted as they go by."""
-
-    def __init__(self, it: Iterator[os.DirEntry]):
-        self.files: List[str] = []
-        self.dirs_seen = 0
-        self._it = it
-
-    def dirs(self) -> Iterator[Tuple[str, str, int]]:
-        """(name, local path, inode) of each sub-folder; symbolic links are never
-        followed (a cgroup filesystem has none; a host root may)."""
-        for entry in self._it:
-            try:
-                is_dir = entry.is_dir(follow_symlinks=False)
-            except OSError:
-                continue
-            if is_dir:
-                self.dirs_seen += 1
-                yield entry.name, entry.path, entry.inode()
-            else:
-                self.files.append(entry.name)

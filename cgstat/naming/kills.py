@@ -28,7 +28,7 @@ from cgstat.naming.paths import PathInfo, classify
 from cgstat.naming.workload import Namer
 
 if TYPE_CHECKING:  # the record types are for the type checker only
-    from cgstat.records import Container, Pod
+    from cgstat.contract.types import Container, Pod
 
 KEEP_S = 600.0  # how long a gone cgroup's name is kept for a kill reported late
 MAX_GONE = 4096

@@ -8,11 +8,10 @@ driver: classify()'s docstring; each runtime's own are declared in its module
 from __future__ import annotations
 
 import re
-from typing import NamedTuple, Optional
-
-from typing import Any
+from typing import Optional
 
 from cgstat.naming.runtimes.registry import CONTAINER_PATTERNS, ID_PARENTS, MONITOR_PATTERNS, NAMED_PARENTS, WORKLOAD_PATHS
+from cgstat.naming.runtimes.runtime import PathInfo
 
 _HEX64 = r"[0-9a-f]{64}"
 _BARE_ID = re.compile(rf"^({_HEX64})$")
@@ -25,22 +24,6 @@ _POD_SYSTEMD = re.compile(r"^kubepods(?:-(burstable|besteffort))?-pod([0-9a-f_]{
 _POD_CGROUPFS = re.compile(r"^pod([0-9a-f-]{32,36})$")
 _QOS = {"burstable": "burstable", "besteffort": "besteffort"}
 _UNIT = re.compile(r"^.+\.(service|scope|slice|socket|mount|swap|target|device|automount|path|timer)$")
-
-
-class PathInfo(NamedTuple):
-    kind: Optional[str] = None  # "container", "pod", "monitor", "candidate" or None
-    runtime: Optional[str] = None
-    id: Optional[str] = None  # 64-hex container ID, or the LXC container name
-    pod_uid: Optional[str] = None  # dashed form
-    qos: Optional[str] = None  # guaranteed | burstable | besteffort
-    unit: Optional[str] = None  # decoded systemd unit name of the last component
-    inside_container: bool = False  # a cgroup below a container (its own sub-cgroups)
-    # The uid of the systemd user manager whose delegated subtree holds this cgroup
-    # (a `user@<UID>.service` component), None outside users' subtrees. See classify.
-    user_uid: Optional[int] = None
-    # What a runtime's own path parser said beyond the ID (Slurm: step, task, uid), for its
-    # describe(); None for every other runtime.
-    detail: Any = None
 
 
 def unescape_unit(name: str) -> str:

@@ -30,7 +30,7 @@ from cgstat.naming.runtimes.daemons import DaemonConfig, Daemons
 from cgstat.naming.runtimes.identities import Identities
 
 if TYPE_CHECKING:  # the record types are for the type checker only
-    from cgstat.records import Container, Pod
+    from cgstat.contract.types import Container, Pod
 
 
 class Workload(NamedTuple):

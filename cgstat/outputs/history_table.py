@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Iterable, Iterator, List, Optional, cast
 
-from cgstat.names import display_name
+from cgstat.contract.workload import display_name
 from cgstat.outputs.clock import Clock, duration
 from cgstat.outputs.jsonl import FileSink, JsonLinesSink, StdoutSink
 from cgstat.outputs.table import TABLE_HEADER, render_table, table_row
@@ -24,7 +24,7 @@ from cgstat.text import escape_controls
 from cgstat.units import bytes_size, human_size
 
 if TYPE_CHECKING:
-    from cgstat.records import CgroupRecord, JsonObject
+    from cgstat.contract.types import CgroupRecord, JsonObject
 
 EVENT_HEADER = ("SEVERITY", "KIND", "WORKLOAD", "MESSAGE")
 EXIT_HEADER = ("WORKLOAD", "START", "END", "LIFETIME", "CPU S", "PEAK MEM", "OOM KILLS", "IO R / W", "GPU S",

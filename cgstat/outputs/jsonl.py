@@ -40,7 +40,7 @@ from cgstat.safepath import UnsafePath, place
 from cgstat.text import dumps_record, quote
 
 if TYPE_CHECKING:  # the record types are for the type checker only
-    from cgstat.records import JsonObject
+    from cgstat.contract.types import JsonObject
 
 _Fragment = getattr(orjson, "Fragment", None)  # orjson >= 3.9: serialised JSON, spliced as it is
 

@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Callable, Deque, Iterable, Iterator, Optional,
 from cgstat.outputs.sink import NO_INFO, ChunkSink, ReaderGone, Sink, SinkError, TickInfo
 
 if TYPE_CHECKING:  # the record types are for the type checker only
-    from cgstat.records import JsonObject
+    from cgstat.contract.types import JsonObject
 
 # A reader may pause this long before ticks are dropped: at 100 cgroups a tick is about
 # 0.2 MB (about 40 s of ticks), at 1,000 about 2 MB. A tick already begun may go past it.

@@ -2,7 +2,7 @@
 
 A run mode (app/stream.py, app/once.py) holds a list of `Sink`s and hands each tick to all
 of them; it knows no concrete output. What implements it: the JSON-lines, table and CSV
-sinks (jsonl.py, table.py), the Prometheus exporter (serve.py), the HTML report
+sinks (jsonl.py, table.py), the Prometheus exporter (cgstat/outputs/prometheus/exporter.py), the HTML report
 (report/sink.py), and a sink that can block wrapped in a `QueuedSink` (queued.py: its own
 thread, a bounded queue, drops said on stderr). `formats.make_sink` makes the one `--format`
 names, from a registry.
@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, NamedTuple,
 from cgstat.errors import CgstatError
 
 if TYPE_CHECKING:  # the record types are for the type checker only
-    from cgstat.records import JsonObject
+    from cgstat.contract.types import JsonObject
 
 
 class ReaderGone(Exception):

@@ -21,7 +21,7 @@ from cgstat.text import dumps_record, quote
 from cgstat.timestamps import parse_ts
 
 if TYPE_CHECKING:
-    from cgstat.records import JsonObject
+    from cgstat.contract.types import JsonObject
 
 
 def record_key(record: JsonObject, seen: Dict[str, int]) -> Hashable:

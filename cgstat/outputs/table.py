@@ -29,15 +29,16 @@ import os
 import unicodedata
 from typing import TYPE_CHECKING, Any, Iterable, Iterator, List, Optional, Sequence, cast
 
-from cgstat import fields, names
-from cgstat.fieldkeys import Cgroup
+from cgstat.contract import fields
+from cgstat.contract import workload as names
+from cgstat.contract.keys import Cgroup
 from cgstat.outputs.jsonl import FileSink, StdoutSink
 from cgstat.pipeline.record import number_at, value_at
 from cgstat.text import escape_controls
 from cgstat.units import bytes_size, human_size
 
 if TYPE_CHECKING:  # the record types are for the type checker only
-    from cgstat.records import CgroupRecord, EventRecord, JsonObject
+    from cgstat.contract.types import CgroupRecord, EventRecord, JsonObject
 
 def percent(value: Optional[float]) -> str:
     return "--" if value is None else "%.2f%%" % value
@@ -148,7 +149,7 @@ def format_table(records: Iterable[JsonObject]) -> str:
 
 # -- CSV --------------------------------------------------------------------------------------
 
-CSV_COLUMNS = fields.CSV_COLUMNS  # declared with the record's fields (cgstat/fields.py)
+CSV_COLUMNS = fields.CSV_COLUMNS  # declared with the record's fields (cgstat/contract/fields.py)
 _CSV_KEYS = tuple(() if c in fields.CSV_MADE else fields.keys(c) for c in CSV_COLUMNS)  # checked against the table
 
 _FORMULA_START = ("=", "+", "-", "@", "\t", "\r")

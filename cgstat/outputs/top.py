@@ -15,14 +15,14 @@ import sys
 import time
 from typing import TYPE_CHECKING, Any, Callable, Deque, Dict, List, NamedTuple, Optional, Sequence, Tuple, cast
 
-from cgstat.event_kinds import MARKS
+from cgstat.contract.event_kinds import MARKS
 from cgstat.outputs.table import render_table, table_row, text_width
 from cgstat.pipeline.record import number_at
 from cgstat.text import escape_controls
 from cgstat.units import human_size
 
 if TYPE_CHECKING:  # the record types are for the type checker only
-    from cgstat.records import CgroupRecord, EventRecord, Sampled
+    from cgstat.contract.types import CgroupRecord, EventRecord, Sampled
 
 _EVENT_LINES = 5  # latest events listed under the table (when there is room)
 _MIN_ROWS = 3  # rows kept on screen before the event list gets any line

@@ -16,19 +16,19 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, List, Mapping, Optional
 
-from cgstat.fieldkeys import Cgroup as C
-from cgstat.numbers import finite
+from cgstat.contract.keys import Cgroup as C
+from cgstat.units import finite
 from cgstat.timestamps import parse_ts
 
 if TYPE_CHECKING:  # the record types are for the type checker only
-    from cgstat.records import ExitRecord
+    from cgstat.contract.types import ExitRecord
 
 # a cgroup's running totals, a list indexed by these (one per cgroup, updated in place)
 (_FIRST, _LAST, _SAMPLES, _CPU, _PEAK, _PEAK_SEEN, _OOM, _IO_R, _IO_W, _NET_RX, _NET_TX, _GPU_S,
  _GPU_MEM, _GPU_J, _HAS_GPU, _CONTAINER, _POD, _UNIT, _HOST, _KILLED, _PATHS, _THR_S, _THR_N, _PERIODS) = range(24)
 _SIZE = 24
 _NONE: Dict[str, Any] = {}
-# the record's keys read here (cgstat/fieldkeys.py): the object, then the key in it
+# the record's keys read here (cgstat/contract/keys.py): the object, then the key in it
 _CPU_OBJ, _K_CPU = C.CPU_USAGE_SECONDS_TOTAL
 _K_THR_S, _K_THR_N = C.CPU_THROTTLED_SECONDS_TOTAL[-1], C.CPU_THROTTLED_PERIODS_TOTAL[-1]
 _K_PERIODS = C.CPU_PERIODS_TOTAL[-1]

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Dict, NamedTuple, Optional, Tuple
 from cgstat.kernel.netns import NetworkResult, NetworkSample
 
 if TYPE_CHECKING:  # the record types are for the type checker only
-    from cgstat.records import Network
+    from cgstat.contract.types import Network
 
 # name -> (rx_bytes, tx_bytes, rx_packets, tx_packets)
 IfRow = Tuple[int, int, int, int]

@@ -9,19 +9,19 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Dict, Iterable, List, Optional, Tuple, cast
 
-from cgstat.fieldkeys import MemoryStat
+from cgstat.contract.keys import MemoryStat
 from cgstat.kernel.host import HostInfo
 from cgstat.kernel.netns import NetworkResult
 from cgstat.kernel.sample import MemoryEvents, PressureSample, Problem, Sample, SwapEvents
 from cgstat.naming.workload import Workload
 from cgstat.pipeline.network import network_record
 from cgstat.pipeline.rates import NO_IO_RATES, Rates
-from cgstat.numbers import finite
+from cgstat.units import finite
 from cgstat.timestamps import rfc3339
 
 if TYPE_CHECKING:  # GPU records are built only with GPUs: a run without any never loads them
-    from cgstat import records
-    from cgstat.records import (CgroupRecord, GpuGpm, GpuRecord, GpuRemappedRows, GpuRetiredPages, GpuUse, IoDevice,
+    from cgstat.contract import types as records
+    from cgstat.contract.types import (CgroupRecord, GpuGpm, GpuRecord, GpuRemappedRows, GpuRetiredPages, GpuUse, IoDevice,
                                 MemoryStatCounters, Pressure, Psi, RecordError)
     from cgstat.gpu.join import Attributed
     from cgstat.gpu.energy import Idle

@@ -41,7 +41,7 @@ from cgstat.naming.paths import PathInfo, classify
 from cgstat.naming.runtimes.daemons import DaemonConfig
 from cgstat.naming.pids import pid_namespace_note
 from cgstat.naming.workload import Namer, Workload
-from cgstat.pipeline.warner import Warner
+from cgstat.diagnostics import Warner
 from cgstat.pipeline.rates import Counters, counters, derive
 from cgstat.pipeline.record import build, build_gpu
 from cgstat.pipeline.select import Selected, Shown, compile_match, select, would_select
@@ -49,7 +49,7 @@ from cgstat.text import quote
 from cgstat.timestamps import rfc3339
 
 if TYPE_CHECKING:  # imported where used: a run without GPUs or network namespaces never loads them
-    from cgstat.records import GpuProcessUse, Sampled
+    from cgstat.contract.types import GpuProcessUse, Sampled
     from cgstat.gpu.energy import EnergyModel
     from cgstat.kernel.memevents import MemoryEventsWatcher
     from cgstat.gpu.join import Attributed

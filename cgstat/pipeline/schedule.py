@@ -17,7 +17,7 @@ import time
 from typing import Iterator, Optional
 
 from cgstat import sdnotify
-from cgstat.pipeline.warner import Warner
+from cgstat.diagnostics import Warner
 
 
 class _Wake(Exception):

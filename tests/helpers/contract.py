@@ -14,11 +14,11 @@ import sys
 import jsonschema
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-SCHEMA = json.load(open(os.path.join(ROOT, "cgstat", "record.schema.json")))
+SCHEMA = json.load(open(os.path.join(ROOT, "cgstat", "contract", "record.schema.json")))
 VALIDATOR = jsonschema.Draft7Validator(SCHEMA)
-GPU_SCHEMA = json.load(open(os.path.join(ROOT, "cgstat", "gpu-record.schema.json")))
-EVENT_SCHEMA = json.load(open(os.path.join(ROOT, "cgstat", "event.schema.json")))
-EXIT_SCHEMA = json.load(open(os.path.join(ROOT, "cgstat", "exit.schema.json")))
+GPU_SCHEMA = json.load(open(os.path.join(ROOT, "cgstat", "contract", "gpu-record.schema.json")))
+EVENT_SCHEMA = json.load(open(os.path.join(ROOT, "cgstat", "contract", "event.schema.json")))
+EXIT_SCHEMA = json.load(open(os.path.join(ROOT, "cgstat", "contract", "exit.schema.json")))
 _BY_TYPE = {"gpu": jsonschema.Draft7Validator(GPU_SCHEMA), "event": jsonschema.Draft7Validator(EVENT_SCHEMA),
             "exit": jsonschema.Draft7Validator(EXIT_SCHEMA)}
 

@@ -1,8 +1,8 @@
-"""Records made from the field table (cgstat/fields.py): every key present, every value
+"""Records made from the field table (cgstat/contract/fields.py): every key present, every value
 set (no null), each of the type and within the bounds its schema gives. What a consumer
 must read from a record, all at once."""
 
-from cgstat import fields
+from cgstat.contract import fields
 
 _STRINGS = {"ts": "2026-11-29T20:10:12.807Z", "evidence.kernel_ts": "2026-11-29T20:10:12.321Z", "io.devices[].device": "8:0", "io.limits[].device": "8:0"}
 

@@ -19,7 +19,7 @@ def test_follow_false_watches_nothing_and_once_and_pid_ask_for_it(monkeypatch):
     from cgstat.app import pid as pid_mod
     from cgstat.app import stream as stream_mod
     from cgstat.pipeline import sampler as sampler_mod
-    from cgstat.pipeline.warner import Warner
+    from cgstat.diagnostics import Warner
 
     followed = cgstat.Sampler(match="^/$", warner=Warner(io.StringIO()))
     one_shot = cgstat.Sampler(match="^/$", warner=Warner(io.StringIO()), follow=False)

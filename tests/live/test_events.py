@@ -5,7 +5,7 @@ import time
 
 import pytest
 
-from cgstat.pipeline.events import EventDetector
+from cgstat.events import EventDetector
 from tests.unit.test_events import MiB, gpu, validate
 
 

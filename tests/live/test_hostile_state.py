@@ -23,7 +23,7 @@ from cgstat.naming.runtimes import identities, storage
 from cgstat.naming.runtimes.entry import ContainerEntry
 from cgstat.naming.runtimes.identities import Identities
 from cgstat.naming.runtimes.trust import Budget
-from cgstat.pipeline.warner import Warner
+from cgstat.diagnostics import Warner
 from cgstat.pipeline.sampler import Sampler
 from tests.helpers.contract import ROOT, roundtrip, run_cgstat, validate
 from tests.helpers.fakedocker import SilentDocker as _SilentDocker

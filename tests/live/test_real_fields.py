@@ -138,7 +138,7 @@ def test_an_idle_empty_cgroup_keeps_no_descriptor_for_its_frozen_counters(make_g
     import io
 
     import cgstat
-    from cgstat.pipeline.warner import Warner
+    from cgstat.diagnostics import Warner
 
     g = make_group(("pids", "cpu", "cpuacct", "memory"))
     sampler = cgstat.Sampler(match=g.name, warner=Warner(io.StringIO()))

@@ -14,7 +14,7 @@ V2 = os.path.join(ROOT, "tests", "fixtures", "v2-systemd")
 
 
 def test_sampler_over_a_recorded_tree_matches_the_cli():
-    from cgstat.pipeline.warner import Warner
+    from cgstat.diagnostics import Warner
 
     sampler = cgstat.Sampler(host_root=os.path.join(V2, "t1"), match="docker-5113",
                              warner=Warner(io.StringIO()))

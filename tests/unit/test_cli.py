@@ -156,7 +156,7 @@ def test_host_without_gpu_or_runtimes_has_no_names_and_no_errors_about_them():
 def test_slow_tick_warns_once_and_skips_missed_slots(monkeypatch, capfd):
     from cgstat.app import stream as modes
     from cgstat.outputs.jsonl import StdoutSink
-    from cgstat.pipeline.warner import Warner
+    from cgstat.diagnostics import Warner
 
     class SlowAgent:
         ticks = 0
@@ -212,7 +212,7 @@ def test_help_and_version_load_no_pipeline_server_or_gpu_library():
     out = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, stdout=subprocess.PIPE,
                          universal_newlines=True, check=True).stdout.split()
     assert "cgstat.cli" in out
-    for heavy in ("cgstat.pipeline.sampler", "cgstat.kernel.discover", "cgstat.outputs.http",
+    for heavy in ("cgstat.pipeline.sampler", "cgstat.kernel.discover", "cgstat.outputs.prometheus.http",
                   "cgstat.outputs.jsonl", "pynvml", "socket", "gzip", "importlib.metadata"):
         assert heavy not in out, out
 

@@ -6,7 +6,7 @@ import os
 import orjson
 import pytest
 
-from cgstat.pipeline.warner import Warner
+from cgstat.diagnostics import Warner
 from cgstat.pipeline.sampler import Sampler
 from tests.helpers.contract import ROOT, roundtrip, validate
 from tests.helpers.synth import v2_cgroup, v2_host

@@ -12,7 +12,7 @@ import pytest
 from cgstat.kernel.hostfs import HostFS
 from cgstat.naming.paths import classify
 from cgstat.naming.runtimes.daemons import DaemonConfig, Daemons, socket_path
-from cgstat.pipeline.warner import Warner
+from cgstat.diagnostics import Warner
 from cgstat.pipeline.sampler import Sampler
 from tests.helpers.synth import v2_cgroup, v2_host, write
 

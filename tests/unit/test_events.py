@@ -1,4 +1,4 @@
-"""Diagnostics events (cgstat/pipeline/events/): synthetic sequences for every kind, exact
+"""Diagnostics events (cgstat/events/): synthetic sequences for every kind, exact
 episodes (raised once, resolved once, calm -> nothing), and the detector over real Sampler
 ticks of real cgroups (OOM kill, 0.5-core burner, growth, near limit, calm)."""
 
@@ -8,12 +8,12 @@ import time
 
 import pytest
 
-from cgstat.pipeline.events import KINDS, EventDetector, Thresholds, fit_line, judge_runs, state_extras
+from cgstat.events import KINDS, EventDetector, Thresholds, fit_line, judge_runs, state_extras
 from cgstat.timestamps import parse_ts
 from tests.helpers.fieldtable import record
 
 MiB = 1024 * 1024
-SCHEMA = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "cgstat", "event.schema.json")
+SCHEMA = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "cgstat", "contract", "event.schema.json")
 
 
 def validate(events):
@@ -232,7 +232,7 @@ def test_vanished_cgroups_are_forgotten_and_memory_bounded():
 
 
 def test_messages_name_a_workload_as_every_view_does():
-    from cgstat.names import display_name
+    from cgstat.contract.workload import display_name
 
     d = EventDetector(window_s=4)
     pod = rec(path="/kubepods/burstable/pod1234", ws=950 * MiB, limit=1000 * MiB, name=None, typ="pod")
@@ -308,7 +308,7 @@ def test_a_flat_window_is_not_fitted_but_still_resolves_an_open_growth():
     open growth episode still ends when the working set stops moving."""
     d = EventDetector(window_s=4)
     fits = []
-    import cgstat.pipeline.events.rules as events_mod
+    import cgstat.events.rules as events_mod
 
     real = events_mod.fit_line
     events_mod.fit_line = lambda points: fits.append(len(points)) or real(points)
@@ -323,7 +323,7 @@ def test_a_flat_window_is_not_fitted_but_still_resolves_an_open_growth():
 
 
 def test_the_window_holds_unchanged_values_once_and_gives_back_each_sample_as_it_was():
-    from cgstat.pipeline.events.window import WindowSample, Window
+    from cgstat.events.window import WindowSample, Window
 
     def sample(ws, limit, kills, usage):
         return WindowSample(ws, limit, kills, usage, None, None, None, None, None)
@@ -355,7 +355,7 @@ def test_every_kind_a_rule_raises_is_in_the_event_schema():
         schema = json.load(f)
     assert list(KINDS) == schema["properties"]["kind"]["enum"]
     assert [None] + list(KINDS[:-1]) == schema["properties"]["resolves"]["enum"]
-    # every rule's kind is listed (cgstat/event_kinds.py), each once, in the rules' order
-    from cgstat.pipeline.events.rules import CGROUP_RULES, GPU_RULES
+    # every rule's kind is listed (cgstat/contract/event_kinds.py), each once, in the rules' order
+    from cgstat.events.rules import CGROUP_RULES, GPU_RULES
 
     assert [r.kind for r in CGROUP_RULES + GPU_RULES] + ["resolved"] == list(KINDS)

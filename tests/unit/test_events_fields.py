@@ -5,7 +5,7 @@ real fork bomb under a v1 pids limit on this machine."""
 import copy
 import os
 
-from cgstat.pipeline.events import EventDetector
+from cgstat.events import EventDetector
 from tests.helpers.contract import ROOT, run_cgstat, validate
 
 FIX = os.path.join(ROOT, "tests", "fixtures", "v2-fields")

@@ -1,4 +1,4 @@
-"""The rules across two `once --state` runs (pipeline/events/runs.py): every counter event
+"""The rules across two `once --state` runs (cgstat/events/runs.py): every counter event
 since the last run once, from the v2-fields recording (a container held at memory.high 8M,
 one whose forks hit pids.max 4, one at its CPU quota) and synthetic samples; GPU XIDs the
 kernel log carried; a rule defined here, judged in a stream and across two runs alike;
@@ -15,8 +15,8 @@ import pytest
 
 from cgstat.kernel.kmsg import KmsgFollower, OomReport, Record, parse_xid, same_pci_device
 from cgstat.naming.kills import NamedKill
-from cgstat.pipeline.events import EventDetector, judge_runs, state_extras
-from cgstat.pipeline.events import rules as rules_mod
+from cgstat.events import EventDetector, judge_runs, state_extras
+from cgstat.events import rules as rules_mod
 from tests.helpers.contract import ROOT, run_cgstat, validate
 
 FIX = os.path.join(ROOT, "tests", "fixtures", "v2-fields")
@@ -138,7 +138,7 @@ def test_xids_the_kernel_log_carried_are_one_event_per_gpu_and_code():
 
 
 NEW_RULE = '''
-from cgstat.pipeline.events.rules import CgroupRule
+from cgstat.events.rules import CgroupRule
 
 
 class CpuUsedTest(CgroupRule):

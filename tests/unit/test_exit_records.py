@@ -4,8 +4,8 @@ for a cgroup known only from the kernel log; and the endpoint keeps them a while
 
 from types import SimpleNamespace
 
-from cgstat.outputs import prometheus
-from cgstat.outputs.prometheus_retention import ExitRetention
+from cgstat.outputs.prometheus import exposition as prometheus
+from cgstat.outputs.prometheus.retention import ExitRetention
 from cgstat.pipeline.exits import ExitLedger
 from tests.helpers.contract import validate
 from tests.helpers.fieldtable import record

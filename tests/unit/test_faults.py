@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from cgstat.kernel import parse
-from cgstat.pipeline.warner import Warner
+from cgstat.diagnostics import Warner
 from cgstat.pipeline.sampler import Sampler
 from tests.helpers.contract import roundtrip, validate
 from tests.helpers.synth import V2_FILES, v2_cgroup, v2_host

@@ -1,4 +1,4 @@
-"""The field table (cgstat/fields.py) against everything made from it or written about it:
+"""The field table (cgstat/contract/fields.py) against everything made from it or written about it:
 the JSON Schema files, the Prometheus families and what the exporter renders, the CSV
 columns, docs/schema.md and docs/prometheus.md. A field added to the table and missed in
 one of them fails here."""
@@ -9,10 +9,13 @@ import re
 
 import pytest
 
-from cgstat import fieldkeys, fields, records, schema
-from cgstat.outputs import prometheus as prom
+from cgstat.contract import keys as fieldkeys
+from cgstat.contract import fields
+from cgstat.contract import types as records
+from cgstat.contract import schema
+from cgstat.outputs.prometheus import exposition as prom
 from cgstat.outputs import table
-from cgstat.outputs.prometheus_budget import SeriesBudget
+from cgstat.outputs.prometheus.budget import SeriesBudget
 from tests.helpers.contract import ROOT, validate
 from tests.helpers.fieldtable import example
 
@@ -21,12 +24,12 @@ parser = pytest.importorskip("prometheus_client.parser")
 TABLES = {"cgroup": fields.RECORD, "gpu": fields.GPU_RECORD, "event": fields.EVENT}
 
 
-_MADE = {"records.py": schema.records_text, "fieldkeys.py": schema.fieldkeys_text}
+_MADE = {"types.py": schema.records_text, "keys.py": schema.fieldkeys_text}
 
 
 @pytest.mark.parametrize("name", sorted(fields.SCHEMA_FILES) + sorted(_MADE))
 def test_schema_files_are_made_from_the_table(name):
-    path = os.path.join(ROOT, "cgstat", name)
+    path = os.path.join(ROOT, "cgstat", "contract", name)
     want = _MADE[name]() if name in _MADE else schema.text(name)
     if os.environ.get("CGSTAT_REGEN_SCHEMA"):
         with open(path, "w", encoding="utf-8") as f:
@@ -259,13 +262,13 @@ def _path_constants(path):
 
 
 def test_the_event_rules_read_paths_of_the_table():
-    folder = os.path.join(ROOT, "cgstat", "pipeline", "events")
+    folder = os.path.join(ROOT, "cgstat", "events")
     found = {}
     for name in sorted(os.listdir(folder)):
         if name.endswith(".py"):
             for const, path in _path_constants(os.path.join(folder, name)):
                 found["%s:%s" % (name, const)] = path
-    # the events reach record values through cgstat/fieldkeys.py, never a path of their own
+    # the events reach record values through cgstat/contract/keys.py, never a path of their own
     assert found == {}
 
 

@@ -1,9 +1,9 @@
-"""The GPU health rules (cgstat/pipeline/events/gpu.py) on made-up GPU records, tick by tick:
+"""The GPU health rules (cgstat/events/gpu.py) on made-up GPU records, tick by tick:
 each raised once per episode, ended once, and XIDs naming who was on the GPU."""
 
 import time
 
-from cgstat.pipeline.events import EventDetector
+from cgstat.events import EventDetector
 from tests.helpers.contract import validate
 
 U0, U1, M0 = "GPU-ev000000-0000-0000-0000-000000000000", "GPU-ev000000-0000-0000-0000-000000000001", "MIG-ev0"

@@ -11,8 +11,8 @@ import sys
 
 import pytest
 
-from cgstat.pipeline.events import EventDetector
-from cgstat.pipeline.gpuheld import holdings
+from cgstat.events import EventDetector
+from cgstat.events.gpuheld import holdings
 from cgstat.timestamps import rfc3339
 from tests.helpers import nvmldouble as D
 from tests.helpers.contract import ROOT, validate
@@ -129,8 +129,8 @@ def test_counter_per_container_on_the_endpoint(gpu_record):
     tick (30 s apart on the exporter's clock); the busy trainer has no series."""
     from prometheus_client.parser import text_string_to_metric_families
 
-    from cgstat.outputs import prometheus
-    from cgstat.outputs.prometheus_heldidle import HeldIdleSeconds
+    from cgstat.outputs.prometheus import exposition as prometheus
+    from cgstat.outputs.prometheus.heldidle import HeldIdleSeconds
 
     by_pid = {p["pid"]: p for p in gpu_record["processes"]}
     cgroups = [_cgroup_record(by_pid[IDLE_PID]["cgroup"], NOTEBOOK), _cgroup_record(by_pid[BUSY_PID]["cgroup"], TRAINER)]

@@ -24,8 +24,8 @@ import sys
 
 import pytest
 
-from cgstat import fields
-from cgstat.outputs import prometheus as prom
+from cgstat.contract import fields
+from cgstat.outputs.prometheus import exposition as prom
 from tests.helpers import nvmldouble as D
 from tests.helpers.contract import ROOT
 
@@ -62,7 +62,7 @@ def scenario() -> D.Scenario:
 
 def _exposition(tmp_path) -> str:
     path = D.write_scenario(tmp_path / "s.txt", scenario())
-    code = ("import sys; from cgstat.pipeline.sampler import Sampler; from cgstat.outputs import prometheus as p; "
+    code = ("import sys; from cgstat.pipeline.sampler import Sampler; from cgstat.outputs.prometheus import exposition as p; "
             "s = Sampler(match='^/$'); s.tick(); import time; time.sleep(0.2); "
             "sys.stdout.write(p.render(s.tick(), p.TEXT).decode())")
     proc = subprocess.run([sys.executable, "-c", code], env=D.env(path), cwd=ROOT, capture_output=True, text=True,

@@ -27,7 +27,7 @@ from cgstat.kernel.discover import Discoverer
 from cgstat.kernel.hierarchy import detect
 from cgstat.kernel.hostfs import HostFS
 from cgstat.naming.paths import unescape_unit
-from cgstat.pipeline.warner import Warner, say
+from cgstat.diagnostics import Warner, say
 from cgstat.text import (
     decode_bytes,
     decode_name,
@@ -389,7 +389,7 @@ def test_a_flood_of_distinct_warnings_is_counted_not_printed():
 def test_diagnostics_channel_hands_typed_lines_to_a_view():
     """A view that owns the terminal takes warnings as Diagnostic(key, message), with the
     once-only and rate-limit rules applied before it sees them."""
-    from cgstat.pipeline.warner import Diagnostic, Warner
+    from cgstat.diagnostics import Diagnostic, Warner
 
     got = []
     w = Warner(handler=got.append)

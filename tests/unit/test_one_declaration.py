@@ -1,5 +1,5 @@
 """A memory.stat counter is one declaration in the field table: a copy of the package gets
-one `_f(...)` entry, `python -m cgstat.schema --write` makes the rest, and the counter is
+one `_f(...)` entry, `python -m cgstat.contract.schema --write` makes the rest, and the counter is
 then in the JSON record (with the file's value), the schema, the TypedDicts, the
 Prometheus exposition, the CSV columns and the generated docs, with no other file
 touched."""
@@ -27,7 +27,7 @@ ANCHOR = '    _f("memory.hugetlb_bytes",'  # the declaration goes after the last
 
 _RENDER = """
 import json, sys
-from cgstat.outputs import prometheus
+from cgstat.outputs.prometheus import exposition as prometheus
 records = [json.loads(line) for line in sys.stdin if line.strip()]
 sys.stdout.write(prometheus.render(records, prometheus.TEXT, timestamps=False).decode())
 """
@@ -48,13 +48,13 @@ def copy(tmp_path_factory):
     shutil.copytree(os.path.join(ROOT, "cgstat"), os.path.join(root, "cgstat"),
                     ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copytree(os.path.join(ROOT, "docs"), os.path.join(root, "docs"))
-    table = os.path.join(root, "cgstat", "fields.py")
+    table = os.path.join(root, "cgstat", "contract", "fields.py")
     with open(table, encoding="utf-8") as f:
         text = f.read()
     assert text.count(ANCHOR) == 1 and "pgactivate" not in text
     with open(table, "w", encoding="utf-8") as f:
         f.write(text.replace(ANCHOR, DECLARATION + ANCHOR))
-    _run(root, "-m", "cgstat.schema", "--write")
+    _run(root, "-m", "cgstat.contract.schema", "--write")
     return root
 
 
@@ -70,7 +70,7 @@ def _file_value(cgroup, key):
 
 
 def test_the_record_has_it_with_the_files_value(copy, records):
-    with open(os.path.join(copy, "cgstat", "record.schema.json")) as f:
+    with open(os.path.join(copy, "cgstat", "contract", "record.schema.json")) as f:
         validator = jsonschema.Draft7Validator(json.load(f))
     checked = 0
     for r in records:
@@ -84,12 +84,12 @@ def test_the_record_has_it_with_the_files_value(copy, records):
 
 
 def test_the_schema_and_the_typeddicts_have_it(copy):
-    with open(os.path.join(copy, "cgstat", "record.schema.json")) as f:
+    with open(os.path.join(copy, "cgstat", "contract", "record.schema.json")) as f:
         memory = json.load(f)["properties"]["memory"]
     assert memory["properties"]["pgactivate_total"] == {
         "type": ["integer", "null"], "minimum": 0, "description": "pages moved to the active LRU lists"}
     assert "pgactivate_total" in memory["required"]
-    check = ("from cgstat import records, fieldkeys; "
+    check = ("from cgstat.contract import types as records, keys as fieldkeys; "
              # a string on Python 3.7 (its TypedDict stand-in is a plain class), a ForwardRef later
              "a = lambda cls: cls.__annotations__['pgactivate_total']; "
              "hint = lambda cls: a(cls) if isinstance(a(cls), str) else getattr(a(cls), '__forward_arg__', None); "

@@ -1,5 +1,5 @@
-"""One oom_kill event per kill (pipeline/events/kills.py), the gone cgroups' OOM counters on
-/metrics (outputs/prometheus_retention.py OomRetention), and the v2 case on the recorded tree: the
+"""One oom_kill event per kill (cgstat/events/kills.py), the gone cgroups' OOM counters on
+/metrics (cgstat/outputs/prometheus/retention.py OomRetention), and the v2 case on the recorded tree: the
 kernel log the v2 recorder kept (meta/dmesg.txt) read through a Sampler on t0/t1."""
 
 from __future__ import annotations
@@ -11,8 +11,9 @@ import pytest
 
 from cgstat.kernel.kmsg import KmsgFollower, OomReport
 from cgstat.naming.kills import NamedKill
-from cgstat.outputs import prometheus, prometheus_retention
-from cgstat.pipeline.events import EventDetector, judge_runs, state_extras
+from cgstat.outputs.prometheus import exposition as prometheus
+from cgstat.outputs.prometheus import retention as prometheus_retention
+from cgstat.events import EventDetector, judge_runs, state_extras
 from tests.helpers.contract import validate
 
 TESTS = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -246,7 +247,7 @@ def test_v2_memory_events_read_as_it_changes_before_the_cgroup_goes(tmp_path):
 def test_a_recorded_host_root_has_no_kernel_log_and_says_nothing():
     import io
 
-    from cgstat.pipeline.warner import Warner
+    from cgstat.diagnostics import Warner
     from cgstat.pipeline.sampler import Sampler
 
     err = io.StringIO()

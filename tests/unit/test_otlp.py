@@ -20,11 +20,12 @@ import threading
 import orjson
 import pytest
 
-from cgstat import fields
+from cgstat.contract import fields
 from cgstat.errors import CgstatError
-from cgstat.outputs import otlp_encode, otlp_names
-from cgstat.outputs.otlp import OtlpOptions, OtlpSink
-from cgstat.outputs.otlp_http import Outcome, parse_endpoint, parse_header
+from cgstat.outputs.otlp import encode as otlp_encode
+from cgstat.outputs.otlp import names as otlp_names
+from cgstat.outputs.otlp.sink import OtlpOptions, OtlpSink
+from cgstat.outputs.otlp.transport import Outcome, parse_endpoint, parse_header
 from tests.helpers.contract import ROOT
 
 FIXTURE = os.path.join(ROOT, "tests", "fixtures", "v2-systemd", "t1")
@@ -90,7 +91,7 @@ def test_semantic_convention_names_are_fields_of_the_table():
 
 
 def test_every_field_with_a_series_is_a_metric_and_names_are_unique():
-    """A field given a Prometheus series (fields.py) is an OTLP metric too, with no second list."""
+    """A field given a Prometheus series (cgstat/contract/fields.py) is an OTLP metric too, with no second list."""
     for table, metrics in ((fields.RECORD, otlp_names.CGROUP_METRICS), (fields.GPU_RECORD, otlp_names.GPU_METRICS)):
         made = {m.path for m in metrics}
         for f in table:

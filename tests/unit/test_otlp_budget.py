@@ -1,4 +1,4 @@
-"""The OTLP push within the series budget (cgstat/outputs/otlp_budget.py): past --max-series
+"""The OTLP push within the series budget (cgstat/outputs/otlp/budget.py): past --max-series
 the least-used cgroups' resources are folded into cgstat.cgroup="_other", the request holds
 at most that many data points, each metric's sum (by point attributes) is the unbounded
 push's (plus, for counters, what _other carries for cgroups that left it), no counter goes
@@ -13,10 +13,10 @@ from collections import defaultdict
 
 import pytest
 
-from cgstat.outputs import otlp_names
-from cgstat.outputs.otlp_budget import OtlpBudget
-from cgstat.outputs.otlp_encode import Encoder
-from cgstat.outputs.prometheus_budget import OTHER, groups_off
+from cgstat.outputs.otlp import names as otlp_names
+from cgstat.outputs.otlp.budget import OtlpBudget
+from cgstat.outputs.otlp.encode import Encoder
+from cgstat.outputs.prometheus.budget import OTHER, groups_off
 
 try:
     from opentelemetry.proto.collector.metrics.v1 import metrics_service_pb2

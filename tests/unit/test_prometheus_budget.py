@@ -1,4 +1,4 @@
-"""The series budget (cgstat/outputs/prometheus_budget.py): at 1,000 synthetic cgroups with
+"""The series budget (cgstat/outputs/prometheus/budget.py): at 1,000 synthetic cgroups with
 --max-series 10000 the endpoint holds at most 10,000 series, each family's sum is the
 unfolded endpoint's (plus, for counters, what _other carries for cgroups that left it),
 no counter goes down across 20 scrapes while cgroups come and go, promtool finds nothing;
@@ -19,12 +19,12 @@ from collections import defaultdict
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from cgstat import fields
-from cgstat.outputs import prometheus as prom
-from cgstat.outputs.prometheus_budget import OTHER, SeriesBudget, groups_off
-from cgstat.outputs.serve import Exporter
+from cgstat.contract import fields
+from cgstat.outputs.prometheus import exposition as prom
+from cgstat.outputs.prometheus.budget import OTHER, SeriesBudget, groups_off
+from cgstat.outputs.prometheus.exporter import Exporter
 from cgstat.pipeline.sampler import Sampler
-from cgstat.pipeline.warner import Warner
+from cgstat.diagnostics import Warner
 from tests.helpers import synth
 
 CGROUPS = 1000

@@ -10,9 +10,9 @@ import subprocess
 import pytest
 
 import cgstat
-from cgstat import fields
-from cgstat.outputs import prometheus as prom
-from cgstat.pipeline.warner import Warner
+from cgstat.contract import fields
+from cgstat.outputs.prometheus import exposition as prom
+from cgstat.diagnostics import Warner
 from tests.helpers.contract import ROOT
 from tests.helpers.fieldtable import example
 

@@ -1,4 +1,4 @@
-"""The exposition (cgstat/outputs/prometheus.py): parsed by prometheus_client's text and
+"""The exposition (cgstat/outputs/prometheus/exposition.py): parsed by prometheus_client's text and
 OpenMetrics parsers, `promtool check metrics` clean, cAdvisor names and labels, nulls left
 out, hostile names escaped, a container's labels bounded, GPU records rendered when present
 and skipped when absent."""
@@ -13,9 +13,9 @@ import subprocess
 
 import pytest
 
-from cgstat import fields
-from cgstat.outputs import prometheus as prom
-from cgstat.outputs import prometheus_labels as prom_labels
+from cgstat.contract import fields
+from cgstat.outputs.prometheus import exposition as prom
+from cgstat.outputs.prometheus import labels as prom_labels
 from tests.helpers.contract import validate
 from tests.helpers.fieldtable import blank, example, record
 
@@ -257,7 +257,7 @@ def test_real_records_parse(tmp_path):
     import io
 
     import cgstat
-    from cgstat.pipeline.warner import Warner
+    from cgstat.diagnostics import Warner
 
     root = os.path.join(os.path.dirname(os.path.dirname(__file__)), "fixtures", "v2-systemd", "t1")
     sampler = cgstat.Sampler(host_root=root, all=True, warner=Warner(io.StringIO()))
@@ -271,7 +271,7 @@ def test_real_records_parse(tmp_path):
 def test_network_series_per_interface_as_cadvisor_names_them():
     from prometheus_client.parser import text_string_to_metric_families
 
-    from cgstat.outputs import prometheus
+    from cgstat.outputs.prometheus import exposition as prometheus
 
     iface = {"name": "eth0", "rx_bytes_total": 8388608, "tx_bytes_total": 4096, "rx_packets_total": 6000,
              "tx_packets_total": 300, "rx_errors_total": 1, "tx_errors_total": 2, "rx_dropped_total": 3,

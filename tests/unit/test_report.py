@@ -15,10 +15,10 @@ import time
 import orjson
 import pytest
 
-from cgstat import fields
+from cgstat.contract import fields
 from cgstat.errors import CgstatError
 from cgstat.outputs.report import build_report, read_stream
-from cgstat.pipeline.events import EventDetector
+from cgstat.events import EventDetector
 from tests.helpers.fieldtable import complete, record
 
 TESTS = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

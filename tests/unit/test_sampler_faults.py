@@ -10,10 +10,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from cgstat.naming.runtimes import cri, docker
+from cgstat.naming.runtimes import cri, dockerconfig
 from cgstat.naming.runtimes.entry import ContainerEntry
 from cgstat.outputs import jsonl as sinks
-from cgstat.pipeline.warner import Warner
+from cgstat.diagnostics import Warner
 from cgstat.pipeline.sampler import Sampler
 from tests.helpers.contract import roundtrip, validate
 from tests.helpers.synth import v1_cgroup, v1_host, v2_cgroup, v2_host, write
@@ -123,7 +123,7 @@ JSONISH = st.recursive(st.none() | st.booleans() | st.integers() | st.text(max_s
 @settings(max_examples=200, deadline=None)
 @given(doc=JSONISH)
 def test_runtime_state_parsers_take_any_json(doc):
-    for entry in (docker.entry_from_config(doc), cri.entry_from_spec(doc, "containerd"),
+    for entry in (dockerconfig.entry_from_config(doc), cri.entry_from_spec(doc, "containerd"),
                   cri.entry_from_spec(doc, "cri-o")):
         if entry is None:
             continue

@@ -1,4 +1,4 @@
-"""The HTTP server (cgstat/outputs/http.py) against stalled, malformed, oversized and
+"""The HTTP server (cgstat/outputs/prometheus/http.py) against stalled, malformed, oversized and
 wrong requests, on loopback: it answers 4xx and goes on serving; 50 stalled clients do not
 delay a scrape; gzip and OpenMetrics on request; no traceback is ever sent."""
 
@@ -11,8 +11,8 @@ import time
 
 import pytest
 
-from cgstat.outputs import prometheus as prom
-from cgstat.outputs.http import DEFAULT_LISTEN, MetricsServer, parse_listen, wants_gzip, wants_openmetrics
+from cgstat.outputs.prometheus import exposition as prom
+from cgstat.outputs.prometheus.http import DEFAULT_LISTEN, MetricsServer, parse_listen, wants_gzip, wants_openmetrics
 
 RECORDS = [{"schema": 1, "type": "cgroup", "ts": "2026-11-29T20:10:12.807Z", "cgroup": "/a",
             "cpu": {"usage_seconds_total": 1.5}, "memory": {"working_set_bytes": 10}, "errors": []}]
@@ -140,7 +140,7 @@ def test_connection_cap_drops_the_oldest_stalled_client():
 
 
 def test_stalled_client_is_cut_after_the_head_timeout(monkeypatch):
-    import cgstat.outputs.http as http
+    import cgstat.outputs.prometheus.http as http
 
     monkeypatch.setattr(http, "HEAD_TIMEOUT_S", 0.5)
     s = MetricsServer("127.0.0.1:0").start()

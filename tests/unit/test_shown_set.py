@@ -5,7 +5,7 @@ last one goes."""
 import io
 import shutil
 
-from cgstat.pipeline.warner import Warner
+from cgstat.diagnostics import Warner
 from cgstat.pipeline.sampler import Sampler
 from tests.helpers.synth import v2_cgroup, v2_host
 

@@ -21,7 +21,7 @@ from cgstat.outputs import formats
 from cgstat.outputs.jsonl import StdoutSink
 from cgstat.outputs.queued import QueuedSink
 from cgstat.outputs.sink import ChunkSink, SinkError
-from cgstat.pipeline.warner import Warner
+from cgstat.diagnostics import Warner
 from tests.helpers.contract import ROOT
 
 FIXTURE = os.path.join(ROOT, "tests", "fixtures", "v2-systemd", "t1")

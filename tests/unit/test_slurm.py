@@ -14,7 +14,7 @@ import pytest
 
 from cgstat.naming.paths import classify
 from cgstat.naming.runtimes.slurm import SlurmPath, parse_path, script_owner
-from cgstat.outputs import prometheus as prom
+from cgstat.outputs.prometheus import exposition as prom
 from tests.helpers.contract import run_cgstat, validate
 from tests.helpers.synth import v2_cgroup, v2_host, write
 

@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from cgstat import fields
+from cgstat.contract import fields
 from cgstat.outputs.formats import make_sink
 from cgstat.outputs.table import (
     CSV_COLUMNS,

@@ -17,7 +17,7 @@ import time
 
 import pytest
 
-from cgstat import fields
+from cgstat.contract import fields
 from cgstat.outputs import top as T
 from cgstat.outputs.table import display_name
 from cgstat.pipeline.sampler import Sampler
@@ -40,7 +40,7 @@ def _top_code(sampler_args, interval, extra=""):
     # are the screen's status line
     return ("import sys\n"
             "from cgstat.app.top import run_top\n"
-            "from cgstat.pipeline.warner import Warner\n"
+            "from cgstat.diagnostics import Warner\n"
             "from cgstat.pipeline.sampler import Sampler\n"
             "sys.exit(run_top(Sampler(%s, warner=Warner()), %r%s))\n" % (sampler_args, interval, extra))
 

@@ -6,7 +6,7 @@ import os
 import pytest
 
 from cgstat.atomic import AtomicFile, write_atomic
-from cgstat.numbers import finite
+from cgstat.units import finite
 from cgstat.timestamps import parse_ts, rfc3339, ts_millis
 from cgstat.units import binary_size, bytes_size, human_size, mib
 

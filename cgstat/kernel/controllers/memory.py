@@ -13,7 +13,7 @@ from __future__ import annotations
 import functools
 from typing import Dict, Optional, Tuple
 
-from cgstat.fieldkeys import MemoryStat
+from cgstat.contract.keys import MemoryStat
 from cgstat.kernel import parse
 from cgstat.kernel.cachekeys import KEYS
 from cgstat.kernel.controllers.files import FileReader, key
@@ -31,7 +31,7 @@ def _working_set(usage: Optional[int], inactive_file: Optional[int]) -> Optional
 
 # The memory.stat keys a record uses (the file has ~40-50; see parse_flat_keyed's `only`):
 # those read here, and the counters the field table says are read as they are
-# (fieldkeys.MemoryStat, made from it: a new one needs no code here).
+# (contract/keys.py MemoryStat, made from it: a new one needs no code here).
 _MEMORY_STAT_V1 = ("total_inactive_file", "total_rss", "total_cache", "total_shmem", "shmem",
                    "total_swap", "swap") + tuple(k for k in MemoryStat.V1 if k)
 _MEMORY_STAT_V2 = ("inactive_file", "anon", "file", "shmem") + MemoryStat.V2

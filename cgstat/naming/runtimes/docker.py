@@ -19,7 +19,8 @@ import time
 from typing import TYPE_CHECKING, Any, Collection, Dict, List, Optional, Set, Tuple
 
 from cgstat.kernel.hostfs import ReadError, open_dir_under
-from cgstat.naming.runtimes.entry import ID_PATTERN, ContainerEntry, Key, str_dict
+from cgstat.naming.runtimes.dockerconfig import entry_from_config
+from cgstat.naming.runtimes.entry import ID_PATTERN, ContainerEntry, Key
 from cgstat.naming.runtimes.runtime import SYSTEM, USER, Pass, Runtime
 from cgstat.naming.runtimes.trust import LookupPass
 from cgstat.naming.runtimes.watch import StateWatch
@@ -29,26 +30,6 @@ if TYPE_CHECKING:
     from cgstat.naming.runtimes.daemons import Daemons
 
 ROOTLESS = (".local", "share", "docker", "containers")  # below a user's home
-
-
-def entry_from_config(obj: Any) -> Optional[ContainerEntry]:
-    """The entry of a config.v2.json (or of the API's GET /containers/<id>/json: the same
-    Name, Config.Image and Config.Labels); None when it isn't an object."""
-    if not isinstance(obj, dict):
-        return None
-    config: Dict[str, Any] = obj["Config"] if isinstance(obj.get("Config"), dict) else {}
-    labels = str_dict(config.get("Labels")) or {}
-    name = obj.get("Name")
-    k8s = "io.kubernetes.pod.name" in labels  # dockershim's labels
-    return ContainerEntry(
-        runtime="docker",
-        name=name.lstrip("/") if isinstance(name, str) and name.strip("/") else None,
-        image=config.get("Image") if isinstance(config.get("Image"), str) else None,
-        labels=labels,
-        sandbox=labels.get("io.kubernetes.docker.type") == "podsandbox",
-        k8s_container=labels.get("io.kubernetes.container.name") if k8s else None,
-        k8s_pod=(labels.get("io.kubernetes.pod.namespace"), labels.get("io.kubernetes.pod.name")) if k8s else None,
-    )
 
 
 CONFIG = "config.v2.json"

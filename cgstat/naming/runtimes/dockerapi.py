@@ -14,7 +14,7 @@ from typing import Callable, Dict, List, Optional, Tuple
 import orjson
 
 from cgstat.kernel.hostfs import HostFS
-from cgstat.naming.runtimes.docker import entry_from_config
+from cgstat.naming.runtimes.dockerconfig import entry_from_config
 from cgstat.naming.runtimes.entry import HEX64, ContainerEntry
 from cgstat.naming.runtimes.trust import CONFIG_MAX
 

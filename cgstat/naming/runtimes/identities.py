@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Callable, Dict, Iterable, List, Optional, Set,
 
 from cgstat.kernel import parse
 from cgstat.kernel.hostfs import HostFS, ReadError, read_text
-from cgstat.naming.paths import PathInfo
+from cgstat.naming.runtimes.runtime import PathInfo
 from cgstat.naming.runtimes import kubelet
 from cgstat.naming.runtimes.daemons import Daemons
 from cgstat.naming.runtimes.entry import HEX64, ContainerEntry, Key
@@ -32,7 +32,7 @@ from cgstat.naming.runtimes.runtime import SYSTEM, USER, Pass, Runtime
 from cgstat.naming.runtimes.trust import Budget, LookupPass, homes_of, owners_for, passwd_homes
 
 if TYPE_CHECKING:  # the record types are for the type checker only
-    from cgstat.records import Container, Pod
+    from cgstat.contract.types import Container, Pod
 
 _RETRY_UNKNOWN_S = 60.0  # an ID no state named is looked up again after this long
 _BUDGET_S = 1.0  # reading runtime state, per lookup pass

@@ -30,11 +30,28 @@ from cgstat.naming.runtimes.trust import LookupPass
 
 if TYPE_CHECKING:
     from cgstat.kernel.hostfs import HostFS
-    from cgstat.naming.paths import PathInfo
     from cgstat.naming.runtimes.daemons import Daemons
 
 SYSTEM = "system"  # the host's state: names cgroups outside users' subtrees only
 USER = "user"  # a user's own store, in that user's home: names that user's subtree only
+
+
+class PathInfo(NamedTuple):
+    """What a cgroup path says (naming/paths.py classify)."""
+
+    kind: Optional[str] = None  # "container", "pod", "monitor", "candidate" or None
+    runtime: Optional[str] = None
+    id: Optional[str] = None  # 64-hex container ID, or the LXC container name
+    pod_uid: Optional[str] = None  # dashed form
+    qos: Optional[str] = None  # guaranteed | burstable | besteffort
+    unit: Optional[str] = None  # decoded systemd unit name of the last component
+    inside_container: bool = False  # a cgroup below a container (its own sub-cgroups)
+    # The uid of the systemd user manager whose delegated subtree holds this cgroup
+    # (a `user@<UID>.service` component), None outside users' subtrees. See classify.
+    user_uid: Optional[int] = None
+    # What a runtime's own path parser said beyond the ID (Slurm: step, task, uid), for its
+    # describe(); None for every other runtime.
+    detail: Any = None
 
 
 class WorkloadPath(NamedTuple):

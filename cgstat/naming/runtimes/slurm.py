@@ -29,8 +29,8 @@ from cgstat.naming.runtimes.runtime import Runtime, WorkloadPath
 
 if TYPE_CHECKING:
     from cgstat.kernel.hostfs import HostFS
-    from cgstat.naming.paths import PathInfo
-    from cgstat.records import ContainerSlurm
+    from cgstat.naming.runtimes.runtime import PathInfo
+    from cgstat.contract.types import ContainerSlurm
 
 _V1_ROOT = re.compile(r"^slurm(?:_.+)?$")
 _V2_ROOT = re.compile(r"^(?:.+_)?slurmstepd\.scope$")

@@ -16,8 +16,8 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 import orjson
 
 from cgstat.errors import CgstatError
-from cgstat.fieldkeys import Cgroup
-from cgstat.names import display_name
+from cgstat.contract.keys import Cgroup
+from cgstat.contract.workload import display_name
 from cgstat.outputs.report.source import BAD_LINE, lines
 from cgstat.pipeline.record import number_at, value_at
 from cgstat.text import escape_controls

@@ -21,7 +21,7 @@ from cgstat.outputs.sink import NO_INFO, Sink, TickInfo
 from cgstat.text import dumps_record, escape_controls
 
 if TYPE_CHECKING:  # the record types are for the type checker only
-    from cgstat.records import JsonObject
+    from cgstat.contract.types import JsonObject
 
 
 class ReportSink(Sink):

@@ -1,0 +1,2 @@
+"""The OTLP push: records as OpenTelemetry metrics (names.py, encode.py) within the series
+budget (budget.py), sent over HTTP (transport.py) by a queued sink (sink.py)."""
