@@ -7,7 +7,7 @@ from __future__ import annotations
 import time
 from typing import Any, Dict, List, Optional
 
-from cgstat.names import display_name
+from cgstat.contract.workload import display_name
 from cgstat.outputs.report.markup import esc, size, span
 from cgstat.pipeline.record import number_at
 from cgstat.timestamps import parse_ts
