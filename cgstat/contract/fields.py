@@ -195,7 +195,10 @@ RECORD: Tuple[Field, ...] = (
     _f("pod.namespace", "str?"),
     _f("pod.qos", "enum", enum=["guaranteed", "burstable", "besteffort", None]),
     _f("container", "object?"),
-    _f("container.runtime", "enum", enum=["docker", "containerd", "cri-o", "podman", "lxc", "slurm", None]),
+    # free text, not an enum: the runtimes' names are theirs (each runtime module's `name`,
+    # gathered by naming/runtimes/registry.py), so a new runtime needs no change here
+    _f("container.runtime", "str?", "the runtime that made the container, as its module in "
+                                    "naming/runtimes/ names it (registry.py lists them)"),
     _f("container.id", "str?", "full container ID (64 hex), the LXC container name, or the Slurm job ID"),
     _f("container.short_id", "str?", "first 12 hex digits, as docker ps prints"),
     _f("container.name", "str?"),

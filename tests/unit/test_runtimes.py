@@ -106,3 +106,21 @@ def test_a_runtime_is_asked_only_about_the_cgroups_it_trusts(tmp_path):
     assert names == ["users-own"]  # the system's state never names a user's cgroup
     assert system_only.asked == [] and paths_only.asked == []
     assert user_too.asked == [("user", (CID,))]
+
+
+def test_a_new_runtimes_records_pass_the_shipped_schema():
+    """The schema takes a runtime's name from no list of its own: a runtime added to the
+    registry (one module) names containers the shipped schema accepts."""
+    from tests.helpers.contract import SCHEMA
+    from tests.helpers.fieldtable import example
+    from cgstat.contract import fields
+    import jsonschema
+
+    record = example(fields.RECORD)
+    record["container"]["runtime"] = "a-runtime-not-yet-written"
+    jsonschema.Draft7Validator(SCHEMA).validate(record)
+    for cls in registry.RUNTIMES:
+        record["container"]["runtime"] = cls.name
+        jsonschema.Draft7Validator(SCHEMA).validate(record)
+    record["container"]["runtime"] = 7
+    assert list(jsonschema.Draft7Validator(SCHEMA).iter_errors(record))
