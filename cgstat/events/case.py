@@ -18,9 +18,10 @@ if TYPE_CHECKING:  # the record types are for the type checker only
 class History:
     """One cgroup between ticks: its samples, its clock, its open episodes."""
 
-    __slots__ = ("samples", "last", "t", "open", "ws", "ws_since")
+    __slots__ = ("samples", "last", "t", "open", "ws", "ws_since", "born")
 
-    def __init__(self) -> None:
+    def __init__(self, born: bool = False) -> None:
+        self.born = born  # first seen after the run's first tick: its whole life is in the samples
         self.samples = Window()
         self.last: Optional[WindowSample] = None  # the newest sample, named
         self.t = 0.0
@@ -31,15 +32,18 @@ class History:
 
 class Case:
     """One cgroup record being judged. `window` is the history the sustained rules judge
-    (read it, never change it), or None while it does not cover enough of the window."""
+    (read it, never change it), or None while it does not cover enough of the window.
+    `young`: while `window` is None, the whole life of a cgroup born while the run watched
+    once it spans Thresholds.young_min_s (a life shorter than the window), else None."""
 
     __slots__ = ("record", "t", "sample", "before", "window", "history", "events", "oom_rises", "hierarchical",
-                 "first_totals")
+                 "first_totals", "young")
 
     def __init__(self, record: Mapping[str, Any], t: float, sample: WindowSample, before: Optional[WindowSample],
                  window: Optional[Window], history: History, events: List[EventRecord],
                  oom_rises: List[Rise], hierarchical: List[Tuple[str, EventRecord]],
-                 first_totals: Dict[str, float]):
+                 first_totals: Dict[str, float], young: Optional[Window] = None):
+        self.young = young
         self.record = record
         self.t = t
         self.sample = sample

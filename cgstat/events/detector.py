@@ -55,6 +55,7 @@ class EventDetector:
         self._gpu_rules = self._fresh_gpu_rules()
         self._oom = OomLedger()
         self._host: Any = None  # the last host seen, for a tick whose cgroups are all gone
+        self._ticks = 0  # ticks ended: a cgroup first seen after the first was born while watched
 
     def _fresh_gpu_rules(self) -> List[GpuRule]:
         return [rule(self.th) for rule in GPU_RULES]
@@ -105,6 +106,7 @@ class EventDetector:
 
     def _end(self, tick: _Tick, kills: Kills = None, late: Late = None) -> List[EventRecord]:
         events, seen = tick.events, tick.seen
+        self._ticks += 1
         found = (kills() if callable(kills) else kills) or []
         stamp = tick.stamp
         if stamp is not None:
@@ -139,7 +141,7 @@ class EventDetector:
         h = self._cgroups.get(path)
         interval = finite(r.get("interval_s"))
         if h is None or interval is None:  # first sample, or a new life of the cgroup
-            h = self._cgroups[path] = History()
+            h = self._cgroups[path] = History(born=self._ticks > 0)
             h.t = now if now is not None else (parse_ts(r.get("ts")) or 0.0)
         else:
             h.t = now if now is not None else h.t + (interval or 0.0)
@@ -159,7 +161,8 @@ class EventDetector:
             ts = samples.ts
         # The window the sustained rules judge, the same for every rule: none changes it.
         window = samples if len(ts) >= 2 and ts[-1] - ts[0] >= th.coverage * th.window_s else None
+        young = samples if window is None and h.born and len(ts) >= 2 and ts[-1] - ts[0] >= th.young_min_s else None
         case = Case(r, t, sample, before, window, h, tick.events, tick.oom_rises, tick.hierarchical,
-                    tick.first_totals)
+                    tick.first_totals, young)
         for rule in self._rules:
             rule.judge(case)

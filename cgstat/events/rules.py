@@ -167,13 +167,14 @@ class MemoryGrowth(CgroupRule):
 
 
 class CpuThrottled(CgroupRule):
-    """Throttled in most CFS periods over the window, and for most of its time."""
+    """Throttled in most CFS periods over the window, and for most of its time; a cgroup
+    born while watched and younger than the window, over its whole life (Case.young)."""
 
     kind = "cpu_throttled"
 
     def judge(self, c: Case) -> None:
         th = self.th
-        window = c.window
+        window = c.window if c.window is not None else c.young
         frac, periods, throttled = window.throttle_fraction() if window is not None else (None, 0, 0)
         if self.kind in c.history.open:
             if window is not None and (frac is None or frac < th.throttled_clear_fraction):
@@ -186,9 +187,10 @@ class CpuThrottled(CgroupRule):
             return
         cores = c.sample.cpu_limit_cores
         cpu_pct = window.cpu_percent()
-        msg = ("%s was throttled in %.0f %% of its CPU periods over the last %s (using %s cores of its %s-core "
+        msg = ("%s was throttled in %.0f %% of its CPU periods over the last %s%s (using %s cores of its %s-core "
                "quota): it needs more CPU than its limit; raise the quota or use fewer threads/workers." % (
                    who(c.record), frac * 100, duration(window.span_s()),
+                   " (its whole life so far)" if c.window is None else "",
                    "?" if cpu_pct is None else "%.2f" % (cpu_pct / 100), "?" if cores is None else "%g" % cores))
         c.raise_(self.kind, "warning", cap(msg),
                  {"throttled_fraction": round(frac, 4), "periods": periods, "throttled_periods": throttled,

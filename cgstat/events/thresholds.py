@@ -23,6 +23,9 @@ class Thresholds:
     sustained_share: the share of the window's time (tick to tick) the throttling itself must
         be seen in (each tick's own throttled fraction >= throttled_fraction), so a burst
         at the end of an idle window (idle time has few periods) does not count.
+    young_min_s: a cgroup born while the run watched and younger than the window has
+        cpu_throttled judged over its whole life once that spans this long (a job throttled
+        for most of a 30 s life is said, though it never fills a 60 s window).
     cpu_at_limit_fraction: CPU counts as "at its limit" at >= this share of limit_cores.
     gpu_idle_sm_percent: SM % (summed over the container's GPUs, 100 = one GPU) at or under
         which a GPU counts as idle; gpu_busy_sm_percent ends such an episode.
@@ -40,7 +43,7 @@ class Thresholds:
                  growth_min_bytes_per_second: float = 256 * 1024, growth_min_r2: float = 0.8,
                  growth_clear_r2: float = 0.5, growth_min_samples: int = 5,
                  throttled_fraction: float = 0.5, throttled_clear_fraction: float = 0.25,
-                 throttled_min_periods: int = 5, sustained_share: float = 0.75,
+                 throttled_min_periods: int = 5, sustained_share: float = 0.75, young_min_s: float = 10.0,
                  cpu_at_limit_fraction: float = 0.9,
                  gpu_idle_sm_percent: float = 5.0, gpu_busy_sm_percent: float = 20.0,
                  gpu_idle_memory_bytes: int = DEFAULT_MEMORY_BYTES, gpu_idle_window_s: float = DEFAULT_WINDOW_S,
@@ -59,6 +62,7 @@ class Thresholds:
         self.throttled_clear_fraction = min(throttled_clear_fraction, throttled_fraction)
         self.throttled_min_periods = throttled_min_periods
         self.sustained_share = sustained_share
+        self.young_min_s = float(young_min_s)
         self.cpu_at_limit_fraction = cpu_at_limit_fraction
         self.gpu_idle_sm_percent = gpu_idle_sm_percent
         self.gpu_busy_sm_percent = max(gpu_busy_sm_percent, gpu_idle_sm_percent)

@@ -359,3 +359,30 @@ def test_every_kind_a_rule_raises_is_in_the_event_schema():
     from cgstat.events.rules import CGROUP_RULES, GPU_RULES
 
     assert [r.kind for r in CGROUP_RULES + GPU_RULES] + ["resolved"] == list(KINDS)
+
+
+def _throttled_life(start, ticks):
+    """A job at its 0.5-core quota, throttled in every period, from tick `start` for `ticks`."""
+    out, cpu, periods = {}, 0.0, 0
+    for i in range(start, start + ticks):
+        cpu += 0.25
+        periods += 5
+        out[i] = rec(path="/docker/job", t=i * 0.5, cpu_s=cpu, periods=periods, throttled=periods, cores=0.5,
+                     name="job")
+    return out
+
+
+@pytest.mark.parametrize("born_at", [0, 4])
+def test_a_job_throttled_for_its_whole_short_life_is_said_once_it_is_young_min_s_old(born_at):
+    job = _throttled_life(born_at, 60)  # 30 s of life, half the 60 s window
+    seq = [[rec(path="/docker/clock", t=i * 0.5, name="clock")] + ([job[i]] if i in job else [])
+           for i in range(born_at + 60)]
+    ev = run(EventDetector(window_s=60), seq)
+    if born_at == 0:  # there at the first tick: its age is unknown, the full window is needed
+        assert ev == []
+        return
+    (e,) = ev  # born while watched: its whole life is the window, from 10 s of age
+    assert e["kind"] == "cpu_throttled" and "its whole life so far" in e["message"]
+    age = parse_ts(e["ts"]) - parse_ts(job[born_at]["ts"])
+    assert 10.0 <= age <= 10.5 and e["evidence"]["throttled_fraction"] == 1.0
+    assert e["evidence"]["window_s"] == pytest.approx(age)
