@@ -1,32 +1,9 @@
-"""The field table: every field of the three records, every Prometheus family, every CSV column.
-
-One declaration that the rest is made from or checked against:
-
-- RECORD (type cgroup/pod), GPU_RECORD (type gpu), EVENT (type event): each field's path
-  (`memory.working_set_bytes`; `[]` an array's items, `{}` a map's values), type and
-  nullability, unit, what it means, the kernel file (or NVML call) it comes from on cgroup
-  v2 and v1, its Prometheus series (`metric=M(...)`) and whether it is a CSV column. Made
-  from them by cgstat/contract/schema.py: the JSON Schemas cgstat/*.schema.json, the TypedDicts of
-  cgstat/contract/types.py, the key paths of cgstat/contract/keys.py (the one way a consumer reaches
-  a value) and the tables of docs/schema.md and docs/prometheus.md.
-- FAMILIES: the Prometheus families in exposition order, from the fields' declarations and
-  those made of several fields; the exporter renders them by kind (cgstat/outputs/prometheus/exposition.py).
-  DCGM_SERIES: dcgm-exporter's device series, each from a GPU record field.
-- CSV_COLUMNS: the columns of `--format csv`, in order; dotted names are record paths.
-
-Adding a memory.stat counter is one `_f(...)` entry, among the memory.stat counters below:
-its path, type, doc, `v2="memory.stat KEY"`, `v1="memory.stat total_KEY"` (or "-"),
-`as_is=True` (read as the kernel writes it: kernel/controllers/memory.py takes its keys
-from the table), `metric=M(name, kind, help)` for a series, `csv=True` for a column; then
-`python -m cgstat.contract.schema --write` (or `CGSTAT_REGEN_SCHEMA=1 pytest tests/unit/test_fields.py`)
-makes the rest, and `CGSTAT_REGEN_GOLDEN=1` accepts the goldens it appears in
-(tests/unit/test_one_declaration.py does exactly that). Any other field: its `_f(...)` at its
-place in the record (the record keeps this order), its reader (kernel/, gpu/) and its
-value in pipeline/record.py (mypy fails until the record has the key). tests/unit/test_fields.py
-fails until every step is done. A new object gets a TypedDict named from its path
-(memory.swap_events: MemorySwapEvents; cgstat/contract/schema.py's _NAMES gives other names).
-
-No imports of cgstat: the lowest layer, imported by pipeline, outputs and the tests.
+"""The field table: every field of the four records (RECORD, GPU_RECORD, EVENT, EXIT), every
+Prometheus family (FAMILIES, DCGM_SERIES) and CSV column (CSV_COLUMNS), each declared once
+with its type, unit, meaning and source (the cgroup v2 and v1 file, or the NVML call).
+contract/schema.py makes the JSON Schemas, the record TypedDicts, the key paths and the
+docs' tables from it; tests/unit/test_fields.py checks the rest against it. Imports only
+contract/event_kinds.py. Adding a field: docs/development.md.
 """
 
 from __future__ import annotations
@@ -177,6 +154,10 @@ def _failures(failure_type: str) -> Tuple[M, ...]:
 
 
 # -- the cgroup and pod record (cgstat/contract/record.schema.json) -------------------------------------
+# Each field: its path (`memory.working_set_bytes`; `[]` an array's items, `{}` a map's
+# values), type and nullability, unit, meaning, the kernel file (or NVML call) it comes from
+# on cgroup v2 and v1, its Prometheus series (`metric=M(...)`) and whether it is a CSV
+# column; in the record's order, which the record keeps.
 
 RECORD: Tuple[Field, ...] = (
     _f("schema", "const", const=1),
@@ -1039,6 +1020,8 @@ DCGM_SERIES: Tuple[Dcgm, ...] = (
 )
 DCGM_NAMES = tuple(d.name for d in DCGM_SERIES)
 
+# The Prometheus families in exposition order: those of the fields' declarations and those
+# made of several fields; the exporter renders them by kind (outputs/prometheus/exposition.py).
 FAMILIES: Tuple[Family, ...] = (
     # the exporter's own health (no timestamps: they describe now)
     _family("cgstat_build_info", "info", "cgstat version (always 1).", "cgstat.__version__", "self", ("version",)),
@@ -1186,6 +1169,6 @@ def _csv_columns() -> Tuple[str, ...]:
     return tuple(columns)
 
 
-CSV_COLUMNS = _csv_columns()
+CSV_COLUMNS = _csv_columns()  # `--format csv`'s columns, in order; dotted names are record paths
 CSV_MADE = ("name", "event.kind", "event.severity", "event.resolves", "event.message", "gpu.devices",
             "gpu.processes", "errors", "event.kernel_ts") + tuple(c for c in _CSV_RELEASED if c.startswith("exit."))  # the columns that are not a record field as is
