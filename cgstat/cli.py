@@ -446,7 +446,28 @@ class _Otlp:
     @staticmethod
     def headers() -> List[str]:
         return typer.Option([], "--otlp-header", metavar="NAME=VALUE", callback=_otlp_headers,
-                            help="A header sent with every push (auth: 'Authorization=Bearer TOKEN'); repeatable.")
+                            help="A header sent with every push (X-Scope-OrgID=tenant); repeatable. Credentials "
+                                 "go in OTEL_EXPORTER_OTLP_HEADERS, --otlp-headers-file or the systemd credential "
+                                 "otlp-headers: a command line is readable by every local user.")
+
+    @staticmethod
+    def headers_file() -> Optional[str]:
+        return typer.Option(None, "--otlp-headers-file", envvar="CGSTAT_OTLP_HEADERS_FILE", metavar="FILE",
+                            callback=_not_empty, show_default=False,
+                            help="Headers sent with every push, NAME=VALUE by line or comma (auth: "
+                                 "Authorization=Bearer TOKEN); the file must be yours and mode 0600.")
+
+    @staticmethod
+    def client_certificate() -> Optional[str]:
+        return typer.Option(None, "--otlp-client-certificate", metavar="FILE", callback=_not_empty,
+                            show_default=False,
+                            help="Client certificate (PEM) for mTLS to an https:// receiver "
+                                 "(env OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE).")
+
+    @staticmethod
+    def client_key() -> Optional[str]:
+        return typer.Option(None, "--otlp-client-key", metavar="FILE", callback=_not_empty, show_default=False,
+                            help="The client certificate's private key (PEM; env OTEL_EXPORTER_OTLP_CLIENT_KEY).")
 
     @staticmethod
     def buffer() -> float:
@@ -468,18 +489,19 @@ class _Otlp:
     def ca_file() -> Optional[str]:
         return typer.Option(None, "--otlp-ca-file", metavar="FILE", callback=_not_empty, show_default=False,
                             help="The CA certificates an https:// receiver's certificate is checked against "
-                                 "(default: the system's).")
+                                 "(env OTEL_EXPORTER_OTLP_CERTIFICATE; default: the system's).")
 
     @staticmethod
     def options(endpoint: Optional[str], encoding: str, headers: List[str], buffer: float, timeout: float,
-                compression: str, ca_file: Optional[str]) -> Optional[OtlpOptions]:
+                compression: str, ca_file: Optional[str], headers_file: Optional[str] = None,
+                client_certificate: Optional[str] = None, client_key: Optional[str] = None) -> Optional[OtlpOptions]:
         if endpoint is None:
             return None
         from cgstat.outputs.otlp.sink import OtlpOptions
         from cgstat.outputs.otlp.transport import parse_header
 
         return OtlpOptions(endpoint, encoding, tuple(parse_header(h) for h in headers), buffer, timeout,
-                           compression, ca_file)
+                           compression, ca_file, headers_file, client_certificate, client_key)
 
 
 def _otlp_compression(value: str) -> str:
@@ -642,6 +664,9 @@ def stream(
     otlp_timeout: float = _Otlp.timeout(),
     otlp_compression: str = _Otlp.compression(),
     otlp_ca_file: Optional[str] = _Otlp.ca_file(),
+    otlp_headers_file: Optional[str] = _Otlp.headers_file(),
+    otlp_client_certificate: Optional[str] = _Otlp.client_certificate(),
+    otlp_client_key: Optional[str] = _Otlp.client_key(),
     gpu_idle_memory: str = _gpu_idle_memory_option(),
     gpu_idle_window: float = _gpu_idle_window_option(),
     metrics: Optional[str] = _metrics_option(),
@@ -661,7 +686,7 @@ def stream(
     """Stream a batch of records every interval; the first batch comes after one interval,
     with rates. SIGTERM/SIGINT finish the line being written and exit 0."""
     otlp = _Otlp.options(otlp_endpoint, otlp_encoding, otlp_header, otlp_buffer, otlp_timeout, otlp_compression,
-                         otlp_ca_file)
+                         otlp_ca_file, otlp_headers_file, otlp_client_certificate, otlp_client_key)
 
     def job(sampler: Sampler) -> int:
         from cgstat.app.record import StoreOptions
@@ -695,6 +720,9 @@ def serve(
     otlp_timeout: float = _Otlp.timeout(),
     otlp_compression: str = _Otlp.compression(),
     otlp_ca_file: Optional[str] = _Otlp.ca_file(),
+    otlp_headers_file: Optional[str] = _Otlp.headers_file(),
+    otlp_client_certificate: Optional[str] = _Otlp.client_certificate(),
+    otlp_client_key: Optional[str] = _Otlp.client_key(),
     gpu_idle_memory: str = _gpu_idle_memory_option(),
     log_state: Optional[str] = _log_state_option(),
     metrics: Optional[str] = _metrics_option(),
@@ -710,7 +738,7 @@ def serve(
     Sampling runs on its own schedule; a scrape gets the latest tick's exposition and never
     waits for a read. SIGTERM/SIGINT exit 0."""
     otlp = _Otlp.options(otlp_endpoint, otlp_encoding, otlp_header, otlp_buffer, otlp_timeout, otlp_compression,
-                         otlp_ca_file)
+                         otlp_ca_file, otlp_headers_file, otlp_client_certificate, otlp_client_key)
 
     def job(sampler: Sampler) -> int:
         from cgstat.app.stream import serve

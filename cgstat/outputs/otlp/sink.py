@@ -22,12 +22,14 @@ from __future__ import annotations
 
 import collections
 import gzip
+import os
 import random
 import threading
 import time
 from typing import TYPE_CHECKING, Callable, Deque, Iterable, List, NamedTuple, Optional, Sequence, Tuple
 
 from cgstat.errors import CgstatError
+from cgstat.outputs.otlp.auth import gather, redact
 from cgstat.outputs.otlp.budget import OtlpBudget
 from cgstat.outputs.otlp.encode import Encoder, rejected
 from cgstat.outputs.otlp.transport import Receiver
@@ -55,6 +57,9 @@ class OtlpOptions(NamedTuple):
     timeout_s: float = 10.0
     compression: str = "gzip"
     ca_file: Optional[str] = None
+    headers_file: Optional[str] = None  # and the environment's, a credential's: auth.py
+    client_certificate: Optional[str] = None
+    client_key: Optional[str] = None
 
 
 class _Tick(NamedTuple):
@@ -77,11 +82,17 @@ class OtlpSink(Sink):
             budget.say = lambda message: self._warn("otlp-max-series", message)
         # CgstatError (what to install) without opentelemetry-proto
         self.encoder = Encoder(options.encoding, budget)
-        try:
-            self.receiver = receiver or Receiver(options.endpoint, options.headers, options.timeout_s,
-                                                 options.ca_file)
-        except (ValueError, OSError) as exc:  # a bad URL, an unreadable CA file
-            raise CgstatError(f"--otlp-endpoint: {exc}") from None
+        if receiver is None:
+            creds = gather(options.headers, options.headers_file, options.ca_file, options.client_certificate,
+                           options.client_key, options.endpoint, os.environ)
+            for n, note in enumerate(creds.notes):
+                self._warn(f"otlp-secret-{n}", note)
+            try:
+                receiver = Receiver(options.endpoint, creds.headers, options.timeout_s, *creds.tls)
+            except (ValueError, OSError) as exc:  # a bad URL, an unreadable CA file or client certificate
+                raise CgstatError(f"--otlp-endpoint: {exc}") from None
+        self.receiver = receiver
+        self.shown = redact(options.endpoint)  # messages never show the URL's user info
         self.gzip = options.compression == "gzip"
         self.max_bytes = max_bytes
         self.close_timeout_s = close_timeout_s
@@ -128,7 +139,7 @@ class OtlpSink(Sink):
             dropped = self._expire(now)
             self._cond.notify()
         if dropped and self._episode_dropped == dropped:
-            self._warn("otlp-dropped", f"OTLP: {self.options.endpoint} took nothing for over "
+            self._warn("otlp-dropped", f"OTLP: {self.shown} took nothing for over "
                        f"{self.options.buffer_s:g} s: the oldest ticks are dropped from now on")
         self._say()
 
@@ -167,7 +178,7 @@ class OtlpSink(Sink):
                 self._cond.notify_all()
             if left:
                 self._said.append(("otlp-end", f"OTLP: {_ticks(left)} not sent at the end: "
-                                  f"{self.options.endpoint} did not take them in time"))
+                                  f"{self.shown} did not take them in time"))
         self._say()
         self._end_episode()
         if thread is None or not thread.is_alive():  # else the sender still holds it; it ends on its own
@@ -176,7 +187,7 @@ class OtlpSink(Sink):
     def _end_episode(self) -> None:
         if self._episode_dropped:
             self._warn("otlp-dropped-end", f"OTLP: {_ticks(self._episode_dropped)} dropped, the oldest, while "
-                       f"{self.options.endpoint} took nothing for over {self.options.buffer_s:g} s "
+                       f"{self.shown} took nothing for over {self.options.buffer_s:g} s "
                        f"({self.ticks_dropped} in all)")
             self._episode_dropped = 0
 
@@ -244,9 +255,9 @@ class OtlpSink(Sink):
                 self.requests_sent += 1
                 partly = rejected(self.options.encoding, outcome.answer)
                 if partly:
-                    self._said.append(("otlp-partial", f"OTLP: {self.options.endpoint} took the push but says {partly}"))
+                    self._said.append(("otlp-partial", f"OTLP: {self.shown} took the push but says {partly}"))
                 if self._failing_since is not None:
-                    self._said.append(("otlp-back", f"OTLP: {self.options.endpoint} answers again, after "
+                    self._said.append(("otlp-back", f"OTLP: {self.shown} answers again, after "
                                        f"{self.clock() - self._failing_since:.0f} s: the buffered ticks are sent"))
                     self._failing_since = None
                 failures = 0

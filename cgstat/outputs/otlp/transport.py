@@ -1,8 +1,9 @@
 """One OTLP/HTTP receiver: POST a request body, say whether to retry it.
 
 http.client over one kept-alive connection (TLS for https:// URLs, with the system's CAs or
-a given CA file), the headers given (`--otlp-header`, for auth), a timeout on every
-request. What the OTLP/HTTP specification says of responses decides the outcome: 2xx sent;
+a given CA file, and a client certificate for mTLS), the headers given (auth.py), the
+URL's user info as Basic auth (unless an Authorization header is given), a timeout on every
+request. Messages name the URL with its user info redacted. What the OTLP/HTTP specification says of responses decides the outcome: 2xx sent;
 429, 502, 503, 504, 408 and no answer (connection refused, reset, timeout) are retried, with
 Retry-After where the receiver gives it; any other status is a refusal of that body,
 which is not retried (VictoriaMetrics answers JSON with 400). Reads no host file.
@@ -15,6 +16,8 @@ import socket
 import ssl
 import urllib.parse
 from typing import Dict, NamedTuple, Optional, Sequence, Tuple
+
+from cgstat.outputs.otlp.auth import basic_auth, redact
 
 RETRIED = (408, 429, 502, 503, 504)
 DEFAULT_PATH = "/v1/metrics"
@@ -32,14 +35,15 @@ def parse_endpoint(url: str) -> Tuple[str, str, int, str]:
     """(scheme, host, port, path) of an OTLP/HTTP URL; ValueError (one line) when it is not one.
     A URL without a path gets OTLP's /v1/metrics."""
     parts = urllib.parse.urlsplit(url)
+    shown = redact(url)
     if parts.scheme not in ("http", "https"):
-        raise ValueError(f"{url!r} is not an http:// or https:// URL")
+        raise ValueError(f"{shown!r} is not an http:// or https:// URL")
     try:
         port = parts.port
     except ValueError:
-        raise ValueError(f"{url!r} has a bad port") from None
+        raise ValueError(f"{shown!r} has a bad port") from None
     if not parts.hostname:
-        raise ValueError(f"{url!r} names no host")
+        raise ValueError(f"{shown!r} names no host")
     path = parts.path if parts.path not in ("", "/") else DEFAULT_PATH
     if parts.query:
         path += "?" + parts.query
@@ -59,14 +63,20 @@ class Receiver:
     """Posts bodies to `url`; not thread-safe (the sink's thread is its only user)."""
 
     def __init__(self, url: str, headers: Sequence[Tuple[str, str]] = (), timeout_s: float = 10.0,
-                 ca_file: Optional[str] = None):
-        self.url = url
+                 ca_file: Optional[str] = None, client_certificate: Optional[str] = None,
+                 client_key: Optional[str] = None):
+        self.url = redact(url)  # as messages show it: never the user info
         self.scheme, self.host, self.port, self.path = parse_endpoint(url)
         self.headers: Dict[str, str] = dict(headers)
+        basic = basic_auth(url)
+        if basic is not None and not any(k.lower() == "authorization" for k in self.headers):
+            self.headers["Authorization"] = basic
         self.timeout_s = timeout_s
         self._context: Optional[ssl.SSLContext] = None
         if self.scheme == "https":
             self._context = ssl.create_default_context(cafile=ca_file)
+            if client_certificate is not None:
+                self._context.load_cert_chain(client_certificate, client_key)
         self._conn: Optional[http.client.HTTPConnection] = None
 
     def _connection(self) -> http.client.HTTPConnection:
