@@ -46,6 +46,8 @@ ERR_HOST = "host_namespace"
 ERR_NO_PROCESS = "no_process"
 ERR_SEVERAL = "several_namespaces"
 
+# the counters a workload's record carries, summed over its interfaces and per interface:
+# the record's names, which are InterfaceCounters' too
 TOTAL_FIELDS = ("rx_bytes_total", "tx_bytes_total", "rx_packets_total", "tx_packets_total",
                 "rx_errors_total", "tx_errors_total", "rx_dropped_total", "tx_dropped_total")
 
@@ -67,15 +69,12 @@ class NetworkSample(NamedTuple):
     netns: int  # inode of /proc/<pid>/ns/net
     shared: bool  # another workload of the same read() is in this namespace too
     time_s: float  # monotonic clock right after the read (what rates divide by)
-    rx_bytes_total: int
-    tx_bytes_total: int
-    rx_packets_total: int
-    tx_packets_total: int
-    rx_errors_total: int
-    tx_errors_total: int
-    rx_dropped_total: int
-    tx_dropped_total: int
+    totals: Tuple[int, ...]  # the interfaces' sums, one per TOTAL_FIELDS (the record's names)
     interfaces: Tuple[InterfaceCounters, ...]  # every interface but lo, in the kernel's order
+
+    def total(self, name: str) -> int:
+        """The sum of one of TOTAL_FIELDS over the interfaces."""
+        return self.totals[TOTAL_FIELDS.index(name)]
 
 
 class NetworkResult(NamedTuple):
@@ -278,9 +277,9 @@ class NetnsReader:
                 continue
             time_s, interfaces = reading
             own = tuple(i for i in interfaces if i.name != "lo")
-            totals = {f: sum(getattr(i, f) for i in own) for f in TOTAL_FIELDS}
+            totals = tuple(sum(getattr(i, f) for i in own) for f in TOTAL_FIELDS)
             out[key] = NetworkResult(
-                NetworkSample(netns=ino, shared=users[ino] > 1, time_s=time_s, interfaces=own, **totals),
+                NetworkSample(netns=ino, shared=users[ino] > 1, time_s=time_s, totals=totals, interfaces=own),
                 ino)
         self.last = TickStats(len(groups), len(readings), reads, ns_stats)
         return out

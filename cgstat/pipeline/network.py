@@ -15,9 +15,9 @@ keep it between cron runs.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Dict, NamedTuple, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Dict, NamedTuple, Optional, Tuple, cast
 
-from cgstat.kernel.netns import NetworkResult, NetworkSample
+from cgstat.kernel.netns import TOTAL_FIELDS, NetworkResult, NetworkSample
 
 if TYPE_CHECKING:  # the record types are for the type checker only
     from cgstat.contract.types import Network
@@ -99,26 +99,13 @@ def network_record(result: Optional[NetworkResult], rates: NetworkRates = NO_NET
     if result is None or result.network is None:
         return None
     s = result.network
-    return {
-        "rx_bytes_total": s.rx_bytes_total,
-        "tx_bytes_total": s.tx_bytes_total,
-        "rx_packets_total": s.rx_packets_total,
-        "tx_packets_total": s.tx_packets_total,
-        "rx_errors_total": s.rx_errors_total,
-        "tx_errors_total": s.tx_errors_total,
-        "rx_dropped_total": s.rx_dropped_total,
-        "tx_dropped_total": s.tx_dropped_total,
-        "rx_bytes_per_second": _round(rates.rx_bytes_per_second),
-        "tx_bytes_per_second": _round(rates.tx_bytes_per_second),
-        "interfaces": [{
-            "name": i.name, "rx_bytes_total": i.rx_bytes_total, "tx_bytes_total": i.tx_bytes_total,
-            "rx_packets_total": i.rx_packets_total, "tx_packets_total": i.tx_packets_total,
-            "rx_errors_total": i.rx_errors_total, "tx_errors_total": i.tx_errors_total,
-            "rx_dropped_total": i.rx_dropped_total, "tx_dropped_total": i.tx_dropped_total,
-        } for i in s.interfaces],
-        "netns": s.netns,
-        "shared": s.shared,
-    }
+    record: Dict[str, Any] = dict(zip(TOTAL_FIELDS, s.totals))
+    record["rx_bytes_per_second"] = _round(rates.rx_bytes_per_second)
+    record["tx_bytes_per_second"] = _round(rates.tx_bytes_per_second)
+    record["interfaces"] = [{"name": i.name, **{f: getattr(i, f) for f in TOTAL_FIELDS}} for i in s.interfaces]
+    record["netns"] = s.netns
+    record["shared"] = s.shared
+    return cast("Network", record)
 
 
 def _round(v: Optional[float]) -> Optional[float]:

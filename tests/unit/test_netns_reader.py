@@ -10,7 +10,7 @@ import os
 import pytest
 
 from cgstat.kernel.hostfs import HostFS
-from cgstat.kernel.netns import ERR_HOST, ERR_NO_PROCESS, HOST_REASON, HostNetns, NetnsReader, detect_host_netns
+from cgstat.kernel.netns import TOTAL_FIELDS, ERR_HOST, ERR_NO_PROCESS, HOST_REASON, HostNetns, NetnsReader, detect_host_netns
 from cgstat.pipeline.network import NO_NETWORK_RATES, NetworkCounters, network_counters, network_rates, network_record
 
 HEADER = ("Inter-|   Receive                                                |  Transmit\n"
@@ -132,12 +132,12 @@ def test_once_per_namespace_shared_and_totals(fake):
     pod = got["/pod"].network
     assert pod.netns == a and pod.shared
     assert got["/pod/c1"].network.netns == a and got["/pod/c1"].network.shared
-    assert (pod.rx_bytes_total, pod.tx_bytes_total, pod.rx_packets_total, pod.tx_packets_total) == (1001, 2002, 11, 22)
-    assert pod.rx_errors_total == 2 and pod.rx_dropped_total == 4
-    assert pod.tx_errors_total == 6 and pod.tx_dropped_total == 8
+    assert dict(zip(TOTAL_FIELDS, pod.totals)) == {
+        "rx_bytes_total": 1001, "tx_bytes_total": 2002, "rx_packets_total": 11, "tx_packets_total": 22,
+        "rx_errors_total": 2, "tx_errors_total": 6, "rx_dropped_total": 4, "tx_dropped_total": 8}
     assert [i.name for i in pod.interfaces] == ["veth0", "eth1"]  # lo left out
     other = got["/other"].network
-    assert other.netns == b and not other.shared and other.rx_bytes_total == 5
+    assert other.netns == b and not other.shared and other.total("rx_bytes_total") == 5
     assert got["/other"].problem is None
 
 
@@ -173,7 +173,7 @@ def test_first_live_pid_decides(fake):
     got = NetnsReader(HostFS(fake.root)).read({"k": [4242, 100]})["k"]  # 4242 has exited
     assert got.problem is None and got.netns == a
     net = got.network
-    assert (net.netns, net.rx_bytes_total, net.rx_packets_total, net.tx_bytes_total, net.tx_packets_total) == \
+    assert (net.netns, net.total("rx_bytes_total"), net.total("rx_packets_total"), net.total("tx_bytes_total"), net.total("tx_packets_total")) == \
         (a, 11, 2, 33, 4)
 
 
@@ -188,7 +188,7 @@ def test_reads_through_another_member_when_one_exits(fake):
     got = reader.read({"k1": [100], "k2": [101]})
     for key in ("k1", "k2"):  # k1's namespace read through 101, the other member
         net = got[key].network
-        assert (net.netns, net.rx_bytes_total, net.tx_bytes_total, [i.name for i in net.interfaces]) == \
+        assert (net.netns, net.total("rx_bytes_total"), net.total("tx_bytes_total"), [i.name for i in net.interfaces]) == \
             (a, 11, 33, ["veth0"]), key
     assert reader.last.net_dev_reads == 2
 
@@ -283,12 +283,12 @@ def test_a_parent_over_several_namespaces_has_none_of_them(fake):
                       subtrees={"/ci": True, "/pod": True, "/big": False})
     assert got["/ci"].network is None and got["/ci"].problem.error == "several_namespaces"
     assert "2 network namespaces" in got["/ci"].problem.detail
-    assert got["/ci/a"].network.rx_bytes_total == 1000  # the child itself is read as ever
+    assert got["/ci/a"].network.total("rx_bytes_total") == 1000  # the child itself is read as ever
     # a pod: every process below it in the sandbox's namespace: that namespace is the pod's
-    assert got["/pod"].network.rx_bytes_total == 70
+    assert got["/pod"].network.total("rx_bytes_total") == 70
     # too many cgroups below to have looked at them all: not vouched for
     assert got["/big"].network is None and got["/big"].problem.error == "several_namespaces"
     # a child that exited since it was chosen does not count as another namespace
     fake.exit(200)
     again = reader.read({"/ci": [100, 200]}, subtrees={"/ci": True})
-    assert again["/ci"].network.rx_bytes_total == 1000
+    assert again["/ci"].network.total("rx_bytes_total") == 1000
