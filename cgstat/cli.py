@@ -131,6 +131,13 @@ def _max_user_option() -> Optional[int]:
                              "rest are counted and said once on stderr. Default: 1000.")
 
 
+def _full_read_option() -> bool:
+    return typer.Option(False, "--full-read", envvar="CGSTAT_FULL_READ",
+                        help="Read every file of every cgroup every tick. By default a cgroup whose CPU, "
+                             "memory and task counts stand still keeps its other figures from its last "
+                             "full read, at most 10 s old (docs/reading.md).")
+
+
 def _docker_root_option() -> Optional[str]:
     return typer.Option(None, "--docker-data-root", envvar="CGSTAT_DOCKER_DATA_ROOT", metavar="DIR",
                         show_default=False, callback=_absolute,
@@ -325,7 +332,7 @@ def _root(
 
 
 def _sampler(ctx: typer.Context, host_root: Optional[str], all_: bool, match: Optional[str],
-           max_user: Optional[int] = None, follow: bool = True) -> Sampler:
+             max_user: Optional[int] = None, follow: bool = True, full_read: bool = False) -> Sampler:
     """The Sampler for the common options, given before the command or after it (after wins)."""
     from cgstat.app.sampler import open_sampler
     from cgstat.pipeline.select import compile_match
@@ -339,7 +346,7 @@ def _sampler(ctx: typer.Context, host_root: Optional[str], all_: bool, match: Op
     except ValueError as exc:
         raise typer.BadParameter(str(exc), param_hint="'--match'") from None
     return open_sampler(host_root or top_root or "/", all_ or top_all, pattern, max_user or top_max or 1000,
-                        follow=follow, daemons=DaemonConfig(docker_root, docker_host))
+                        follow=follow, daemons=DaemonConfig(docker_root, docker_host), full_read=full_read)
 
 
 def _run(make: Callable[[], Sampler], job: Callable[[Sampler], int]) -> None:
@@ -678,6 +685,7 @@ def stream(
     retain: Optional[float] = _retain_option(),
     max_size: Optional[int] = _max_size_option(),
     log_state: Optional[str] = _log_state_option(),
+    full_read: bool = _full_read_option(),
     host_root: Optional[str] = _host_root_option(),
     all_: bool = _all_option(),
     match: Optional[str] = _match_option(),
@@ -701,7 +709,7 @@ def stream(
                       # the endpoint's and the push's alone: without them the field table isn't loaded
                       budget=_budget(metrics, disable_metrics, max_series) if listen or otlp else None)
 
-    _run(lambda: _sampler(ctx, host_root, all_, match, max_user), job)
+    _run(lambda: _sampler(ctx, host_root, all_, match, max_user, full_read=full_read), job)
 
 
 @app.command(cls=_Command, short_help="Serve Prometheus metrics on /metrics, until stopped.")
@@ -728,6 +736,7 @@ def serve(
     metrics: Optional[str] = _metrics_option(),
     disable_metrics: Optional[str] = _disable_metrics_option(),
     max_series: int = _max_series_option(),
+    full_read: bool = _full_read_option(),
     host_root: Optional[str] = _host_root_option(),
     all_: bool = _all_option(),
     match: Optional[str] = _match_option(),
@@ -746,7 +755,7 @@ def serve(
         return serve(sampler, listen, interval, count, otlp, gpu_idle_memory_bytes=_gpu_idle_memory(gpu_idle_memory),
                      log_state=log_state, budget=_budget(metrics, disable_metrics, max_series))
 
-    _run(lambda: _sampler(ctx, host_root, all_, match, max_user), job)
+    _run(lambda: _sampler(ctx, host_root, all_, match, max_user, full_read=full_read), job)
 
 
 @app.command(cls=_Command, short_help="Print one batch of records and exit (for cron and scripts).")
@@ -765,6 +774,7 @@ def once(
     no_events: bool = typer.Option(False, "--no-events",
                                    help="With --state: no events judged between the two runs."),
     oom_kills: str = _oom_kills_option(),
+    full_read: bool = _full_read_option(),
     host_root: Optional[str] = _host_root_option(),
     all_: bool = _all_option(),
     match: Optional[str] = _match_option(),
@@ -777,7 +787,7 @@ def once(
         sampler.kills_outside_shown = oom_kills == "all"
         return once(sampler, fmt, output, int(output_mode, 8), state, window, not no_events)
 
-    _run(lambda: _sampler(ctx, host_root, all_, match, max_user, follow=False), job)
+    _run(lambda: _sampler(ctx, host_root, all_, match, max_user, follow=False, full_read=full_read), job)
 
 
 def _sort(value: str) -> str:
@@ -938,6 +948,7 @@ def record(
     events_window: float = typer.Option(60.0, "--events-window", metavar="S", callback=_events_window,
                                         help="Seconds over which sustained conditions must hold to raise an event."),
     oom_kills: str = _oom_kills_option(),
+    full_read: bool = _full_read_option(),
     host_root: Optional[str] = _host_root_option(),
     all_: bool = _all_option(),
     match: Optional[str] = _match_option(),
@@ -953,7 +964,7 @@ def record(
         return run_record(sampler, StoreOptions(store, retain, max_size), interval, count,
                           None if no_events else events_window)
 
-    _run(lambda: _sampler(ctx, host_root, all_, match, max_user), job)
+    _run(lambda: _sampler(ctx, host_root, all_, match, max_user, full_read=full_read), job)
 
 
 @app.command(cls=_Command, short_help="Print the records of a past tick, from the store.")

@@ -140,6 +140,7 @@ class Follower:
                         self._refresh_children_files(f, path)
                     elif name in SLOW:
                         self.kept.modified(parent, name)
+                        self.kept.written.add(path)
                 continue
             text = decode_name(name)
             child = path + text if path == "/" else path + "/" + text

@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 import time
 import weakref
-from typing import TYPE_CHECKING, Any, Callable, Dict, Iterator, List, Optional, Tuple, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, Dict, Iterator, List, Optional, Set, Tuple, TypeVar
 
 from cgstat.kernel.cachekeys import KEYS, SLOW, Key
 from cgstat.kernel.hostfs import Malformed, read_bytes, read_error
@@ -154,7 +154,7 @@ class KeptFiles:
       hierarchy's rescan). They never hold a descriptor.
     """
 
-    __slots__ = ("cap", "enabled", "count", "overflowed", "keeping", "_mounts", "_dirs", "_names",
+    __slots__ = ("cap", "enabled", "count", "overflowed", "keeping", "written", "_mounts", "_dirs", "_names",
                  "_same", "_same_bytes", "__weakref__")
 
     def __init__(self, cap: Optional[int] = None, enabled: Optional[bool] = None):
@@ -165,6 +165,9 @@ class KeptFiles:
         # mount point -> whether its files are read through kept descriptors (see keeps());
         # read directly by the readers' inner loop
         self.keeping: Dict[str, bool] = {}
+        # the folder paths whose slow files were written (IN_MODIFY, kernel/follow.py) since
+        # the change reader (kernel/changes.py) last looked: it reads their cgroups in full
+        self.written: Set[str] = set()
         self._mounts: Dict[str, Dict[str, Kept]] = {}  # mount_dir -> cgroup path -> entry
         self._dirs: Dict[str, Tuple[int, float]] = {}  # mount_dir -> (O_PATH descriptor, checked at)
         self._names: Dict[Tuple[Key, ...], Tuple[Key, ...]] = {}  # the shared names tuples

@@ -63,6 +63,11 @@ class MemoryEventsWatcher:
             seen, self._seen = self._seen, {}
         return seen
 
+    def pending(self) -> Tuple[str, ...]:
+        """The cgroup paths whose memory.events changed since the last take(), left to take()."""
+        with self._lock:
+            return tuple(self._seen)
+
     def _run(self) -> None:
         while not self._stop.is_set():
             fd = self._ino.fd

@@ -20,14 +20,13 @@ driver's XIDs it carried.
 from __future__ import annotations
 
 import gc
-import itertools
 import operator
 import os
 import time
 from typing import Any, Dict, Iterable, Iterator, List, NamedTuple, Optional, Pattern, TYPE_CHECKING, Tuple, Union
 
 from cgstat.errors import CgstatError
-from cgstat.kernel.cgroups import read_cgroup
+from cgstat.kernel.changes import DEFAULT_FULL_EVERY_S, ChangeReader
 from cgstat.kernel.discover import Discoverer
 from cgstat.kernel.handles import KeptFiles
 from cgstat.kernel.hierarchy import detect
@@ -43,18 +42,17 @@ from cgstat.naming.pids import pid_namespace_note
 from cgstat.naming.workload import Namer, Workload
 from cgstat.diagnostics import Warner
 from cgstat.pipeline.rates import Counters, counters, derive
-from cgstat.pipeline.record import build, build_gpu
+from cgstat.pipeline.gpustage import GpuStage
+from cgstat.pipeline.record import build
 from cgstat.pipeline.select import Selected, Shown, compile_match, select, would_select
 from cgstat.text import quote
 from cgstat.timestamps import rfc3339
 
 if TYPE_CHECKING:  # imported where used: a run without GPUs or network namespaces never loads them
     from cgstat.contract.types import GpuProcessUse, Sampled
-    from cgstat.gpu.energy import EnergyModel
     from cgstat.kernel.memevents import MemoryEventsWatcher
     from cgstat.gpu.join import Attributed
-    from cgstat.gpu.nvml import Gateway
-    from cgstat.gpu.sample import GpuDevice, GpuReader, GpuSnapshot
+    from cgstat.gpu.sample import GpuSnapshot
     from cgstat.kernel.netns import NetnsReader, NetworkResult, NetworkSample
     from cgstat.pipeline.exits import ExitLedger
 
@@ -76,7 +74,10 @@ class Sampler:
     when given (--docker-data-root, --docker-host), else found (naming/runtimes/daemons.py).
     `warner`: where notices go (what is shown, what can't be read, each once): a
     `Warner()` writes them to stderr as the CLI does, `Warner(handler=f)` passes each to f
-    as a Diagnostic(key, message); by default they are dropped.
+    as a Diagnostic(key, message); by default they are dropped. `full_read_every_s`: a
+    cgroup whose CPU, memory and task counts stand still keeps its last read's other
+    values for at most this long (kernel/changes.py); 0 reads every file every tick
+    (--full-read).
     Raises CgstatError (one line) when the host can't be read.
     """
 
@@ -84,7 +85,7 @@ class Sampler:
                  match: Union[None, str, Pattern[str]] = None, warner: Optional[Warner] = None,
                  read_state: bool = True, max_user_cgroups: Optional[int] = 1000, gpu: bool = True,
                  follow: bool = True, kernel_log: Optional[KmsgFollower] = None,
-                 daemons: DaemonConfig = DaemonConfig()):
+                 daemons: DaemonConfig = DaemonConfig(), full_read_every_s: float = DEFAULT_FULL_EVERY_S):
         if isinstance(match, str):
             try:
                 match = compile_match(match)
@@ -104,6 +105,7 @@ class Sampler:
         # The descriptors kept for cgroup files, read by read_cgroup, closed as the
         # discoverer sees folders go, and all at close().
         self.kept = KeptFiles()
+        self.changes = ChangeReader(self.layout, self.kept, full_read_every_s)
         self.discoverer = Discoverer(self.fs, self.layout, max_user_cgroups=max_user_cgroups,
                                      warn=self.warner.once, follow=None if follow else False, kept=self.kept)
         self.all_cgroups = all_cgroups
@@ -111,16 +113,11 @@ class Sampler:
         self.namer = Namer(self.fs, self.layout, self.warner.once, read_state, daemons)
         # GPUs only on the live kernel (a recorded tree's processes aren't NVML's); pynvml
         # is imported on the first read, never at start-up.
-        self._gateway: Optional[Gateway] = None
+        self._gpus: Optional[GpuStage] = None
         if gpu and self.host.live:
             from cgstat.gpu.nvml import Gateway
 
-            self._gateway = Gateway(self.warner.once)
-        self._gpu_read_s: Optional[float] = None
-        # made on the first reading with a driver (they import the GPU record modules)
-        self._gpu_reader: Optional[GpuReader] = None
-        self._energy: Optional[EnergyModel] = None
-        self._unsaid_xids: Tuple[Any, ...] = ()  # XIDs read by a tick that made no records (a warm-up)
+            self._gpus = GpuStage(Gateway(self.warner.once), self.warner.once, self.namer)
         # Network namespaces are read through member processes' /proc/<pid>/ns/net: only on
         # the live kernel (a recording has no namespaces to open).
         self._netns: Optional[NetnsReader] = None
@@ -197,11 +194,11 @@ class Sampler:
     def gpu_marks(self) -> Dict[str, Any]:
         """Per GPU, what the next reading averages per-process utilization from (a cron
         run's --state keeps it, so each run averages over the whole minute since the last)."""
-        return self._gateway.utilization_marks() if self._gateway is not None else {}
+        return self._gpus.gateway.utilization_marks() if self._gpus is not None else {}
 
     def restore_gpu_marks(self, marks: Any) -> None:
-        if self._gateway is not None:
-            self._gateway.restore_utilization_marks(marks)
+        if self._gpus is not None:
+            self._gpus.gateway.restore_utilization_marks(marks)
 
     def _folders_there(self, paths: Any) -> bool:
         """Whether any folder of a record's `paths` (hierarchy -> path) still exists."""
@@ -286,57 +283,32 @@ class Sampler:
     def _read(self, selected: Selected) -> Iterator[Tuple[Sample, Workload]]:
         namer = self.namer
         clock = self.clock
-        kept = self.kept
+        changes = self.changes
+        changes.begin_tick()
+        if self._memevents is not None:
+            for path in self._memevents.pending():  # memory.events changed: read in full
+                changes.mark(path)
         for cg, info in selected:
             now = clock.monotonic()
-            sample = read_cgroup(cg, self.layout, now, clock.wall(now), kept)
+            sample = changes.read(cg, now, clock.wall(now))
             if sample.gone and not all(os.path.isdir(f.local) for f in cg.folders):
                 continue  # removed while we read it: its record stops here
             for p in sample.errors:
                 if p.error not in _QUIET_ERRORS:
                     self.warner.warn(f"{p.source}:{p.error}", f"{quote(cg.path)}: {p.source}: {p.error}: {p.detail}")
             yield sample, namer.workload(cg, info, sample)
+        changes.end_tick()
 
     def _read_gpus(self) -> Tuple[Optional[GpuSnapshot], Tuple[Attributed, ...], float]:
         """NVML's view and who each GPU process is; (None, (), now) when GPU metrics are off."""
-        now = time.monotonic()
-        gateway = self._gateway
-        if gateway is None:
-            return None, (), now
-        if not gateway.available():
-            # asked first: a host without the NVIDIA library never imports the GPU records
-            self.warner.once(f"gpu-off:{gateway.reason}", f"GPU metrics off: {gateway.reason}")
-            return None, (), now
-        from cgstat.gpu.join import attribute
-
-        if self._gpu_reader is None:
-            from cgstat.gpu.energy import EnergyModel
-            from cgstat.gpu.sample import GpuReader
-
-            self._gpu_reader = GpuReader(gateway)
-            self._energy = EnergyModel()
-        snapshot = self._gpu_reader.read()  # asks available() again: the same answer within a tick
-        if self._unsaid_xids:
-            from dataclasses import replace
-
-            snapshot = replace(snapshot, xids=self._unsaid_xids + snapshot.xids)
-            self._unsaid_xids = ()
-        if not snapshot.available:
-            self.warner.once(f"gpu-off:{snapshot.reason}", f"GPU metrics off: {snapshot.reason}")
-            return None, (), now
-        assert self._energy is not None
-        shares = self._energy.update(snapshot, now)
-        # each PID once, in NVML's order (a process on 8 GPUs is listed 8 times), in C
-        owners = self.namer.gpu_owners(dict.fromkeys(map(_PID, snapshot.processes)))
-        attributed = attribute(snapshot.processes, owners.__getitem__, shares)
-        self._energy.charge([a.owner.cgroup for a in attributed], self._classified)
-        return snapshot, attributed, now
+        if self._gpus is None:
+            return None, (), time.monotonic()
+        return self._gpus.read(self._classified)
 
     def advance(self, tick: Collected) -> Dict[str, Counters]:
         """The counters of a warm-up sample: what the next tick's rates start from."""
-        if tick.gpu is not None:
-            self._gpu_read_s = tick.gpu_time_s
-            self._unsaid_xids = tick.gpu.xids  # no record said them: the next tick's will
+        if tick.gpu is not None and self._gpus is not None:
+            self._gpus.advance(tick.gpu, tick.gpu_time_s)
         return {sample.path: counters(sample, self._net_sample(tick, sample.path)) for sample, _ in tick.samples}
 
     @staticmethod
@@ -360,8 +332,8 @@ class Sampler:
             from cgstat.gpu.join import by_subtree, cgroup_gpu
 
             subtrees = by_subtree(tick.attributed)
-            if self._energy is not None:
-                energy = self._energy.by_subtree()
+            if self._gpus is not None and self._gpus.energy is not None:
+                energy = self._gpus.energy.by_subtree()
         network = tick.network
         host = self.host
         cpus = host.cpus_online
@@ -377,20 +349,8 @@ class Sampler:
                 exits.see(record)
             yield record
         self._read_kills()
-        if tick.gpu is not None:
-            interval = None if self._gpu_read_s is None else tick.gpu_time_s - self._gpu_read_s
-            self._gpu_read_s = tick.gpu_time_s
-            wall = time.time()
-            snapshot = tick.gpu
-            by_uuid: Dict[Optional[str], List[Attributed]] = {}  # each GPU's processes, in NVML's order
-            # a run of one device's processes (GpuReader reads a GPU at a time) extends its list at once
-            for uuid, run in itertools.groupby(tick.attributed, _device_uuid):
-                by_uuid.setdefault(uuid, []).extend(run)
-            for device in snapshot.devices:
-                on_it = (by_uuid.get(device.uuid, []) if device.uuid is not None
-                         else [a for a in tick.attributed if _on(a, device)])
-                idle = self._energy.idle(device.uuid) if self._energy is not None and device.parent_uuid is None else None
-                yield build_gpu(device, on_it, host, wall, interval, snapshot, idle)
+        if tick.gpu is not None and self._gpus is not None:
+            yield from self._gpus.records(tick.gpu, tick.attributed, tick.gpu_time_s, host)
         if exits is not None:
             # the cgroups gone since the last tick (no longer discovered), after this tick's
             # records: their totals as of their last record
@@ -404,6 +364,8 @@ class Sampler:
         self.late_counts = []
         if self._memevents is not None:
             counts = self._memevents.take()
+            for path in counts:  # changed after this tick read it, maybe: in full next tick
+                self.changes.mark(path)
             if counts:
                 selection = self._tree[2]
                 self.late_counts = self._kill_namer.late(counts, [cg.path for cg, _ in selection[0]] if selection else ())
@@ -422,6 +384,9 @@ class Sampler:
         named = self._kill_namer.name(
             batch.kills, classified, [cg.path for cg, _ in selection[0]] if selection else (),
             lambda path, info: would_select(path, info, all_cgroups, match))
+        for kill in named:  # read in full next tick
+            if kill.cgroup is not None:
+                self.changes.mark(kill.cgroup)
         if self.kills_outside_shown:
             self.kills = named  # a kill is worth saying wherever it happens
         else:
@@ -466,8 +431,8 @@ class Sampler:
             self._kmsg.close()
         if self._memevents is not None:
             self._memevents.close()
-        if self._gateway is not None:
-            self._gateway.close()
+        if self._gpus is not None:
+            self._gpus.gateway.close()
 
 
 class Collected(NamedTuple):
@@ -495,16 +460,3 @@ def _pause_gc() -> bool:
         return False
     gc.disable()
     return True
-
-
-_PID = operator.itemgetter(0)  # GpuProcess.pid
-
-
-def _device_uuid(a: Attributed) -> Optional[str]:
-    return a.process.gpu_uuid
-
-
-def _on(a: Attributed, device: GpuDevice) -> bool:
-    if device.uuid is not None:
-        return a.process.gpu_uuid == device.uuid
-    return a.process.gpu_index == device.index and device.parent_uuid is None

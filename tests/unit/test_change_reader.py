@@ -1,0 +1,106 @@
+"""kernel/changes.py on a copy of a recorded v2 tree read through kept descriptors (as on a
+live cgroupfs; the files are rewritten in place, so a kept descriptor reads the new bytes):
+a cgroup whose signal files read the same keeps its last Sample with the new time, one whose
+signal moved, that is marked, new or due is read in full."""
+
+import os
+import shutil
+
+import pytest
+
+from cgstat.kernel import changes, handles
+from cgstat.kernel.changes import ChangeReader, default_full_every_s
+from cgstat.kernel.discover import Discoverer
+from cgstat.kernel.hierarchy import detect
+from cgstat.kernel.hostfs import HostFS
+from tests.helpers.contract import ROOT
+
+V2 = os.path.join(ROOT, "tests", "fixtures", "v2-systemd", "t1")
+DOCKER = "/system.slice/docker-51136075708308f501039befdd7fe7a087dbb515f5c2380ae7061768d5ac3f65.scope"
+
+
+@pytest.fixture
+def tree(tmp_path, monkeypatch):
+    root = str(tmp_path / "root")
+    shutil.copytree(V2, root, symlinks=True)
+    monkeypatch.setattr(handles, "is_cgroupfs", lambda path: True)  # read as a live cgroupfs is
+    fs = HostFS(root)
+    layout = detect(fs)
+    kept = handles.KeptFiles(cap=10000, enabled=True)
+    disc = Discoverer(fs, layout, follow=False, kept=kept)
+    (cg,) = [c for c in disc.join() if c.path == DOCKER]
+    reader = ChangeReader(layout, kept, full_every_s=10.0)
+    yield reader, cg, os.path.join(root, "sys/fs/cgroup" + DOCKER)
+    kept.close_all()
+
+
+def _rewrite(folder, name, old, new):
+    path = os.path.join(folder, name)
+    with open(path) as f:
+        text = f.read()
+    assert old in text
+    with open(path, "r+") as f:  # in place: the kept descriptor reads the new bytes
+        f.write(text.replace(old, new))
+        f.truncate()
+
+
+def test_a_still_signal_keeps_the_last_sample_with_the_new_time(tree):
+    reader, cg, folder = tree
+    first = reader.read(cg, 100.0, 1000.0)
+    reader.end_tick()
+    _rewrite(folder, "memory.stat", "anon ", "anon 1")  # not a signal file: not looked at
+    again = reader.read(cg, 101.0, 1001.0)
+    reader.end_tick()
+    assert (reader.full_reads, reader.reused) == (1, 1)
+    assert again == first._replace(time_s=101.0, wall_s=1001.0)
+    # the CPU moved: read in full, the memory.stat change with it
+    _rewrite(folder, "cpu.stat", "usage_usec ", "usage_usec 9")
+    moved = reader.read(cg, 102.0, 1002.0)
+    assert reader.full_reads == 2
+    assert moved.cpu.usage_seconds_total != first.cpu.usage_seconds_total
+    assert moved.memory.anon_bytes != first.memory.anon_bytes
+
+
+def test_marked_new_and_due_cgroups_are_read_in_full(tree):
+    reader, cg, folder = tree
+    reader.read(cg, 100.0, 1000.0)
+    reader.end_tick()
+    reader.mark(cg.path)  # an event of its (a kill, memory.events)
+    reader.read(cg, 100.5, 1000.5)
+    reader.end_tick()
+    reader.read(cg, 101.0, 1001.0)
+    reader.end_tick()
+    assert (reader.full_reads, reader.reused) == (2, 1)
+    # due: never more than full_every_s after the last full read
+    reader.read(cg, 111.0, 1011.0)
+    reader.end_tick()
+    assert reader.full_reads == 3
+    # a cgroup not read in a tick is forgotten: read in full when it comes back
+    reader.end_tick()
+    reader.read(cg, 111.5, 1011.5)
+    assert reader.full_reads == 4
+
+
+def test_full_reads_spread_over_the_period_and_never_wait_longer():
+    dues = [changes._next_due("/c%d" % i, 100.0, 10.0) for i in range(1000)]
+    assert all(100.0 < d <= 110.0 for d in dues)
+    buckets = {int(d - 100.0) for d in dues}
+    assert buckets == set(range(10))  # every second of the period has some
+    assert changes._next_due("/c1", 105.0, 10.0) - changes._next_due("/c1", 95.0, 10.0) == 10.0
+
+
+def test_full_read_every_zero_reads_everything(tree):
+    reader, cg, _folder = tree
+    reader.full_every_s = 0.0
+    for t in (100.0, 101.0):
+        reader.read(cg, t, t)
+        reader.end_tick()
+    assert (reader.full_reads, reader.reused) == (0, 0)  # read_cgroup straight, nothing kept
+
+
+def test_the_period_from_the_environment(monkeypatch):
+    monkeypatch.setenv("CGSTAT_FULL_READ_EVERY_S", "2.5")
+    assert default_full_every_s() == 2.5
+    for bad in ("x", "-1", "inf", "nan"):
+        monkeypatch.setenv("CGSTAT_FULL_READ_EVERY_S", bad)
+        assert default_full_every_s() == 10.0
