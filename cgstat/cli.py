@@ -648,6 +648,23 @@ def _pattern(match: Optional[str], ctx: typer.Context) -> Optional["Pattern[str]
         raise typer.BadParameter(str(exc), param_hint="'--match'") from None
 
 
+def _processes_option() -> int:
+    return typer.Option(0, "--processes", metavar="N", parser=_whole_number(0, 1000),
+                        help="Add each workload's N largest processes (and the trees they are in) to its record "
+                             "as `processes`: RSS, PSS, USS, CPU, GPU (docs/processes.md). 0: none, no /proc read.")
+
+
+def _processes_by_option() -> str:
+    return typer.Option("pss", "--processes-by", metavar="KEY", callback=_processes_by,
+                        help="With --processes: the largest by pss or by cpu.")
+
+
+def _processes_by(value: str) -> str:
+    if value not in ("pss", "cpu"):
+        raise typer.BadParameter(f"{value!r} is not one of pss, cpu")
+    return value
+
+
 @app.command(cls=_Command, short_help="Print a batch of records every interval, until stopped.")
 def stream(
     ctx: typer.Context,
@@ -690,6 +707,8 @@ def stream(
     all_: bool = _all_option(),
     match: Optional[str] = _match_option(),
     max_user: Optional[int] = _max_user_option(),
+    processes: int = _processes_option(),
+    processes_by: str = _processes_by_option(),
 ) -> None:
     """Stream a batch of records every interval; the first batch comes after one interval,
     with rates. SIGTERM/SIGINT finish the line being written and exit 0."""
@@ -701,6 +720,8 @@ def stream(
         from cgstat.app.stream import stream
 
         sampler.kills_outside_shown = oom_kills == "all"
+        if processes:
+            sampler.watch_processes(processes, processes_by)
         return stream(sampler, interval, count, fmt, output, int(output_mode, 8),
                       None if no_events else events_window, listen, otlp,
                       StoreOptions(store, retain, max_size) if store else None,
@@ -953,6 +974,8 @@ def record(
     all_: bool = _all_option(),
     match: Optional[str] = _match_option(),
     max_user: Optional[int] = _max_user_option(),
+    processes: int = _processes_option(),
+    processes_by: str = _processes_by_option(),
 ) -> None:
     """Keep every tick's records (what stream writes, events included) in a compressed,
     time-indexed store of hourly shards, read back by replay, dump, events, top --at and
@@ -961,6 +984,8 @@ def record(
         from cgstat.app.record import StoreOptions, record as run_record
 
         sampler.kills_outside_shown = oom_kills == "all"
+        if processes:
+            sampler.watch_processes(processes, processes_by)
         return run_record(sampler, StoreOptions(store, retain, max_size), interval, count,
                           None if no_events else events_window)
 

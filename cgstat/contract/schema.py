@@ -140,7 +140,10 @@ class _Classes:
             return given
         if f is not None and f.same_as:
             return self.name("cgroup", None, f.same_as)
-        lines = [self._line(kind, k) for k in children(table, path) if not k.path.endswith(("[]", "{}"))]
+        # a key not always present (fields.Field.required false) is marked "?": records_text
+        # puts those in a total=False subclass
+        lines = [("" if k.required else "?") + self._line(kind, k)
+                 for k in children(table, path) if not k.path.endswith(("[]", "{}"))]
         for known, body in self.bodies.items():
             if body == lines and (given is None or given == known):
                 return known
@@ -175,7 +178,14 @@ def records_text() -> str:
         classes.name(kind, None, "")
     out = [_HEAD]
     for name, lines in classes.bodies.items():
-        out.append("\n\nclass %s(TypedDict):\n%s\n" % (name, "\n".join(lines)))
+        always = [line for line in lines if not line.startswith("?")]
+        sometimes = [line[1:] for line in lines if line.startswith("?")]
+        if not sometimes:
+            out.append("\n\nclass %s(TypedDict):\n%s\n" % (name, "\n".join(always)))
+            continue
+        out.append("\n\nclass _%s(TypedDict):\n%s\n" % (name, "\n".join(always)))
+        out.append("\n\nclass %s(_%s, total=False):  # keys only some runs write\n%s\n"
+                   % (name, name, "\n".join(sometimes)))
     for (path, file), group in as_is_groups().items():  # the piece of an object the record builder adds in one
         out.append("\n\nclass %sCounters(TypedDict):\n    \"\"\"The %s counters of %s read as is (fields.Field.as_is).\"\"\"\n%s\n"
                    % (as_is_class(path, file), file, path, "\n".join(classes._line("cgroup", f) for f in group)))

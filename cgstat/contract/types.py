@@ -240,7 +240,52 @@ class RecordError(TypedDict):
     detail: str
 
 
-class CgroupRecord(TypedDict):
+class ProcessesProcesses(TypedDict):
+    pid: int
+    ns_pid: Optional[int]
+    ppid: Optional[int]
+    name: Optional[str]
+    cmdline: Optional[str]
+    state: Optional[str]
+    uid: Optional[int]
+    threads: Optional[int]
+    cpu_percent: Optional[float]
+    cpu_seconds_total: Optional[float]
+    rss_bytes: Optional[int]
+    pss_bytes: Optional[int]
+    uss_bytes: Optional[int]
+    swap_bytes: Optional[int]
+    memory_age_s: Optional[float]
+    fds: Optional[int]
+    gpu_memory_bytes: Optional[int]
+    gpu_sm_percent: Optional[float]
+    depth: int
+    group: int
+    errors: List[RecordError]
+
+
+class ProcessesGroups(TypedDict):
+    pid: int
+    name: Optional[str]
+    processes: int
+    cpu_percent: Optional[float]
+    rss_bytes: Optional[int]
+    pss_bytes: Optional[int]
+    uss_bytes: Optional[int]
+    swap_bytes: Optional[int]
+    gpu_memory_bytes: Optional[int]
+
+
+class Processes(TypedDict):
+    count: int
+    complete: bool
+    by: Optional[str]
+    processes: List[ProcessesProcesses]
+    groups: List[ProcessesGroups]
+    error: Optional[RecordError]
+
+
+class _CgroupRecord(TypedDict):
     schema: int
     type: str
     ts: str
@@ -259,6 +304,10 @@ class CgroupRecord(TypedDict):
     pressure: Pressure
     gpu: Optional[GpuUse]
     errors: List[RecordError]
+
+
+class CgroupRecord(_CgroupRecord, total=False):  # keys only some runs write
+    processes: Processes
 
 
 class GpuViolationSecondsTotal(TypedDict):

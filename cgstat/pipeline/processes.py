@@ -324,3 +324,34 @@ def listing_object(listing: Listing, top: Optional[int] = None, by: str = "pss")
         groups = [g for g in groups if g["pid"] in kept]
     return {"count": listing.listed, "complete": listing.complete, "by": by if top is not None else None,
             "processes": processes, "groups": groups, "error": listing.error}
+
+
+class TopProcesses:
+    """`stream --processes N`: the N largest processes of each workload (by PSS or CPU), and
+    the trees they are in, added to its record as `processes` (its last key, as in the
+    field table). Only made when asked: a stream without it reads no /proc/<pid>."""
+
+    def __init__(self, fs: HostFS, layout: Layout, n: int, by: str = "pss", options: Options = Options()):
+        if by not in BY:
+            raise ValueError(f"--processes-by: {by!r} is not one of {', '.join(BY)}")
+        self.watcher = ProcessWatcher(fs, options)
+        self.layout = layout
+        self.n = n
+        self.by = by
+
+    def begin_tick(self) -> None:
+        self.watcher.begin_tick()
+
+    def end_tick(self) -> None:
+        self.watcher.end_tick()
+
+    def add(self, record: Any) -> None:
+        """Add `processes` to a cgroup or pod record (a dict, as pipeline/record.py builds it)."""
+        folder = folder_of(self.layout, record)
+        if folder is None:
+            listing = Listing([], [], 0, False, {"source": "cgroup.procs", "error": "gone",
+                                                 "detail": "no folder of this cgroup is left"})
+        else:
+            gpu = record.get("gpu")
+            listing = self.watcher.read(folder, gpu if isinstance(gpu, dict) else None)
+        record["processes"] = listing_object(listing, self.n, self.by)

@@ -55,6 +55,7 @@ if TYPE_CHECKING:  # imported where used: a run without GPUs or network namespac
     from cgstat.gpu.sample import GpuSnapshot
     from cgstat.kernel.netns import NetnsReader, NetworkResult, NetworkSample
     from cgstat.pipeline.exits import ExitLedger
+    from cgstat.pipeline.processes import TopProcesses
 
 _QUIET_ERRORS = {"missing", "unavailable", "gone"}
 
@@ -127,6 +128,7 @@ class Sampler:
             self._netns = NetnsReader(self.fs)
         self.previous: Dict[str, Counters] = {}
         self.exits: Optional[ExitLedger] = None  # track_exits(): a record of each workload's life
+        self.processes: Optional[TopProcesses] = None  # watch_processes(): each record's largest processes
         self._classified: Dict[str, PathInfo] = {}
         # Last tick's cgroups, what their paths say, and the selection made of them.
         self._tree: Tuple[List[Cgroup], List[Tuple[Cgroup, PathInfo]], Optional[Shown]] = ([], [], None)
@@ -214,6 +216,13 @@ class Sampler:
             from cgstat.pipeline.exits import ExitLedger
 
             self.exits = ExitLedger()
+
+    def watch_processes(self, n: int, by: str = "pss") -> None:
+        """From now on, each cgroup and pod record holds its `n` largest processes by `by`
+        ("pss" or "cpu"): pipeline/processes.py."""
+        from cgstat.pipeline.processes import TopProcesses
+
+        self.processes = TopProcesses(self.fs, self.layout, n, by)
 
     def collect(self) -> Collected:
         """Read every selected cgroup once, and the GPUs; say who each workload is."""
@@ -338,6 +347,9 @@ class Sampler:
         host = self.host
         cpus = host.cpus_online
         exits = self.exits
+        processes = self.processes
+        if processes is not None:
+            processes.begin_tick()
         for sample, workload in tick.samples:
             path = sample.path
             net = network.get(path)
@@ -345,9 +357,13 @@ class Sampler:
             rates = derive(previous.get(path), c, cpus)
             gpu = cgroup_gpu(subtrees.get(path, ()), energy.get(path, 0.0), made) if tick.gpu is not None else None
             record = build(sample, rates, workload, host, gpu, net)
+            if processes is not None:
+                processes.add(record)
             if exits is not None:
                 exits.see(record)
             yield record
+        if processes is not None:
+            processes.end_tick()
         self._read_kills()
         if tick.gpu is not None and self._gpus is not None:
             yield from self._gpus.records(tick.gpu, tick.attributed, tick.gpu_time_s, host)

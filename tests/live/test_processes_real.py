@@ -161,3 +161,26 @@ def test_a_process_that_exits_mid_read_is_dropped(make_group, monkeypatch):
     watcher.end_tick()
     assert [p["pid"] for p in listing.processes] == [stays.pid]
     assert listing.listed == 1 and listing.processes[0]["pss_bytes"] > 0
+
+
+def test_stream_carries_the_largest_processes(dataloader):
+    from tests.helpers.contract import validate
+
+    group, parent_pid = dataloader
+    proc = subprocess.run([sys.executable, "-m", "cgstat", "stream", "--all", "--match", group.name, "--count", "2",
+                           "--interval", "0.3", "--no-events", "--processes", "2", "--processes-by", "pss"],
+                          capture_output=True, cwd=ROOT, timeout=120)
+    assert proc.returncode == 0, proc.stderr.decode()
+    records = [json.loads(line) for line in proc.stdout.splitlines()]
+    mine = [r for r in records if r["type"] == "cgroup" and r["cgroup"] == group.cgroup]
+    assert len(mine) == 2
+    for r in records:
+        validate(r)
+    last = mine[-1]["processes"]
+    assert (last["count"], last["complete"], last["by"]) == (5, True, "pss")
+    assert len(last["processes"]) == 2
+    assert last["processes"][0]["pss_bytes"] >= last["processes"][1]["pss_bytes"] > 200 * MIB
+    assert last["processes"][0]["cpu_percent"] is not None  # the second tick: a delta
+    (tree,) = last["groups"]  # both are in the parent's tree, given in full
+    assert (tree["pid"], tree["processes"]) == (parent_pid, 5)
+    assert list(mine[-1])[-1] == "processes"
