@@ -126,6 +126,7 @@ def run_stream(sampler: Sampler, sinks: Sequence[Sink], interval_s: float, count
             place = None
         sampler.watch_memory_events()
     sampler.track_exits()  # an exit record in the tick after a cgroup goes
+    sampler.gpu_deadline(interval_s / 2)  # a hung NVML call holds no cgroup record (gpu/beside.py)
     ended = False
     try:
         sampler.warm_up()  # the first batch, one interval later, has rates

@@ -669,7 +669,7 @@ GPU_RECORD: Tuple[Field, ...] = (
     _f("errors", "array"),
     _f("errors[]", "object"),
     _f("errors[].source", "str", _ERROR),
-    _f("errors[].error", "enum", enum=list(_PROBLEMS + ("gpu_lost",))),
+    _f("errors[].error", "enum", enum=list(_PROBLEMS + ("gpu_lost", "gpu_read_late"))),
     _f("errors[].detail", "str"),
 )
 

@@ -138,6 +138,10 @@ class Gateway(Calls):
             self._init(now)
         return self._ready
 
+    def driver_loaded(self) -> bool:
+        """Whether the kernel says an NVIDIA driver runs (no library is asked)."""
+        return os.path.exists(self.driver_file)
+
     def gpus(self) -> List[Gpu]:
         """The GPUs found at initialisation (empty while unavailable)."""
         return self._gpus if self._ready else []

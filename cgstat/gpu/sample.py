@@ -251,3 +251,25 @@ def _merged(lists: Tuple[_Rows, ...]) -> List[Tuple[int, Optional[int], str]]:
             elif old[1] is None or (mem is not None and mem > old[1]):
                 out[pid] = (pid, mem, old[2])
     return list(out.values())
+
+
+def late_snapshot(last: Optional[GpuSnapshot], running_s: float) -> GpuSnapshot:
+    """What a tick whose GPU read missed its deadline says (gpu/beside.py): the devices last
+    read, each with its identity and every figure null, a `gpu_read_late` problem; no process."""
+    problem = Problem("nvml", "gpu_read_late",
+                      f"the GPU read has been running {running_s:.1f} s, past this tick's deadline")
+    devices = () if last is None else tuple(
+        GpuDevice(d.index, d.uuid, d.name, None, None, None, None, None, None, None, None,
+                  parent_uuid=d.parent_uuid, mig_index=d.mig_index, errors=(problem,),
+                  gpu_instance_id=d.gpu_instance_id) for d in last.devices)
+    return GpuSnapshot(True, None, devices, (), (), None if last is None else last.driver_version,
+                       None if last is None else last.cuda_version, late=True)
+
+
+def carry_xids(late: GpuSnapshot, after: GpuSnapshot) -> GpuSnapshot:
+    """`after` with the XIDs of a reading that finished too late to be given (its figures are
+    of an older moment; its XIDs were drained from the event set and are said nowhere else)."""
+    if not late.xids:
+        return after
+    return GpuSnapshot(after.available, after.reason, after.devices, after.processes, late.xids + after.xids,
+                       after.driver_version, after.cuda_version, after.late)

@@ -13,6 +13,7 @@ import operator
 import time
 from typing import TYPE_CHECKING, Any, Callable, Dict, Iterator, List, Optional, Tuple
 
+from cgstat.gpu.beside import GpuReads
 from cgstat.naming.paths import PathInfo
 from cgstat.naming.workload import Namer
 from cgstat.pipeline.record import build_gpu
@@ -21,7 +22,7 @@ if TYPE_CHECKING:
     from cgstat.gpu.energy import EnergyModel
     from cgstat.gpu.join import Attributed
     from cgstat.gpu.nvml import Gateway
-    from cgstat.gpu.sample import GpuDevice, GpuReader, GpuSnapshot
+    from cgstat.gpu.sample import GpuDevice, GpuSnapshot
     from cgstat.kernel.host import HostInfo
     from cgstat.contract.types import GpuRecord
 
@@ -29,13 +30,15 @@ if TYPE_CHECKING:
 class GpuStage:
     """Reads the GPUs once a tick through `gateway` and makes their records."""
 
-    def __init__(self, gateway: Gateway, say_once: Callable[[str, str], None], namer: Namer):
+    def __init__(self, gateway: Gateway, say_once: Callable[[str, str], None], namer: Namer,
+                 warn: Optional[Callable[[str, str], None]] = None):
         self.gateway = gateway
+        # on the tick's thread, or beside it with a deadline (gpu/beside.py; the stream sets it)
+        self.reads = GpuReads(gateway, warn)
         self._say_once = say_once
         self._namer = namer
         self._read_s: Optional[float] = None  # when the last records' reading was made
-        # made on the first reading with a driver (they import the GPU record modules)
-        self._reader: Optional[GpuReader] = None
+        # made on the first reading with a driver (it imports the GPU record modules)
         self.energy: Optional[EnergyModel] = None
         self._unsaid_xids: Tuple[Any, ...] = ()  # XIDs read by a tick that made no records (a warm-up)
 
@@ -43,19 +46,16 @@ class GpuStage:
         """NVML's view and who each GPU process is; (None, (), now) when GPU metrics are off."""
         now = time.monotonic()
         gateway = self.gateway
-        if not gateway.available():
-            # asked first: a host without the NVIDIA library never imports the GPU records
+        snapshot = self.reads.read()  # a host without the NVIDIA library never imports the GPU records
+        if snapshot is None:
             self._say_once(f"gpu-off:{gateway.reason}", f"GPU metrics off: {gateway.reason}")
             return None, (), now
         from cgstat.gpu.join import attribute
 
-        if self._reader is None:
+        if self.energy is None:
             from cgstat.gpu.energy import EnergyModel
-            from cgstat.gpu.sample import GpuReader
 
-            self._reader = GpuReader(gateway)
             self.energy = EnergyModel()
-        snapshot = self._reader.read()  # asks available() again: the same answer within a tick
         if self._unsaid_xids:
             from dataclasses import replace
 
@@ -64,7 +64,8 @@ class GpuStage:
         if not snapshot.available:
             self._say_once(f"gpu-off:{snapshot.reason}", f"GPU metrics off: {snapshot.reason}")
             return None, (), now
-        assert self.energy is not None
+        if snapshot.late:  # the devices with null figures; no process, no cgroup `gpu` object
+            return snapshot, (), now
         shares = self.energy.update(snapshot, now)
         # each PID once, in NVML's order (a process on 8 GPUs is listed 8 times), in C
         owners = self._namer.gpu_owners(dict.fromkeys(map(_PID, snapshot.processes)))

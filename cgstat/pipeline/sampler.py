@@ -116,9 +116,10 @@ class Sampler:
         # is imported on the first read, never at start-up.
         self._gpus: Optional[GpuStage] = None
         if gpu and self.host.live:
-            from cgstat.gpu.nvml import Gateway
+            from cgstat.gpu.nvml import Gateway, driver_version_file
 
-            self._gpus = GpuStage(Gateway(self.warner.once), self.warner.once, self.namer)
+            self._gpus = GpuStage(Gateway(self.warner.once, driver_file=driver_version_file(self.fs.root)),
+                                  self.warner.once, self.namer, self.warner.warn)
         # Network namespaces are read through member processes' /proc/<pid>/ns/net: only on
         # the live kernel (a recording has no namespaces to open).
         self._netns: Optional[NetnsReader] = None
@@ -314,6 +315,17 @@ class Sampler:
             return None, (), time.monotonic()
         return self._gpus.read(self._classified)
 
+    def gpu_deadline(self, seconds: float) -> None:
+        """Read NVML on a thread of its own, each tick waiting for it at most `seconds`
+        (gpu/beside.py): a hung driver call then never holds the cgroup records."""
+        if self._gpus is not None:
+            self._gpus.reads.deadline_s = seconds
+
+    @property
+    def gpu_reads_late_total(self) -> int:
+        """Ticks that went on without their GPU read (past the gpu_deadline)."""
+        return 0 if self._gpus is None else self._gpus.reads.late_total
+
     def advance(self, tick: Collected) -> Dict[str, Counters]:
         """The counters of a warm-up sample: what the next tick's rates start from."""
         if tick.gpu is not None and self._gpus is not None:
@@ -341,7 +353,7 @@ class Sampler:
             from cgstat.gpu.join import by_subtree, cgroup_gpu
 
             subtrees = by_subtree(tick.attributed)
-            if self._gpus is not None and self._gpus.energy is not None:
+            if self._gpus is not None and self._gpus.energy is not None and not tick.gpu.late:
                 energy = self._gpus.energy.by_subtree()
         network = tick.network
         host = self.host
@@ -355,7 +367,8 @@ class Sampler:
             net = network.get(path)
             c = current[path] = counters(sample, None if net is None else net.network)
             rates = derive(previous.get(path), c, cpus)
-            gpu = cgroup_gpu(subtrees.get(path, ()), energy.get(path, 0.0), made) if tick.gpu is not None else None
+            gpu = (cgroup_gpu(subtrees.get(path, ()), energy.get(path, 0.0), made)
+                   if tick.gpu is not None and not tick.gpu.late else None)
             record = build(sample, rates, workload, host, gpu, net)
             if processes is not None:
                 processes.add(record)
@@ -448,7 +461,7 @@ class Sampler:
         if self._memevents is not None:
             self._memevents.close()
         if self._gpus is not None:
-            self._gpus.gateway.close()
+            self._gpus.reads.close()
 
 
 class Collected(NamedTuple):
