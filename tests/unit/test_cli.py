@@ -175,6 +175,9 @@ def test_slow_tick_warns_once_and_skips_missed_slots(monkeypatch, capfd):
         def track_exits(self):  # exit records: none here
             pass
 
+        def gpu_deadline(self, seconds):  # no GPU here
+            pass
+
         def warm_up(self):
             SlowAgent.ticks += 1
 

@@ -48,6 +48,9 @@ class FakeSampler:
     def track_exits(self):  # exit records: none here
         pass
 
+    def gpu_deadline(self, seconds):  # no GPU here
+        pass
+
     def records(self):
         self.made += 1
         for i in range(LINES_PER_TICK):
