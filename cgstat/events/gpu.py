@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Set, Tuple
 from cgstat.contract.keys import Cgroup as C
 from cgstat.contract.keys import Gpu as G
 from cgstat.gpu.xid import meaning
-from cgstat.kernel.kmsg import XidReport, same_pci_device
+from cgstat.kernel.xid_report import XidReport, same_pci_device
 from cgstat.events.event import Episode, cap, duration, make_event
 from cgstat.events.gpuheld import Holding, holdings
 from cgstat.pipeline.record import number_at

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Dict, List, Mapping, NamedTuple, Optional
 
-from cgstat.kernel.kmsg import wall_seconds
+from cgstat.kernel.kmsg_record import wall_seconds
 from cgstat.naming.kills import NamedKill
 from cgstat.events.event import cap, deepest_only, make_event, who
 from cgstat.events.window import WindowSample

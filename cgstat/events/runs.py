@@ -26,7 +26,7 @@ from cgstat.units import finite
 from cgstat.timestamps import rfc3339
 
 if TYPE_CHECKING:
-    from cgstat.kernel.kmsg import XidReport
+    from cgstat.kernel.xid_report import XidReport
     from cgstat.naming.kills import NamedKill
     from cgstat.contract.types import EventRecord
 

@@ -22,7 +22,7 @@ from collections import OrderedDict
 from typing import TYPE_CHECKING, Dict, Iterable, List, NamedTuple, Optional, Tuple
 
 from cgstat.kernel.hierarchy import Hierarchy, Layout
-from cgstat.kernel.kmsg import OomReport
+from cgstat.kernel.oom_report import OomReport
 from cgstat.kernel.tree import Cgroup
 from cgstat.naming.paths import PathInfo, classify
 from cgstat.naming.workload import Namer

@@ -32,7 +32,8 @@ from cgstat.kernel.handles import KeptFiles
 from cgstat.kernel.hierarchy import detect
 from cgstat.kernel.host import HostClock, host_root_note, read_host
 from cgstat.kernel.hostfs import HostFS
-from cgstat.kernel.kmsg import KmsgFollower, KmsgUnavailable, XidReport
+from cgstat.kernel.kmsg import KmsgFollower, KmsgUnavailable
+from cgstat.kernel.xid_report import XidReport
 from cgstat.kernel.sample import Sample
 from cgstat.kernel.tree import Cgroup
 from cgstat.naming.kills import KillNamer, LateCount, NamedKill

@@ -13,7 +13,10 @@ import textwrap
 
 import pytest
 
-from cgstat.kernel.kmsg import KmsgFollower, OomReport, Record, parse_xid, same_pci_device
+from cgstat.kernel.kmsg import KmsgFollower
+from cgstat.kernel.kmsg_record import Record
+from cgstat.kernel.oom_report import OomReport
+from cgstat.kernel.xid_report import parse_xid, same_pci_device
 from cgstat.naming.kills import NamedKill
 from cgstat.events import EventDetector, judge_runs, state_extras
 from cgstat.events import rules as rules_mod

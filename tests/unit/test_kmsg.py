@@ -19,7 +19,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from cgstat.kernel import kmsg
-from cgstat.kernel.kmsg import KmsgFollower, OomParser, Record, parse_record, parse_summary, unescape
+from cgstat.kernel.kmsg import KmsgFollower
+from cgstat.kernel.kmsg_record import Record, parse_record, unescape
+from cgstat.kernel.oom_report import OomParser, parse_legacy, parse_summary
 
 TESTS = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FIX = os.path.join(TESTS, "fixtures", "kmsg")
@@ -135,10 +137,10 @@ def test_parse_summary_refuses_what_the_kernel_cant_print(text):
 
 
 def test_legacy_task_line_splits():
-    assert kmsg.parse_legacy("Task in /docker/abc killed as a result of limit of /docker") == (("/docker", "/docker/abc"),)
+    assert parse_legacy("Task in /docker/abc killed as a result of limit of /docker") == (("/docker", "/docker/abc"),)
     forged = "/u/x killed as a result of limit of /docker/" + "b" * 64
     line = "Task in %s killed as a result of limit of %s" % (forged, forged)
-    assert kmsg.parse_legacy(line) == ((forged, forged),)
+    assert parse_legacy(line) == ((forged, forged),)
 
 
 # -- whole reports ------------------------------------------------------------------------------

@@ -9,7 +9,8 @@ import re
 
 import pytest
 
-from cgstat.kernel.kmsg import KmsgFollower, OomReport
+from cgstat.kernel.kmsg import KmsgFollower
+from cgstat.kernel.oom_report import OomReport
 from cgstat.naming.kills import NamedKill
 from cgstat.outputs.prometheus import exposition as prometheus
 from cgstat.outputs.prometheus import retention as prometheus_retention
