@@ -309,3 +309,20 @@ def test_kernel_log_comes_as_a_descriptor_not_a_privilege() -> None:
         caps = " ".join(values("CapabilityBoundingSet", unit) + values("AmbientCapabilities", unit))
         assert "CAP_SYSLOG" not in caps and "CAP_SYS_ADMIN" not in caps
         assert not any("kmsg" in v for v in values("DeviceAllow", unit))
+
+
+def test_every_documentation_line_names_a_page_bin_install_installs():
+    """Documentation=file:/usr/local/share/doc/cgstat/PAGE: bin/install (as root) copies
+    docs/*.md there, so each PAGE must be one of docs/."""
+    install = (REPO / "bin" / "install").read_text()
+    assert "docdir=${CGSTAT_DOCDIR:-/usr/local/share/doc/cgstat}" in install
+    assert 'for doc in "$here"/docs/*.md; do' in install
+    seen = 0
+    for unit in sorted((REPO / "systemd").iterdir()):
+        for line in unit.read_text().splitlines():
+            if line.startswith("Documentation="):
+                for uri in line.split("=", 1)[1].split():
+                    assert uri.startswith("file:/usr/local/share/doc/cgstat/"), (unit.name, uri)
+                    assert (REPO / "docs" / uri.rsplit("/", 1)[1]).is_file(), (unit.name, uri)
+                    seen += 1
+    assert seen >= 6
