@@ -3,7 +3,7 @@
 A batch (one tick read back, or a span's events) is laid out as up to three tables, each
 left out when it has no row:
 - the workloads: TIME (the record's), then the columns of outputs/table.py's docker-stats
-  table;
+  table with MEM PEAK (the kernel's memory.peak / max_usage_in_bytes) after MEM %;
 - the events: TIME, SEVERITY, KIND, WORKLOAD, MESSAGE (an OOM kill's kernel-log time, where
   the event has it, is the message's first words: `[kernel 03:12:07]`);
 - the exit records: WORKLOAD, START, END, LIFETIME, CPU S, PEAK MEM (with where it is from),
@@ -20,12 +20,16 @@ from cgstat.contract.workload import display_name
 from cgstat.outputs.clock import Clock, duration
 from cgstat.outputs.jsonl import FileSink, JsonLinesSink, StdoutSink
 from cgstat.outputs.table import TABLE_HEADER, render_table, table_row
+from cgstat.pipeline.record import number_at
 from cgstat.text import escape_controls
 from cgstat.units import bytes_size, human_size
 
 if TYPE_CHECKING:
     from cgstat.contract.types import CgroupRecord, JsonObject
 
+# docker stats' columns, and the kernel's peak after MEM % (memory.peak, v1
+# max_usage_in_bytes: what the workload needed, also between two samples)
+WORKLOAD_HEADER = TABLE_HEADER[:5] + ("MEM PEAK",) + TABLE_HEADER[5:]
 EVENT_HEADER = ("SEVERITY", "KIND", "WORKLOAD", "MESSAGE")
 EXIT_HEADER = ("WORKLOAD", "START", "END", "LIFETIME", "CPU S", "PEAK MEM", "OOM KILLS", "IO R / W", "GPU S",
                "ENDED BY")
@@ -67,7 +71,10 @@ def format_history(records: Iterable[JsonObject], clock: Clock) -> str:
     for r in records:
         kind = r.get("type") if isinstance(r, dict) else None
         if kind in ("cgroup", "pod"):
-            workloads.append([clock.day(r.get("ts"))] + table_row(cast("CgroupRecord", r)))
+            row = table_row(cast("CgroupRecord", r))
+            peak = number_at(r, "memory", "peak_bytes")
+            row.insert(5, "--" if peak is None else bytes_size(peak))
+            workloads.append([clock.day(r.get("ts"))] + row)
         elif kind == "event":
             events.append([clock.day(r.get("ts"))] + event_row(r, clock)[1:])
         elif kind == "exit":
@@ -75,7 +82,7 @@ def format_history(records: Iterable[JsonObject], clock: Clock) -> str:
     when = "TIME (%s)" % clock.zone
     parts = []
     if workloads:
-        parts.append(render_table(workloads, (when,) + TABLE_HEADER))
+        parts.append(render_table(workloads, (when,) + WORKLOAD_HEADER))
     if events:
         parts.append(render_table(events, (when,) + EVENT_HEADER))
     if exits:

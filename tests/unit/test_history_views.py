@@ -65,6 +65,9 @@ def test_dump_table_has_the_time_on_every_row_and_events_and_exits_apart(store):
     assert "13.00" in row and "64MiB (kernel)" in row and "oom_kill" in row
     job_rows = [r for t in tables for r in t[1:] if "job.service" in r and "%" in r]
     assert len(job_rows) == H.KILL and job_rows[0].startswith("2026-12-02 03:12:00")
+    # the kernel's peak beside the sampled usage: 64 MiB at the last record, 56 MiB sampled
+    assert "   MEM %     MEM PEAK   NET I/O" in tables[0][0]
+    assert "56MiB / 64MiB         87.50%    64MiB" in job_rows[-1]
 
 
 def test_the_table_in_local_time_names_the_zone(store):
