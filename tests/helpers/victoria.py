@@ -13,7 +13,6 @@ its data.
 """
 from __future__ import annotations
 
-import glob
 import json
 import os
 import shutil
@@ -26,39 +25,23 @@ import urllib.parse
 import urllib.request
 from typing import Any, List, Optional
 
+from tests.helpers import debfetch
+
 CACHE = os.environ.get("CGSTAT_VM_CACHE", "/var/cache/cgstat-vm")
 VERSION = "1.112"
 BINARY = os.path.join(CACHE, "victoria-metrics-" + VERSION)
-SOURCES = ("Types: deb\nURIs: http://deb.debian.org/debian\nSuites: trixie\nComponents: main\n"
-           "Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg\n")
 
 
 def fetch() -> str:
     """The cached binary, fetched from Debian 13 first where it isn't there (RuntimeError why not)."""
     if os.access(BINARY, os.X_OK):
         return BINARY
-    if shutil.which("apt-get") is None or shutil.which("dpkg-deb") is None:
-        raise RuntimeError("no apt-get/dpkg-deb to fetch Debian 13's victoria-metrics")
-    if not os.path.exists("/usr/share/keyrings/debian-archive-keyring.gpg"):
-        raise RuntimeError("no Debian archive keyring to check Debian 13's packages")
     with tempfile.TemporaryDirectory(prefix="cgstat-vm-") as tmp:
-        with open(os.path.join(tmp, "trixie.sources"), "w") as f:
-            f.write(SOURCES)
-        os.makedirs(os.path.join(tmp, "lists", "partial"))
-        os.makedirs(os.path.join(tmp, "cache", "archives", "partial"))
-        opts = ["-o", "Dir::Etc::SourceList=%s/trixie.sources" % tmp, "-o", "Dir::Etc::SourceParts=/dev/null",
-                "-o", "Dir::State::Lists=%s/lists" % tmp, "-o", "Dir::Cache=%s/cache" % tmp,
-                "-o", "Debug::NoLocking=1", "-o", "APT::Sandbox::User=root", "-qq"]
-        for args in (["update"], ["download", "victoria-metrics=%s*" % VERSION]):
-            run = subprocess.run(["apt-get", *opts, *args], cwd=tmp, stdout=subprocess.PIPE,
-                                 stderr=subprocess.STDOUT, timeout=600)
-            if run.returncode:
-                raise RuntimeError("apt-get %s: %s" % (args[0], run.stdout.decode(errors="replace")[-500:]))
-        (deb,) = glob.glob(os.path.join(tmp, "victoria-metrics_*.deb"))
-        subprocess.run(["dpkg-deb", "-x", deb, os.path.join(tmp, "x")], check=True, timeout=300)
+        x = debfetch.extract(debfetch.sources("trixie", "main"), "victoria-metrics=%s*" % VERSION,
+                             os.path.join(tmp, "x"))
         os.makedirs(CACHE, exist_ok=True)
         part = BINARY + ".part"
-        shutil.copy(os.path.join(tmp, "x", "usr", "bin", "victoria-metrics"), part)
+        shutil.copy(os.path.join(x, "usr", "bin", "victoria-metrics"), part)
         os.chmod(part, 0o755)
         os.replace(part, BINARY)
     return BINARY
