@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any, Callable, List, Optional
 from cgstat.outputs.jsonl import ReaderGone, SinkError, StdoutSink
 from cgstat.outputs.top import Model, Screen, ViewLog, plain_frame
 from cgstat.events import EventDetector, Thresholds
+from cgstat.pipeline.processes import Listing, ProcessWatcher, folder_of, listing_object
 from cgstat.pipeline.schedule import Schedule
 
 if TYPE_CHECKING:
@@ -110,6 +111,36 @@ def _ticks(sampler: Sampler, schedule: Schedule, interval_s: float, count: Optio
         show(sampler.tick())
 
 
+class _Focus:
+    """The processes of the workload the screen has open (Enter), read at each tick (and at
+    once when opened), CPU % from one read to the next (pipeline/processes.py)."""
+
+    def __init__(self, sampler: Sampler, model: Model):
+        self.sampler = sampler
+        self.model = model
+        self.records: List[Sampled] = []
+        self.watcher: Optional[ProcessWatcher] = None
+        self.cgroup: Optional[str] = None
+
+    def read(self) -> None:
+        focus = self.model.focus
+        if focus is None:
+            self.watcher = self.cgroup = None
+            return
+        if self.watcher is None or self.cgroup != focus[0]:
+            self.watcher, self.cgroup = ProcessWatcher(self.sampler.fs), focus[0]
+        record = next((r for r in self.records if r.get("cgroup") == focus[0]), None)
+        folder = folder_of(self.sampler.layout, dict(record)) if record is not None else None
+        if folder is None:
+            self.model.focus_listing = listing_object(Listing([], [], 0, False, {
+                "source": "cgroup.procs", "error": "gone", "detail": "the workload is gone"}))
+            return
+        gpu = record.get("gpu") if record is not None else None
+        self.watcher.begin_tick()
+        self.model.focus_listing = listing_object(self.watcher.read(folder, gpu if isinstance(gpu, dict) else None))
+        self.watcher.end_tick()
+
+
 def _run_screen(sampler: Sampler, judged: _Judged, screen: Screen, interval_s: float,
                 count: Optional[int]) -> int:
     warner = sampler.warner
@@ -130,8 +161,18 @@ def _run_screen(sampler: Sampler, judged: _Judged, screen: Screen, interval_s: f
 
     schedule = _KeyedSchedule(interval_s, warner, wait_key).install_signals()
 
+    focus = _Focus(sampler, judged.model)
+
+    def opened() -> None:
+        focus.read()
+        screen.draw()
+
+    screen.on_open = opened
+
     def show(records: List[Sampled]) -> None:
         judged.update(records)
+        focus.records = records
+        focus.read()
         screen.draw()
 
     try:

@@ -10,9 +10,9 @@ and ends each workload with its trees' totals; sizes in docker's units (units.by
 
 from __future__ import annotations
 
-from typing import Any, Dict, Iterable, List
+from typing import Any, Dict, Iterable, List, Tuple
 
-from cgstat.outputs.table import csv_cell, percent, render_table
+from cgstat.outputs.table import csv_cell, percent, render_table, text_width
 from cgstat.text import dumps_record, escape_controls
 from cgstat.units import bytes_size
 
@@ -106,3 +106,25 @@ def jsonl(items: Iterable[Dict[str, Any]]) -> bytes:
         if data is not None:
             lines.append(data + b"\n")
     return b"".join(lines)
+
+
+def screen_lines(name: str, listing: Dict[str, Any]) -> Tuple[str, List[str], List[str]]:
+    """`cgstat top`'s processes screen for one workload: (the table's header line, a line per
+    process in tree order, the trees' totals), columns two spaces apart to fit a terminal."""
+    if listing.get("error"):
+        err = listing["error"]
+        return "", [], ["cannot list the processes of %s: %s: %s" % (escape_controls(name), err["source"],
+                                                                     escape_controls(err["detail"]))]
+    table = [list(HEADER)] + table_rows(listing)
+    widths = [max(text_width(row[i]) for row in table) for i in range(len(HEADER) - 1)]
+    lines = ["  ".join(c + " " * (w - text_width(c)) for c, w in zip(row[:-1], widths)) + "  " + row[-1]
+             for row in table]
+    totals = ["%d process%s%s" % (listing["count"], "" if listing["count"] == 1 else "es",
+                                  "" if listing["complete"] else " (not all listed)")]
+    for g in listing["groups"]:
+        if g["processes"] > 1:
+            totals.append("total of %s %s (%d processes): CPU %s  RSS %s  PSS %s  USS %s  GPU MEM %s" % (
+                g["pid"], escape_controls(g["name"] or "?"), g["processes"], percent(g["cpu_percent"]),
+                bytes_size(g["rss_bytes"]), bytes_size(g["pss_bytes"]), bytes_size(g["uss_bytes"]),
+                bytes_size(g["gpu_memory_bytes"]) if g["gpu_memory_bytes"] is not None else "--"))
+    return lines[0], lines[1:], totals

@@ -184,3 +184,32 @@ def test_stream_carries_the_largest_processes(dataloader):
     (tree,) = last["groups"]  # both are in the parent's tree, given in full
     assert (tree["pid"], tree["processes"]) == (parent_pid, 5)
     assert list(mine[-1])[-1] == "processes"
+
+
+@pytest.mark.realcg
+def test_top_opens_a_workloads_processes_and_goes_back(make_group, tmp_path):
+    from tests.unit.test_top import REPO, Tmux, _top_code
+
+    g = make_group()
+    parent = g.start(["sh", "-c", "sleep 1000 & sleep 1000 & echo started; wait"])
+    parent.wait_line("started")
+    code = _top_code("all=True, match=%r" % (g.name + "$"), 1.0)
+    tm = Tmux(tmp_path)
+    try:
+        tm.start(["env", "PYTHONPATH=" + REPO, sys.executable, "-c", code])
+        tm.wait(lambda s: "sort: cpu" in s and g.cgroup in s and "Enter" in s, "the workload on screen")
+        tm.keys("Enter")
+
+        def processes(screen):
+            return ("processes of " + g.cgroup in screen and "PSS" in screen and screen.count("└─ sleep 1000") == 2
+                    and "total of %d sh (3 processes)" % parent.pid in screen and "Esc" in screen)
+
+        tm.wait(processes, "the processes screen: the shell, its two sleeps, the tree's total")
+        screen = tm.screen()
+        assert screen.count("└─ sleep 1000") == 2  # below their parent, indented
+        tm.keys("Escape")
+        tm.wait(lambda s: "sort: cpu" in s and "processes of" not in s and "Enter" in s, "back to the workloads")
+        tm.keys("q")
+        assert tm.rc() == 0
+    finally:
+        tm.close()
