@@ -115,6 +115,7 @@ class Life:
         self.pressure_peak: Dict[str, Tuple[float, str]] = {}
         self.gpu_held: Optional[Tuple[float, str]] = None
         self.gpu_seconds: Optional[float] = None
+        self.gpu_held_seconds = 0.0
         self.gpu_devices: List[str] = []
         self.events: List[Dict[str, Any]] = []
         self.exit: Optional[Dict[str, Any]] = None
@@ -180,6 +181,9 @@ class Life:
             sm, dt = number_at(gpu, "sm_percent"), number_at(r, "interval_s")
             if sm is not None and dt is not None:
                 self.gpu_seconds = (self.gpu_seconds or 0.0) + sm / 100.0 * dt
+            devices = gpu.get("devices")
+            if held and dt is not None and isinstance(devices, list):
+                self.gpu_held_seconds += len(devices) * dt  # each GPU it held memory on, each interval
             for dev in gpu.get("devices") or ():
                 if isinstance(dev, str) and dev not in self.gpu_devices:
                     self.gpu_devices.append(dev)
@@ -284,7 +288,8 @@ def summary(life: Life) -> Dict[str, Any]:
         "pressure_episodes": {res: _episodes(life.pressure[res]) for res in PRESSURE},
         "pressure_peaks": {res: {"some_avg10": v, "at": ts} for res, (v, ts) in sorted(life.pressure_peak.items())},
         "gpu": {"held_bytes": life.gpu_held[0] if life.gpu_held else None,
-                "held_at": life.gpu_held[1] if life.gpu_held else None, "busy_seconds": life.gpu_seconds,
+                "held_at": life.gpu_held[1] if life.gpu_held else None, "held_seconds": life.gpu_held_seconds,
+                "busy_seconds": life.gpu_seconds,
                 "devices": life.gpu_devices},
         "io": {"read_bytes_total": c.get("io_read"), "write_bytes_total": c.get("io_write"),
                "network_rx_bytes_total": c.get("net_rx"), "network_tx_bytes_total": c.get("net_tx")},

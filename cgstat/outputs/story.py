@@ -141,7 +141,8 @@ def lines(s: Story, clock: Clock) -> List[Tuple[str, str]]:
             "%s %.1f %%" % (res, p["some_avg10"]) for res, p in s["pressure_peaks"].items()) + " (sampled)"))
     g = s["gpu"]
     if g["held_bytes"] is not None or g["busy_seconds"] is not None:
-        gpu = "held %s at most (at %s)" % (size(g["held_bytes"]), clock.time(g["held_at"]))
+        gpu = "held %s at most (at %s), memory on a GPU for %.0f GPU-seconds" % (
+            size(g["held_bytes"]), clock.time(g["held_at"]), g["held_seconds"])
         if g["busy_seconds"] is not None:
             gpu += ", busy %.1f GPU-seconds (SM %%, sampled)" % g["busy_seconds"]
         if g["devices"]:

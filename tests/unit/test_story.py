@@ -130,3 +130,20 @@ def test_the_report_has_the_kernels_peak_and_the_workloads_that_ended(store, tmp
     assert cells == ["job.service", "2026-12-02 03:12:00", "2026-12-02 03:12:28", "26.0 s", "13.00", "10.40",
                      "64.0 MiB (kernel)", "1", "4.0 KiB", "0 B", "–", "oom_kill"]
     assert "[the kernel log&#x27;s 03:12:26 UTC]" in html
+
+
+def test_gpu_held_and_busy():
+    lines = []
+    for i, sm in enumerate((0.0, 50.0, 100.0, 0.0)):
+        r = H.job_record(i)
+        r["gpu"] = {"memory_bytes": 3 << 30, "sm_percent": sm, "devices": ["GPU-a", "GPU-b"], "processes": []}
+        lines.append(orjson.dumps(r))
+    told = summary(gather(lines, "job.service")[0])
+    assert told["gpu"] == {"held_bytes": 3 << 30, "held_at": rfc3339(H.T0), "held_seconds": 8.0,
+                           "busy_seconds": 1.5, "devices": ["GPU-a", "GPU-b"]}
+    from cgstat.outputs.clock import Clock
+    from cgstat.outputs.story import lines as told_lines
+
+    (gpu,) = [text for subject, text in told_lines(told, Clock(utc=True)) if subject == "GPU"]
+    assert gpu == ("held 3 GiB at most (at 03:12:00), memory on a GPU for 8 GPU-seconds, busy 1.5 GPU-seconds "
+                   "(SM %, sampled) on GPU-a GPU-b")
