@@ -501,14 +501,45 @@ class _Otlp:
     @staticmethod
     def options(endpoint: Optional[str], encoding: str, headers: List[str], buffer: float, timeout: float,
                 compression: str, ca_file: Optional[str], headers_file: Optional[str] = None,
-                client_certificate: Optional[str] = None, client_key: Optional[str] = None) -> Optional[OtlpOptions]:
+                client_certificate: Optional[str] = None, client_key: Optional[str] = None,
+                label_allow: Optional[str] = None) -> Optional[OtlpOptions]:
         if endpoint is None:
             return None
         from cgstat.outputs.otlp.sink import OtlpOptions
         from cgstat.outputs.otlp.transport import parse_header
 
         return OtlpOptions(endpoint, encoding, tuple(parse_header(h) for h in headers), buffer, timeout,
-                           compression, ca_file, headers_file, client_certificate, client_key)
+                           compression, ca_file, headers_file, client_certificate, client_key, label_allow)
+
+
+class _Guard:
+    """Who may read the series (/metrics and the OTLP push): the container labels let through
+    and /metrics' TLS and basic auth (one declaration for stream and serve)."""
+
+    @staticmethod
+    def label_allow() -> Optional[str]:
+        return typer.Option(None, "--label-allow", envvar="CGSTAT_LABEL_ALLOW", metavar="REGEX",
+                            callback=_label_allow, show_default=False,
+                            help="Container labels whose key matches REGEX (whole key) become series labels in "
+                                 "/metrics and the OTLP push; default: none (labels often hold secrets).")
+
+    @staticmethod
+    def web_config() -> Optional[str]:
+        return typer.Option(None, "--web-config-file", envvar="CGSTAT_WEB_CONFIG_FILE", metavar="FILE",
+                            callback=_not_empty, show_default=False,
+                            help="TLS and basic auth for /metrics, in Prometheus exporter-toolkit's format "
+                                 "(basic auth needs pip install 'cgstat[web]'). See docs/security.md.")
+
+
+def _label_allow(value: Optional[str]) -> Optional[str]:
+    if value is None:
+        return None
+    from cgstat.outputs.labelallow import check_pattern
+
+    try:
+        return check_pattern(value)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc)) from None
 
 
 def _otlp_compression(value: str) -> str:
@@ -691,6 +722,8 @@ def stream(
     otlp_headers_file: Optional[str] = _Otlp.headers_file(),
     otlp_client_certificate: Optional[str] = _Otlp.client_certificate(),
     otlp_client_key: Optional[str] = _Otlp.client_key(),
+    label_allow: Optional[str] = _Guard.label_allow(),
+    web_config_file: Optional[str] = _Guard.web_config(),
     gpu_idle_memory: str = _gpu_idle_memory_option(),
     gpu_idle_window: float = _gpu_idle_window_option(),
     metrics: Optional[str] = _metrics_option(),
@@ -713,7 +746,9 @@ def stream(
     """Stream a batch of records every interval; the first batch comes after one interval,
     with rates. SIGTERM/SIGINT finish the line being written and exit 0."""
     otlp = _Otlp.options(otlp_endpoint, otlp_encoding, otlp_header, otlp_buffer, otlp_timeout, otlp_compression,
-                         otlp_ca_file, otlp_headers_file, otlp_client_certificate, otlp_client_key)
+                         otlp_ca_file, otlp_headers_file, otlp_client_certificate, otlp_client_key, label_allow)
+    if web_config_file and not listen:
+        raise typer.BadParameter("guards /metrics: give --listen too", param_hint="--web-config-file")
 
     def job(sampler: Sampler) -> int:
         from cgstat.app.record import StoreOptions
@@ -728,7 +763,8 @@ def stream(
                       gpu_idle_memory_bytes=_gpu_idle_memory(gpu_idle_memory), gpu_idle_window_s=gpu_idle_window,
                       log_state=log_state,
                       # the endpoint's and the push's alone: without them the field table isn't loaded
-                      budget=_budget(metrics, disable_metrics, max_series) if listen or otlp else None)
+                      budget=_budget(metrics, disable_metrics, max_series) if listen or otlp else None,
+                      label_allow=label_allow, web_config=web_config_file)
 
     _run(lambda: _sampler(ctx, host_root, all_, match, max_user, full_read=full_read), job)
 
@@ -752,6 +788,8 @@ def serve(
     otlp_headers_file: Optional[str] = _Otlp.headers_file(),
     otlp_client_certificate: Optional[str] = _Otlp.client_certificate(),
     otlp_client_key: Optional[str] = _Otlp.client_key(),
+    label_allow: Optional[str] = _Guard.label_allow(),
+    web_config_file: Optional[str] = _Guard.web_config(),
     gpu_idle_memory: str = _gpu_idle_memory_option(),
     log_state: Optional[str] = _log_state_option(),
     metrics: Optional[str] = _metrics_option(),
@@ -768,13 +806,14 @@ def serve(
     Sampling runs on its own schedule; a scrape gets the latest tick's exposition and never
     waits for a read. SIGTERM/SIGINT exit 0."""
     otlp = _Otlp.options(otlp_endpoint, otlp_encoding, otlp_header, otlp_buffer, otlp_timeout, otlp_compression,
-                         otlp_ca_file, otlp_headers_file, otlp_client_certificate, otlp_client_key)
+                         otlp_ca_file, otlp_headers_file, otlp_client_certificate, otlp_client_key, label_allow)
 
     def job(sampler: Sampler) -> int:
         from cgstat.app.stream import serve
 
         return serve(sampler, listen, interval, count, otlp, gpu_idle_memory_bytes=_gpu_idle_memory(gpu_idle_memory),
-                     log_state=log_state, budget=_budget(metrics, disable_metrics, max_series))
+                     log_state=log_state, budget=_budget(metrics, disable_metrics, max_series),
+                     label_allow=label_allow, web_config=web_config_file)
 
     _run(lambda: _sampler(ctx, host_root, all_, match, max_user, full_read=full_read), job)
 

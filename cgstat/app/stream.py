@@ -26,13 +26,15 @@ def stream(sampler: Sampler, interval_s: float, count: Optional[int], fmt: str, 
            output_mode: int, events_window_s: Optional[float], listen: Optional[str],
            otlp: Optional[OtlpOptions] = None, store: Optional[StoreOptions] = None,
            gpu_idle_memory_bytes: int = DEFAULT_MEMORY_BYTES, gpu_idle_window_s: float = DEFAULT_WINDOW_S,
-           log_state: Optional[str] = None, budget: Optional[SeriesBudget] = None) -> int:
+           log_state: Optional[str] = None, budget: Optional[SeriesBudget] = None,
+           label_allow: Optional[str] = None, web_config: Optional[str] = None) -> int:
     """`cgstat stream`: the sink for `fmt` on `output` (stdout when None; one that can block
     on its own thread), events judged over `events_window_s` (None: no events), /metrics
     beside it when `listen`, an OTLP push beside it when `otlp`, every tick kept in `store`
     too when given (/metrics and the push within `budget`: its groups and --max-series); GPUs
     held idle: at least `gpu_idle_memory_bytes` for `gpu_idle_window_s`; where the kernel log
-    was read to kept in `log_state`."""
+    was read to kept in `log_state`; container labels in /metrics only those `label_allow`
+    matches, /metrics guarded by `web_config` (TLS, basic auth)."""
     from cgstat.outputs.formats import make_sink
 
     events = None
@@ -46,16 +48,18 @@ def stream(sampler: Sampler, interval_s: float, count: Optional[int], fmt: str, 
     if store is not None:
         sinks.append(store.sink(sampler.warner.warn))
     return run_stream(sampler, sinks, interval_s, count, events, listen, gpu_idle_memory_bytes=gpu_idle_memory_bytes,
-                      log_state=log_state, budget=budget)
+                      log_state=log_state, budget=budget, label_allow=label_allow, web_config=web_config)
 
 
 def serve(sampler: Sampler, listen: str, interval_s: float, count: Optional[int],
           otlp: Optional[OtlpOptions] = None, gpu_idle_memory_bytes: int = DEFAULT_MEMORY_BYTES,
           log_state: Optional[str] = None,
-          budget: Optional[SeriesBudget] = None) -> int:
+          budget: Optional[SeriesBudget] = None, label_allow: Optional[str] = None,
+          web_config: Optional[str] = None) -> int:
     """`cgstat serve`: a stream whose only sinks are the endpoint (and an OTLP push)."""
     return run_stream(sampler, _otlp_sinks(sampler, otlp, budget), interval_s, count, None, listen,
-                      gpu_idle_memory_bytes=gpu_idle_memory_bytes, log_state=log_state, budget=budget)
+                      gpu_idle_memory_bytes=gpu_idle_memory_bytes, log_state=log_state, budget=budget,
+                      label_allow=label_allow, web_config=web_config)
 
 
 def _otlp_sinks(sampler: Sampler, otlp: Optional[OtlpOptions], budget: Optional[SeriesBudget] = None) -> List[Sink]:
@@ -73,7 +77,8 @@ def _otlp_sinks(sampler: Sampler, otlp: Optional[OtlpOptions], budget: Optional[
 def run_stream(sampler: Sampler, sinks: Sequence[Sink], interval_s: float, count: Optional[int],
                events: Optional[EventDetector] = None, listen: Optional[str] = None,
                gpu_idle_memory_bytes: int = DEFAULT_MEMORY_BYTES, log_state: Optional[str] = None,
-               budget: Optional[SeriesBudget] = None) -> int:
+               budget: Optional[SeriesBudget] = None, label_allow: Optional[str] = None,
+               web_config: Optional[str] = None) -> int:
     """Ticks every interval on a drift-free schedule, each into every sink; the first one
     interval after start.
 
@@ -81,12 +86,19 @@ def run_stream(sampler: Sampler, sinks: Sequence[Sink], interval_s: float, count
     the Prometheus endpoint (a sink too) served beside the others, first among them.
     `log_state`: the file keeping where the kernel log was read to (pipeline/logplace.py).
     `budget`: the endpoint's metric groups and series budget (None: every series).
+    `label_allow`: the container labels the endpoint shows (None: none); `web_config`: its
+    TLS and basic auth (outputs/prometheus/webconfig.py).
     """
     sinks = list(sinks)
     if log_state is not None:
         from cgstat.pipeline.logplace import LogPlace
 
         LogPlace(log_state, None).check()  # a path not ours fails the run before anything is written
+    web = None
+    if listen and web_config:
+        from cgstat.outputs.prometheus.webconfig import load
+
+        web = load(web_config)  # a file that can't be used fails the run before anything is written
     opened: List[Sink] = []
     try:
         for sink in sinks:
@@ -95,9 +107,13 @@ def run_stream(sampler: Sampler, sinks: Sequence[Sink], interval_s: float, count
         if listen:
             from cgstat.outputs.prometheus.exporter import Exporter  # only when asked: HTTP costs a start-up
 
+            from cgstat.outputs.labelallow import LabelAllow
+
             exporter = Exporter(listen, sampler.warner, stale_after_s=max(60.0, 5 * interval_s),
-                                gpu_idle_memory_bytes=gpu_idle_memory_bytes, budget=budget)
-            sampler.warner.once("serving", f"serving /metrics and /healthz on http://{exporter.address}/")
+                                gpu_idle_memory_bytes=gpu_idle_memory_bytes, budget=budget,
+                                label_allow=LabelAllow(label_allow), web=web)
+            scheme = "https" if web is not None and web.tls is not None else "http"
+            sampler.warner.once("serving", f"serving /metrics and /healthz on {scheme}://{exporter.address}/")
             exporter.open()  # /metrics answers (self-metrics) before the first tick
             opened.append(exporter)
             sinks.insert(0, exporter)  # first: a tick is served before a file is written

@@ -80,6 +80,9 @@ def _cgroup_attributes(record: JsonObject) -> Attrs:
                 out.append((attr, container[key]))
         if container.get("image"):
             out.extend(_image(container["image"]))
+        labels = container.get("labels")  # only those --label-allow let through (outputs/labelallow.py)
+        if isinstance(labels, dict):
+            out += [("container.label." + k, v) for k, v in sorted(labels.items()) if isinstance(v, str)]
         slurm = container.get("slurm")
         if isinstance(slurm, dict):  # the job and its user (the step and task are in the cgroup's path)
             out += [("cgstat.slurm.job_id", slurm.get("job_id")), ("cgstat.slurm.user", slurm.get("user"))]

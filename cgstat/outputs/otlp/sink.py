@@ -29,6 +29,7 @@ import time
 from typing import TYPE_CHECKING, Callable, Deque, Iterable, List, NamedTuple, Optional, Sequence, Tuple
 
 from cgstat.errors import CgstatError
+from cgstat.outputs.labelallow import LabelAllow
 from cgstat.outputs.otlp.auth import gather, redact
 from cgstat.outputs.otlp.budget import OtlpBudget
 from cgstat.outputs.otlp.encode import Encoder, rejected
@@ -60,6 +61,7 @@ class OtlpOptions(NamedTuple):
     headers_file: Optional[str] = None  # and the environment's, a credential's: auth.py
     client_certificate: Optional[str] = None
     client_key: Optional[str] = None
+    label_allow: Optional[str] = None  # which container labels become container.label.* (none by default)
 
 
 class _Tick(NamedTuple):
@@ -92,6 +94,7 @@ class OtlpSink(Sink):
             except (ValueError, OSError) as exc:  # a bad URL, an unreadable CA file or client certificate
                 raise CgstatError(f"--otlp-endpoint: {exc}") from None
         self.receiver = receiver
+        self.label_allow = LabelAllow(options.label_allow)
         self.shown = redact(options.endpoint)  # messages never show the URL's user info
         self.gzip = options.compression == "gzip"
         self.max_bytes = max_bytes
@@ -127,7 +130,7 @@ class OtlpSink(Sink):
         if self._thread is None:
             self.open()
         try:
-            raw = self.encoder.encode(records)
+            raw = self.encoder.encode(self.label_allow.apply(list(records)))
         except Exception as exc:  # a record the encoder can't take: that tick is not pushed, the run goes on
             raise SinkError(f"OTLP: a tick not encoded: {exc.__class__.__name__}: {exc}") from None
         body = gzip.compress(raw, compresslevel=1) if self.gzip else raw

@@ -25,6 +25,8 @@ from cgstat.outputs.prometheus import exposition as prometheus
 from cgstat.outputs.prometheus.http import DEFAULT_LISTEN, MetricsServer, address_note
 from cgstat.outputs.prometheus.budget import SeriesBudget
 from cgstat.outputs.prometheus.labels import LabelCache
+from cgstat.outputs.prometheus.webconfig import WebConfig
+from cgstat.outputs.labelallow import LabelAllow
 from cgstat.outputs.prometheus.heldidle import HeldIdleSeconds
 from cgstat.outputs.prometheus.retention import ExitRetention, OomRetention
 from cgstat.events.gpuheld import DEFAULT_MEMORY_BYTES
@@ -44,8 +46,10 @@ class Exporter(Sink):
 
     def __init__(self, listen: str = DEFAULT_LISTEN, warner: Optional[Warner] = None,
                  stale_after_s: float = 60.0, timestamps: bool = True,
-                 gpu_idle_memory_bytes: int = DEFAULT_MEMORY_BYTES, budget: Optional[SeriesBudget] = None):
+                 gpu_idle_memory_bytes: int = DEFAULT_MEMORY_BYTES, budget: Optional[SeriesBudget] = None,
+                 label_allow: Optional[LabelAllow] = None, web: Optional[WebConfig] = None):
         self.warner = warner or Warner()
+        self.label_allow = label_allow or LabelAllow()  # container labels: none unless allowed
         warner_ = self.warner
         # the series budget: groups turned off, --max-series (None: every series, no fold)
         self.budget = budget if budget is not None and (budget.active or budget.dropped) else None
@@ -60,7 +64,7 @@ class Exporter(Sink):
         self.exits = ExitRetention()  # gone cgroups' exit records
         try:
             self.server = MetricsServer(listen, stale_after_s=stale_after_s,
-                                        on_error=lambda m: self.warner.warn("http", m))
+                                        on_error=lambda m: self.warner.warn("http", m), web=web)
         except ValueError as exc:
             raise CgstatError(str(exc)) from None
         try:
@@ -68,7 +72,7 @@ class Exporter(Sink):
         except OSError as exc:
             raise CgstatError("cannot listen on %s: %s" % (listen, exc.strerror or exc)) from None
         host, port = self.server.address
-        note = address_note(self.server.host)
+        note = address_note(self.server.host) if web is None or not web.guarded else None
         if note:
             self.warner.once("listen", note)
         self.address = "[%s]:%d" % (host, port) if ":" in host else "%s:%d" % (host, port)
@@ -89,6 +93,7 @@ class Exporter(Sink):
         `kills`, `late`: the tick's kernel-log OOM kills and gone cgroups' counters read as they
         changed (Sampler.kills, .late_counts), for the gone cgroups' counters."""
         began = time.monotonic()
+        records = cast("Sequence[Sampled]", self.label_allow.apply(records))
         self.ticks += 1
         own: Dict[str, Any] = {
             "version": __version__,

@@ -22,6 +22,8 @@ What it accepts, and what it answers otherwise:
 - Errors are one short plain-text line; no exception text or traceback is ever sent.
 - `Accept-Encoding: gzip` gives a gzip body; an `Accept` that prefers
   `application/openmetrics-text` gives OpenMetrics 1.0.
+- `--web-config-file` (webconfig.py): TLS, its handshake in the same loop within the head's
+  deadline; basic auth on every path (401 and `WWW-Authenticate` without it).
 """
 
 from __future__ import annotations
@@ -31,11 +33,13 @@ import gzip
 import re
 import selectors
 import socket
+import ssl
 import threading
 import time
 from typing import Callable, Dict, Optional, Tuple
 
 from cgstat.outputs import DEFAULT_LISTEN, DEFAULT_PORT  # noqa: F401 (re-exported)
+from cgstat.outputs.prometheus.webconfig import WebConfig
 
 MAX_HEAD = 16 * 1024
 HEAD_TIMEOUT_S = 10.0
@@ -43,7 +47,7 @@ WRITE_TIMEOUT_S = 30.0
 IDLE_TIMEOUT_S = 60.0
 MAX_CONNECTIONS = 256
 
-_REASONS = {200: "OK", 400: "Bad Request", 404: "Not Found", 405: "Method Not Allowed",
+_REASONS = {200: "OK", 400: "Bad Request", 401: "Unauthorized", 404: "Not Found", 405: "Method Not Allowed",
             431: "Request Header Fields Too Large", 503: "Service Unavailable",
             505: "HTTP Version Not Supported"}
 _TOKEN = re.compile(rb"^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$")
@@ -132,10 +136,12 @@ class Snapshot:
 
 
 class _Conn:
-    __slots__ = ("sock", "inbuf", "outbuf", "sent", "deadline", "reading", "close_after", "born", "served")
+    __slots__ = ("sock", "inbuf", "outbuf", "sent", "deadline", "reading", "close_after", "born", "served",
+                 "handshaking")
 
-    def __init__(self, sock: socket.socket, now: float):
+    def __init__(self, sock: socket.socket, now: float, handshaking: bool = False):
         self.sock = sock
+        self.handshaking = handshaking  # TLS: the handshake is not done yet
         self.inbuf = b""
         self.outbuf = b""
         self.sent = 0  # bytes of outbuf already sent
@@ -152,8 +158,11 @@ class MetricsServer:
 
     def __init__(self, listen: str = DEFAULT_LISTEN, stale_after_s: float = 60.0,
                  content_types: Optional[Dict[str, str]] = None,
-                 max_connections: int = MAX_CONNECTIONS, on_error: Optional[Callable[[str], None]] = None):
+                 max_connections: int = MAX_CONNECTIONS, on_error: Optional[Callable[[str], None]] = None,
+                 web: Optional[WebConfig] = None):
         self.host, self.port = parse_listen(listen)
+        self.web = web
+        self._tls = web.tls if web is not None else None
         self.stale_after_s = stale_after_s
         from cgstat.outputs.prometheus.exposition import CONTENT_TYPES, OPENMETRICS, TEXT
 
@@ -275,7 +284,13 @@ class MetricsServer:
                     continue
                 self._drop(victim)
             sock.setblocking(False)
-            conn = _Conn(sock, now)
+            if self._tls is not None:
+                try:
+                    sock = self._tls.wrap_socket(sock, server_side=True, do_handshake_on_connect=False)
+                except (OSError, ValueError):
+                    sock.close()
+                    continue
+            conn = _Conn(sock, now, self._tls is not None)
             self._conns[sock.fileno()] = conn
             self._sel.register(sock, selectors.EVENT_READ, conn)  # type: ignore[union-attr]
 
@@ -297,10 +312,30 @@ class MetricsServer:
         for conn in [c for c in self._conns.values() if now > c.deadline]:
             self._drop(conn)
 
+    def _handshake(self, conn: _Conn) -> None:
+        try:
+            conn.sock.do_handshake()  # type: ignore[attr-defined]
+        except (ssl.SSLWantReadError, ssl.SSLWantWriteError) as exc:
+            more = selectors.EVENT_WRITE if isinstance(exc, ssl.SSLWantWriteError) else 0
+            self._sel.modify(conn.sock, selectors.EVENT_READ | more, conn)  # type: ignore[union-attr]
+            return
+        except (OSError, ValueError):  # a client that speaks no TLS, or a certificate refused
+            self._drop(conn)
+            return
+        conn.handshaking = False
+        self._sel.modify(conn.sock, selectors.EVENT_READ, conn)  # type: ignore[union-attr]
+        self._on_read(conn)  # the request may have come with the handshake's last flight
+
     def _on_read(self, conn: _Conn) -> None:
+        if conn.handshaking:
+            self._handshake(conn)
+            return
         try:
             data = conn.sock.recv(65536)
-        except (BlockingIOError, InterruptedError):
+            pending = getattr(conn.sock, "pending", None)
+            while pending is not None and pending() and len(data) <= 2 * MAX_HEAD:
+                data += conn.sock.recv(65536)  # TLS: what is decrypted already raises no event
+        except (BlockingIOError, InterruptedError, ssl.SSLWantReadError, ssl.SSLWantWriteError):
             return
         except OSError:
             self._drop(conn)
@@ -378,6 +413,10 @@ class MetricsServer:
             return
         connection = headers.get("connection", "").lower()
         close = "close" in connection or (http10 and "keep-alive" not in connection)
+        if self.web is not None and not self.web.authorized(headers.get("authorization")):
+            self._respond(conn, 401, b"unauthorized\n", close=close, head_only=method == b"HEAD",
+                          extra=b'WWW-Authenticate: Basic realm="cgstat"\r\n')
+            return
         path = target.split(b"?", 1)[0].decode("ascii")
         if path not in PATHS:
             self._respond(conn, 404, b"not found: try /metrics or /healthz\n", close=close)
@@ -420,11 +459,14 @@ class MetricsServer:
         self._on_write(conn)
 
     def _on_write(self, conn: _Conn) -> None:
+        if conn.handshaking:
+            self._handshake(conn)
+            return
         if not conn.outbuf:
             return
         try:
             conn.sent += conn.sock.send(memoryview(conn.outbuf)[conn.sent:conn.sent + (1 << 20)])
-        except (BlockingIOError, InterruptedError):
+        except (BlockingIOError, InterruptedError, ssl.SSLWantReadError, ssl.SSLWantWriteError):
             pass
         except OSError:
             self._drop(conn)
