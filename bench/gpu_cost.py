@@ -8,7 +8,9 @@ their utilization samples, every device-health call due that tick, the XID event
 drained, MPS clients, GPM on every GPU) and the energy split (`EnergyModel.update`). The
 double (tests/nvml/nvml_double.c, built with gcc into a cache) stands in for the driver, so
 this measures cgstat + pynvml + ctypes, plus the double's own small work (a stat() of the
-scenario file per call): a real driver's ioctls cost more, and are not ours to reduce.
+scenario file per call): a real driver's ioctls cost more, and are not ours to reduce. The
+gateway's clock steps a second a reading (nvml.h wants GPM samples >= 100 ms apart; the
+readings themselves follow each other at once).
 Budget (bench/README.md): <= 3 ms of CPU per tick at 8 GPUs x 50 processes. Needs no GPU and no root.
 """
 
@@ -32,11 +34,13 @@ from cgstat.gpu.energy import EnergyModel
 from cgstat.gpu.nvml import Gateway
 from cgstat.gpu.sample import GpuReader
 reads, warm = int(sys.argv[1]), int(sys.argv[2])
-gw = Gateway()
+tick = [0.0]
+gw = Gateway(clock=lambda: tick[0])  # a second a reading, as a 1 s stream's (GPM wants >= 100 ms)
 reader = GpuReader(gw)
 model = EnergyModel()
 
 def read():
+    tick[0] += 1.0
     snap = reader.read()
     model.update(snap, time.monotonic())
     return snap

@@ -1,17 +1,19 @@
 #!/usr/bin/env bash
 # cgstat beside nvidia-smi on a machine with an NVIDIA GPU: the checkout and a driver are all
-# it needs (and cgstat's Python dependencies: orjson, typer, nvidia-ml-py). Under 5 minutes.
+# it needs (and cgstat's Python dependencies: orjson, typer, nvidia-ml-py). About a minute
+# (SECONDS_BUSY plus start-up; under 3 minutes).
 #
 #   bash bench/gpu_real_check.sh            # exit 0: all agree; 1: a mismatch; 2: cannot run here
 #
-# 1. Starts a small CUDA workload where it can, and says which: a kernel built with nvcc if
-#    nvcc is there, else PyTorch, else CuPy (whichever imports); none: devices only.
-# 2. Runs `cgstat stream` for a few ticks beside `nvidia-smi --query-gpu=...` and
-#    `--query-compute-apps=pid,gpu_uuid,used_memory`.
-# 3. Prints both side by side (bench/gpu_real_compare.py) and exits non-zero on a mismatch.
+# 1. Starts a small CUDA workload where it can, and says which: Python ctypes into the
+#    driver's own libcuda.so.1 (bench/gpu_cuda_workload.py: 512 MiB and a PTX kernel, no
+#    toolkit needed), else a kernel built with nvcc, else PyTorch, else CuPy; none: devices only.
+# 2. Runs `cgstat stream` for a few ticks beside `nvidia-smi --query-gpu=...`,
+#    `--query-compute-apps=pid,gpu_uuid,used_memory` and `nvidia-smi pmon -c 1` (SM % per process).
+# 3. Prints one table of both (bench/gpu_real_compare.py) and exits non-zero on a mismatch.
 #
 # Environment: PYTHON (default: the checkout's .venv/bin/python, else python3), WORKLOAD
-# (auto, nvcc, torch, cupy or none; default auto: the first that works), SECONDS_BUSY (the
+# (auto, ctypes, nvcc, torch, cupy or none; default auto: the first that works), SECONDS_BUSY (the
 # workload's length, default 40), OUT (where the outputs are kept, default a temp folder).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -44,6 +46,22 @@ workload_pid=""
 workload="none"
 cleanup() { if [ -n "$workload_pid" ]; then kill "$workload_pid" 2>/dev/null || true; wait "$workload_pid" 2>/dev/null || true; fi; }
 trap cleanup EXIT
+
+start_ctypes() {
+    "$PYTHON" bench/gpu_cuda_workload.py "$SECONDS_BUSY" 512 >"$OUT/workload.log" 2>&1 &
+    workload_pid=$!
+    # ready once the memory is held (or gone at once: no libcuda, no GPU for it)
+    for _ in $(seq 1 30); do
+        if grep -q '^ready' "$OUT/workload.log"; then break; fi
+        if ! kill -0 "$workload_pid" 2>/dev/null; then
+            say "ctypes workload: $(tail -1 "$OUT/workload.log")"
+            workload_pid=""
+            return 1
+        fi
+        sleep 1
+    done
+    workload="ctypes into libcuda.so.1 ($(head -1 "$OUT/workload.log"))"
+}
 
 start_nvcc() {
     cat > "$OUT/busy.cu" <<'CU'
@@ -101,11 +119,12 @@ WORKLOAD=${WORKLOAD:-auto}
 want() { [ "$WORKLOAD" = auto ] || [ "$WORKLOAD" = "$1" ]; }
 if [ "$WORKLOAD" = none ]; then
     say "WORKLOAD=none: comparing devices and whatever already runs on them"
+elif want ctypes && start_ctypes; then :
 elif want nvcc && command -v nvcc >/dev/null 2>&1 && start_nvcc; then :
 elif want torch && start_python torch; then :
 elif want cupy && start_python cupy; then :
 else
-    say "no CUDA workload possible here ($WORKLOAD: no nvcc, PyTorch or CuPy that works): comparing devices only"
+    say "no CUDA workload possible here ($WORKLOAD: no libcuda, nvcc, PyTorch or CuPy that works): comparing devices only"
 fi
 say "workload: $workload${workload_pid:+ (PID $workload_pid)}"
 
@@ -126,6 +145,7 @@ cgstat_pid=$!
 sleep 3.5
 nvidia-smi --query-gpu="$QUERY" --format=csv,noheader,nounits >"$OUT/gpu.csv"
 nvidia-smi --query-compute-apps=pid,gpu_uuid,used_memory --format=csv,noheader,nounits >"$OUT/apps.csv"
+nvidia-smi pmon -c 1 >"$OUT/pmon.txt" 2>&1 || true  # SM % per process (pmon's own ~1 s sample)
 if ! wait "$cgstat_pid"; then
     say "cgstat failed: $(tail -5 "$OUT/cgstat.err")"
     exit 1
@@ -134,6 +154,6 @@ grep -q '"type":"gpu"' "$OUT/cgstat.jsonl" || { say "cgstat wrote no GPU record:
 
 echo "workload: $workload"
 rc=0
-"$PYTHON" bench/gpu_real_compare.py "$OUT/cgstat.jsonl" "$OUT/gpu.csv" "$OUT/apps.csv" \
+"$PYTHON" bench/gpu_real_compare.py "$OUT/cgstat.jsonl" "$OUT/gpu.csv" "$OUT/apps.csv" --pmon "$OUT/pmon.txt" \
     ${workload_pid:+--workload-pid "$workload_pid"} || rc=$?
 exit $rc

@@ -1,17 +1,19 @@
 """cgstat's GPU records beside nvidia-smi's answers, field by field (bench/gpu_real_check.sh).
 
     python3 bench/gpu_real_compare.py --query-gpu          # the --query-gpu fields it compares
-    python3 bench/gpu_real_compare.py CGSTAT.jsonl GPU.csv APPS.csv [--workload-pid PID]
+    python3 bench/gpu_real_compare.py CGSTAT.jsonl GPU.csv APPS.csv [--pmon PMON.txt] [--workload-pid PID]
 
 CGSTAT.jsonl: cgstat's JSON lines (the last `type: "gpu"` record of each device is used);
 GPU.csv: `nvidia-smi --query-gpu=<the fields> --format=csv,noheader,nounits`;
-APPS.csv: `nvidia-smi --query-compute-apps=pid,gpu_uuid,used_memory --format=csv,noheader,nounits`.
+APPS.csv: `nvidia-smi --query-compute-apps=pid,gpu_uuid,used_memory --format=csv,noheader,nounits`;
+PMON.txt: `nvidia-smi pmon -c 1` (SM % per process, over the driver's last sample period).
 Prints one row per field and GPU (cgstat | nvidia-smi | verdict) and exits 1 on a mismatch.
 Fixed values must be equal; values that move (memory used, temperature, power, clocks,
 utilization) within a tolerance, since the two read at slightly different moments. A field
 nvidia-smi calls [N/A] or [Not Supported] is shown and not judged. Every PID nvidia-smi
 lists must be in cgstat's record of that GPU with the same memory (within 5 % or 16 MiB),
-and the workload's PID, when given, must be attributed to a cgroup.
+and the workload's PID, when given, must be attributed to a cgroup. Its SM % is compared
+with pmon's within 30 points (the two average over different windows) where pmon has it.
 """
 
 from __future__ import annotations
@@ -119,6 +121,30 @@ def parse_csv(text: str) -> List[List[str]]:
     return rows
 
 
+def parse_pmon(text: str) -> Dict[Tuple[int, int], Optional[float]]:
+    """(GPU index, pid) -> SM % from `nvidia-smi pmon -c 1` (None where it prints "-"); its
+    columns are named by its first header line ("# gpu pid type sm mem enc dec ...")."""
+    columns: List[str] = []
+    out: Dict[Tuple[int, int], Optional[float]] = {}
+    for line in text.splitlines():
+        words = line.split()
+        if not words:
+            continue
+        if words[0] == "#":
+            if not columns:
+                columns = words[1:]
+            continue
+        if not columns or "sm" not in columns or "pid" not in columns or len(words) < len(columns) - 1:
+            continue
+        row = dict(zip(columns, words))
+        try:
+            key = (int(row.get("gpu", "")), int(row.get("pid", "")))
+        except ValueError:
+            continue  # "-": no process on that GPU
+        out[key] = _number(row.get("sm", "-"))
+    return out
+
+
 def last_gpu_records(lines: List[str]) -> Dict[str, Dict[str, Any]]:
     """UUID -> the last GPU record of each GPU (MIG devices left out: nvidia-smi lists GPUs)."""
     out: Dict[str, Dict[str, Any]] = {}
@@ -134,7 +160,8 @@ def last_gpu_records(lines: List[str]) -> Dict[str, Dict[str, Any]]:
 
 
 def compare(records: Dict[str, Dict[str, Any]], gpu_csv: str, apps_csv: str,
-            workload_pid: Optional[int] = None, out: Callable[[str], None] = print) -> List[str]:
+            workload_pid: Optional[int] = None, out: Callable[[str], None] = print,
+            pmon: str = "") -> List[str]:
     """Print the comparison; return the mismatches (empty: all agree)."""
     bad: List[str] = []
     rows = parse_csv(gpu_csv)
@@ -158,11 +185,14 @@ def compare(records: Dict[str, Dict[str, Any]], gpu_csv: str, apps_csv: str,
             out("%-22s %-44s %-44s %s" % (field, shown, smi.get(field, ""), mark))
             if verdict is False:
                 bad.append("GPU %s %s: cgstat %s, nvidia-smi %s" % (uuid, field, shown, smi.get(field)))
-    out("-- compute processes (pid, GPU, MiB)")
+    out("-- compute processes (pid, GPU, MiB: cgstat | nvidia-smi, SM %: cgstat | pmon)")
     listed = {}
+    index_of = {}
     for r in records.values():
+        index_of[r["gpu"]["uuid"]] = r["gpu"].get("index")
         for p in r.get("processes") or ():
             listed[(p.get("pid"), r["gpu"]["uuid"])] = p
+    sm_by = parse_pmon(pmon)
     for pid_text, uuid, mem_text in parse_csv(apps_csv):
         pid, mem = int(pid_text), _number(mem_text)
         p = listed.get((pid, uuid))
@@ -174,10 +204,17 @@ def compare(records: Dict[str, Dict[str, Any]], gpu_csv: str, apps_csv: str,
         else:
             verdict = abs(ours - mem) <= max(16.0, 0.05 * mem)
         where = p.get("cgroup") if p else None
-        out("pid %-8d %-40s cgstat %-10s nvidia-smi %-10s cgroup %s %s" % (
-            pid, uuid, "-" if ours is None else "%.0f" % ours, mem_text, where, "ok" if verdict else "MISMATCH"))
+        our_sm = None if p is None else p.get("sm_percent")
+        their_sm = sm_by.get((index_of.get(uuid, -1), pid))
+        sm_ok = their_sm is None or (our_sm is not None and abs(our_sm - their_sm) <= 30)
+        out("pid %-8d %-40s MiB %-7s | %-7s SM %% %-5s | %-5s cgroup %s %s" % (
+            pid, uuid, "-" if ours is None else "%.0f" % ours, mem_text, "-" if our_sm is None else our_sm,
+            "-" if their_sm is None else "%.0f" % their_sm, where,
+            "ok" if verdict and sm_ok else "MISMATCH"))
         if not verdict:
             bad.append("process %d on %s: cgstat %s MiB, nvidia-smi %s" % (pid, uuid, ours, mem_text))
+        if not sm_ok:
+            bad.append("process %d on %s: cgstat SM %s %%, pmon %s %%" % (pid, uuid, our_sm, their_sm))
     if workload_pid is not None:
         mine = [p for (pid, _), p in listed.items() if pid == workload_pid]
         if not mine:
@@ -197,6 +234,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     ap.add_argument("gpu_csv", nargs="?")
     ap.add_argument("apps_csv", nargs="?")
     ap.add_argument("--workload-pid", type=int)
+    ap.add_argument("--pmon", help="nvidia-smi pmon -c 1's output")
     a = ap.parse_args(argv)
     if a.query_gpu:
         print(QUERY_GPU)
@@ -209,7 +247,11 @@ def main(argv: Optional[List[str]] = None) -> int:
         gpu_csv = f.read()
     with open(a.apps_csv) as f:
         apps_csv = f.read()
-    bad = compare(records, gpu_csv, apps_csv, a.workload_pid)
+    pmon = ""
+    if a.pmon:
+        with open(a.pmon) as f:
+            pmon = f.read()
+    bad = compare(records, gpu_csv, apps_csv, a.workload_pid, pmon=pmon)
     if bad:
         print("\n%d mismatch(es):" % len(bad))
         for b in bad:

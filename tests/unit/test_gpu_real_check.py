@@ -22,8 +22,8 @@ U0 = "GPU-real0000-0000-0000-0000-000000000000"
 needs_cc = pytest.mark.skipif(not (shutil.which("gcc") or shutil.which("cc")), reason="no C compiler for the double")
 
 
-def _fake_smi(folder, gpu_line, apps_lines, list_rc=0):
-    """An nvidia-smi that answers -L and the two queries with these lines."""
+def _fake_smi(folder, gpu_line, apps_lines, list_rc=0, pmon=""):
+    """An nvidia-smi that answers -L, the two queries and pmon with these lines."""
     path = os.path.join(folder, "nvidia-smi")
     with open(path, "w") as f:
         f.write("#!/bin/sh\n"
@@ -32,8 +32,9 @@ def _fake_smi(folder, gpu_line, apps_lines, list_rc=0):
                 "  *--query-gpu=*) echo '%s' ;;\n"
                 "  *--query-compute-apps=pid\\ *|*--query-compute-apps=pid,gpu_uuid*) printf '%s' ;;\n"
                 "  *--query-compute-apps=pid*) printf '%s' ;;\n"
+                "  pmon*) printf '%s' ;;\n"
                 "esac\n" % (U0, list_rc, gpu_line, "".join(a + "\\n" for a in apps_lines),
-                            "".join(a.split(",")[0] + "\\n" for a in apps_lines)))
+                            "".join(a.split(",")[0] + "\\n" for a in apps_lines), pmon.replace("%", "%%").replace("\n", "\\n")))
     os.chmod(path, 0o755)
     return folder
 
@@ -64,7 +65,7 @@ def _scenario(pid):
                              mem_reserved=GiB // 2, util_gpu=87, temp=51, power_mw=412000, sm_clock=1755,
                              mem_clock=2619, sm_clock_max=1980, mem_clock_max=2619, power_limit_mw=700000,
                              bus_id="00000000:1B:00.0", serial="1654922013421", persistence=1, compute_mode=0)
-            .proc(0, pid, 3 * GiB))
+            .proc(0, pid, 3 * GiB).sample(0, pid, sm=40, mem=10))
 
 
 # what nvidia-smi says of that scenario, in the order of C.FIELDS
@@ -73,16 +74,24 @@ SMI = ["0", U0, "NVIDIA H200", "00000000:1B:00.0", "1654922013421", "550.54.15",
 
 
 @needs_cc
-@pytest.mark.parametrize("change, agrees", [({}, True), ({"memory.total": "81920"}, False),
-                                            ({"temperature.gpu": "[N/A]"}, True)])
-def test_the_script_against_the_double(tmp_path, change, agrees):
+def _pmon(pid, sm):
+    return ("# gpu         pid   type     sm    mem    enc    dec    jpg    ofa    command \n"
+            "# Idx           #    C/G      %      %      %      %      %      %    name \n"
+            + "    0    {:7d}     C     {}     10      -      -      -      -    sleep\n".format(pid, sm))
+
+
+@pytest.mark.parametrize("change, agrees, pmon_sm", [({}, True, "38"), ({"memory.total": "81920"}, False, "40"),
+                                                     ({"temperature.gpu": "[N/A]"}, True, "-"),
+                                                     ({}, False, "95")])
+def test_the_script_against_the_double(tmp_path, change, agrees, pmon_sm):
     sleeper = subprocess.Popen(["sleep", "300"])
     try:
         scenario = D.write_scenario(tmp_path / "s.txt", _scenario(sleeper.pid))
         values = dict(zip((f for f, _, _ in C.FIELDS), SMI))
         values.update(change)
         line = ", ".join(values[f] for f, _, _ in C.FIELDS)
-        bin_dir = _fake_smi(str(tmp_path), line, ["%d, %s, 3072" % (sleeper.pid, U0)])
+        bin_dir = _fake_smi(str(tmp_path), line, ["%d, %s, 3072" % (sleeper.pid, U0)],
+                            pmon=_pmon(sleeper.pid, pmon_sm))
         env = D.env(scenario, "full")
         env.update(PATH=bin_dir + os.pathsep + _path_without_nvidia_smi(), OUT=str(tmp_path / "out"),
                    PYTHON=sys.executable, WORKLOAD="none")  # (nvcc may be here, a GPU is not)
@@ -96,9 +105,33 @@ def test_the_script_against_the_double(tmp_path, change, agrees):
     if agrees:
         assert proc.returncode == 0, out + proc.stderr
         assert "all agree" in out
+    elif pmon_sm == "95":  # SM % far from pmon's
+        assert proc.returncode == 1, out + proc.stderr
+        assert "cgstat SM 40 %, pmon 95.0 %" in out and "1 mismatch(es)" in out
     else:
         assert proc.returncode == 1, out + proc.stderr
         assert "memory.total" in out and "MISMATCH" in out and "1 mismatch(es)" in out
+
+
+def test_pmon_parsed_by_its_header():
+    assert C.parse_pmon(_pmon(4242, "37") + "    1          -     -      -      -      -      -      -      -    -\n") \
+        == {(0, 4242): 37.0}
+    old = "# gpu        pid  type    sm   mem   enc   dec   command\n# Idx          #   C/G     %     %     %     %   name\n" \
+          "    0       4242     C     -     -     -     -   python\n"
+    assert C.parse_pmon(old) == {(0, 4242): None}
+
+
+@needs_cc
+def test_the_ctypes_workload_says_why_it_cannot_run(tmp_path):
+    """WORKLOAD=ctypes where libcuda.so.1 cannot be used (this machine): said, devices only."""
+    bin_dir = _fake_smi(str(tmp_path), ", ".join(SMI), [])
+    env = D.env(D.write_scenario(tmp_path / "s.txt", _scenario(1)), "full")
+    env.update(PATH=bin_dir + os.pathsep + _path_without_nvidia_smi(), OUT=str(tmp_path / "out"),
+               PYTHON=sys.executable, WORKLOAD="ctypes", SECONDS_BUSY="2")
+    proc = _run(env)
+    if "ctypes workload:" in proc.stderr:  # no libcuda.so.1, or no GPU for it
+        assert "no CUDA workload possible here" in proc.stderr
+        assert "workload: none" in proc.stdout
 
 
 def _record(**gpu):
