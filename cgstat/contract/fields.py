@@ -502,14 +502,23 @@ RECORD: Tuple[Field, ...] = (
     _f("processes.processes[].threads", "int?", v2="/proc/<pid>/stat", minimum=0),
     _f("processes.processes[].cpu_percent", "float?", "100 = one core, since the previous tick; null the first "
                                                       "time a process (a PID and start time) is seen", minimum=0),
-    _f("processes.processes[].cpu_seconds_total", "float?", "utime + stime", v2="/proc/<pid>/stat", minimum=0),
+    _f("processes.processes[].cpu_seconds_total", "float?", "utime + stime", v2="/proc/<pid>/stat", minimum=0,
+       metric=M("cgstat_process_cpu_seconds_total", "counter", "CPU seconds of one of the container's largest "
+                                                               "processes (stream --processes N).")),
     _f("processes.processes[].rss_bytes", "int?", "resident, shared pages counted in full",
-       v2="/proc/<pid>/smaps_rollup Rss (before the first read: stat)", minimum=0),
+       v2="/proc/<pid>/smaps_rollup Rss (before the first read: stat)", minimum=0,
+       metric=M("cgstat_process_rss_bytes", "gauge", "Resident memory of one of the container's largest processes, "
+                                                     "shared pages counted in full.")),
     _f("processes.processes[].pss_bytes", "int?", "its share: each page divided by the processes mapping it",
-       v2="/proc/<pid>/smaps_rollup Pss", minimum=0),
+       v2="/proc/<pid>/smaps_rollup Pss", minimum=0,
+       metric=M("cgstat_process_pss_bytes", "gauge", "Proportional set size of one of the container's largest "
+                                                     "processes: shared pages divided among their users.")),
     _f("processes.processes[].uss_bytes", "int?", "its own pages: what exiting would free",
-       v2="/proc/<pid>/smaps_rollup Private_Clean + Private_Dirty", minimum=0),
-    _f("processes.processes[].swap_bytes", "int?", v2="/proc/<pid>/smaps_rollup Swap", minimum=0),
+       v2="/proc/<pid>/smaps_rollup Private_Clean + Private_Dirty", minimum=0,
+       metric=M("cgstat_process_uss_bytes", "gauge", "Unique set size of one of the container's largest processes: "
+                                                     "what its exit would free.")),
+    _f("processes.processes[].swap_bytes", "int?", v2="/proc/<pid>/smaps_rollup Swap", minimum=0,
+       metric=M("cgstat_process_swap_bytes", "gauge", "Swap of one of the container's largest processes.")),
     _f("processes.processes[].memory_age_s", "float?", "how old the smaps figures are (read at most every 10 s)",
        minimum=0),
     _f("processes.processes[].fds", "int?", "open file descriptors", v2="/proc/<pid>/fd", minimum=0),
@@ -895,8 +904,12 @@ METRIC_GROUPS = {
     "gpu": "GPU use per container and per process, cgstat's GPU device series",
     "dcgm": "dcgm-exporter's device series (DCGM_FI_*)",
     "exited": "what cgroups that are gone used (cgstat_exited_*), kept a while",
+    "procs": "each container's largest processes (stream --processes N; at most N series per container and "
+             "family): off unless named in --metrics",
 }
-_FIELD_GROUPS = (("cpu.cpuset", "cpuset"), ("cpu.", "cpu"), ("memory.hugetlb", "hugetlb"),
+# Groups off unless --metrics names them: per-process series multiply a node's series by N
+OPT_IN_GROUPS = ("procs",)
+_FIELD_GROUPS = (("processes.", "procs"), ("cpu.cpuset", "cpuset"), ("cpu.", "cpu"), ("memory.hugetlb", "hugetlb"),
                  ("memory.oom_kills_total", "oom_event"), ("memory.", "memory"), ("io.", "diskIO"),
                  ("network.", "network"), ("pids.", "process"), ("pressure.", "pressure"), ("gpu.", "gpu"))
 
@@ -921,7 +934,8 @@ _PROCESS_LABELS = ("gpu", "uuid", "pid", "process", "type")
 DCGM_LABELS = ("gpu", "UUID", "uuid", "pci_bus_id", "device", "modelName", "Hostname", "DCGM_FI_DRIVER_VERSION",
                "GPU_I_ID", "GPU_I_PROFILE")
 # The label an array's items give their series (the rest of the item's labels: cgstat/outputs/prometheus/labels.py)
-ITEM_LABELS = {"io.devices[]": ("device",), "network.interfaces[]": ("interface",)}
+ITEM_LABELS = {"io.devices[]": ("device",), "network.interfaces[]": ("interface",),
+               "processes.processes[]": ("pid", "process")}
 
 # The series of a gone cgroup's exit record (family, exit record key, help)
 EXIT_SERIES = (

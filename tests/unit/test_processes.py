@@ -271,3 +271,53 @@ def test_a_pid_that_is_its_own_parent_is_a_root():
                                                                     "uss_bytes", "swap_bytes", "gpu_memory_bytes")}}]
     ordered, groups = tree(rows)
     assert ordered[0]["depth"] == 0 and groups[0]["processes"] == 1
+
+
+def _record_with_processes(n):
+    processes = [{"pid": 100 + i, "ns_pid": i + 1, "ppid": 1, "name": "worker\n%d" % i, "cmdline": "python w.py",
+                  "state": "S", "uid": 0, "threads": 1, "cpu_percent": 1.0, "cpu_seconds_total": 2.5,
+                  "rss_bytes": 300, "pss_bytes": 200 - i, "uss_bytes": 100, "swap_bytes": 0, "memory_age_s": 0.0,
+                  "fds": 3, "gpu_memory_bytes": None, "gpu_sm_percent": None, "depth": 1, "group": 99, "errors": []}
+                 for i in range(n)]
+    return {"schema": 1, "type": "cgroup", "ts": "2026-11-29T20:10:12.807Z", "cgroup": "/job", "host": "node1",
+            "cpu": {"usage_seconds_total": 5.0, "percent": 5.0}, "memory": {"working_set_bytes": 10},
+            "pids": {"current": 3}, "errors": [],
+            "processes": {"count": n, "complete": True, "by": "pss", "processes": processes, "groups": [],
+                          "error": None}}
+
+
+def test_process_series_only_when_the_procs_group_is_asked_for():
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from cgstat.outputs.prometheus import exposition as prom
+    from cgstat.outputs.prometheus.budget import SeriesBudget, groups_off
+
+    records = [_record_with_processes(3)]
+    default = prom.render(records, fold=SeriesBudget(0, groups_off(None, None)).tick()).decode()
+    assert "cgstat_process_" not in default and "container_cpu_usage_seconds_total" in default
+    asked = prom.render(records, fold=SeriesBudget(0, groups_off(["cpu", "procs"], None)).tick()).decode()
+    samples = [s for f in text_string_to_metric_families(asked) for s in f.samples]
+    pss = {s.labels["pid"]: (s.labels["process"], s.value) for s in samples if s.name == "cgstat_process_pss_bytes"}
+    assert pss == {"100": ("worker\n0", 200), "101": ("worker\n1", 199), "102": ("worker\n2", 198)}
+    cpu = [s for s in samples if s.name == "cgstat_process_cpu_seconds_total"]
+    assert len(cpu) == 3 and all(s.labels["id"] == "/job" for s in cpu)
+
+
+def test_otlp_process_metrics_only_when_the_procs_group_is_asked_for():
+    import json
+
+    from cgstat.outputs.otlp.budget import OtlpBudget
+    from cgstat.outputs.otlp.encode import Encoder
+    from cgstat.outputs.prometheus.budget import groups_off
+
+    def names(off):
+        body = json.loads(Encoder("json", budget=OtlpBudget(0, off)).encode([_record_with_processes(2)]))
+        metrics = [m for rm in body["resourceMetrics"] for sm in rm["scopeMetrics"] for m in sm["metrics"]]
+        return {m["name"]: m for m in metrics}
+
+    assert not [n for n in names(groups_off(None, None)) if n.startswith(("process.", "cgstat.process."))]
+    got = names(groups_off(["cpu", "procs"], None))
+    points = got["cgstat.process.memory.pss"]["gauge"]["dataPoints"]
+    assert sorted((p["attributes"][0]["value"]["intValue"], p["asInt"]) for p in points) == [("100", "200"),
+                                                                                             ("101", "199")]
+    assert "process.cpu.time" in got and "process.memory.usage" in got

@@ -74,6 +74,17 @@ SEMCONV: Dict[str, Semconv] = {
                                                    attributes=(("network.io.direction", "transmit"),)),
 }
 # The GPU record's device metrics (hw.gpu.*, and hw.energy, hw.power with hw.type "gpu")
+# stream --processes N (metric group procs, off unless named in --metrics): OpenTelemetry's
+# process metrics where it names them (model/process), cgstat's own for PSS, USS and swap
+SEMCONV.update({
+    "processes.processes[].cpu_seconds_total": Semconv("process.cpu.time", "process.cpu.time"),
+    "processes.processes[].rss_bytes": Semconv("process.memory.usage", "process.memory.usage"),
+    "processes.processes[].pss_bytes": Semconv("cgstat.process.memory.pss", "cgstat.process.memory.pss", status=""),
+    "processes.processes[].uss_bytes": Semconv("cgstat.process.memory.uss", "cgstat.process.memory.uss", status=""),
+    "processes.processes[].swap_bytes": Semconv("cgstat.process.memory.swap", "cgstat.process.memory.swap",
+                                                status=""),
+})
+
 GPU_SEMCONV: Dict[str, Semconv] = {
     "gpu.utilization_percent": Semconv("hw.gpu.utilization", unit="1", scale=0.01),
     "gpu.memory_used_bytes": Semconv("hw.gpu.memory.usage"),
@@ -86,6 +97,7 @@ GPU_SEMCONV: Dict[str, Semconv] = {
 ITEM_ATTRIBUTE: Dict[str, Tuple[str, Tuple[str, ...]]] = {
     "io.devices[]": ("system.device", ("name", "device")),  # vda, else MAJ:MIN
     "network.interfaces[]": ("network.interface.name", ("name",)),
+    "processes.processes[]": ("process.pid", ("pid",)),  # stream --processes N; group procs, opt-in
 }
 # GPU record fields without a Prometheus series that OpenTelemetry names all the same
 _GPU_EXTRA = ("gpu.energy_joules_total",)

@@ -41,7 +41,8 @@ _OTHER_PREFIX = ('{id="%s",name="%s"' % (OTHER, OTHER)).encode()
 _FAMILIES = fields.FAMILIES
 _INDEX = {family.name: i for i, family in enumerate(_FAMILIES)}
 _COUNTERS = frozenset(i for i, family in enumerate(_FAMILIES) if family.kind == "counter")
-_NOT_SUMMED = frozenset(i for i, family in enumerate(_FAMILIES) if family.kind == "info")
+# info series are not summed, nor one process's (a folded container's processes have none)
+_NOT_SUMMED = frozenset(i for i, family in enumerate(_FAMILIES) if family.kind == "info" or family.group == "procs")
 _LAST_SEEN = _INDEX["container_last_seen"]
 _FOLDED_GAUGE = _INDEX["cgstat_folded_cgroups"]
 _ALL = range(len(_FAMILIES))
@@ -59,7 +60,7 @@ def groups_off(metrics: Optional[Iterable[str]], disable: Optional[Iterable[str]
     if unknown:
         raise ValueError("unknown metric group %s (groups: %s)" % (", ".join(repr(g) for g in unknown),
                                                                    ", ".join(fields.METRIC_GROUPS)))
-    on = set(metrics) if metrics else set(known)
+    on = set(metrics) if metrics else set(known) - set(fields.OPT_IN_GROUPS)
     on -= set(disable or ())
     return frozenset(known - on)
 

@@ -149,6 +149,7 @@ if any(len(keys) > 2 for keys, _ in _series(fields.RECORD)):
     raise ValueError("a cgroup series three objects deep: _cgroup_samples reads two")
 _IO_DEVICE = _item_series(fields.RECORD, "io.devices")
 _NETWORK = _item_series(fields.RECORD, "network.interfaces")
+_PROCESSES = _item_series(fields.RECORD, "processes.processes")
 _GPU_SCALARS = _series(fields.GPU_RECORD)
 _DCGM = tuple((_INDEX[d.name], fields.keys(d.field, fields.GPU_RECORD)[1:], d.convert) for d in fields.DCGM_SERIES)
 
@@ -280,6 +281,14 @@ def _cgroup_samples(record: CgroupRecord, out: List[List[bytes]], fmt: str, time
         workload.interfaces = interfaces
 
     add(F_CGROUP_INFO, 1, workload.info)
+
+    processes = record.get("processes")  # stream --processes N: at most N, by the stream's bound
+    if isinstance(processes, dict) and isinstance(processes.get("processes"), list):
+        for p in processes["processes"]:
+            if isinstance(p, dict):
+                brace = label_brace(base, render_pairs((("pid", p.get("pid")), ("process", p.get("name")))))
+                for family, key in _PROCESSES:
+                    add(family, p.get(key), brace)
 
     gpu = record.get("gpu")
     if isinstance(gpu, dict):
