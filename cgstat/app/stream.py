@@ -212,7 +212,8 @@ def _stream_tick(sampler: Sampler, sinks: Sequence[Sink], events: Optional[Event
     records: Sequence[JsonObject] = sampler.tick()
     # the sinks' kills are the shown cgroups' (the exposition makes no series of a kill
     # elsewhere); the events judge them all
-    tick = TickInfo(time.monotonic() - began, [k for k in sampler.kills if k.selected], sampler.late_counts)
+    tick = TickInfo(time.monotonic() - began, [k for k in sampler.kills if k.selected], sampler.late_counts,
+                    sampler.gpu_reads_late_total)
     if events is not None:
         records = [*records, *events.observe(records, kills=sampler.kills, late=sampler.late_counts)]
     for sink in sinks:

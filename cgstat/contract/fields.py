@@ -1100,6 +1100,8 @@ FAMILIES: Tuple[Family, ...] = (
             "the exporter", "self"),
     _family("cgstat_last_tick_timestamp_seconds", "gauge", "Unix time the last tick finished.",
             "the sampling loop", "self"),
+    _family("cgstat_gpu_reads_late_total", "counter", "Ticks that went on without their GPU read: NVML had "
+            "not answered within half the interval.", "the GPU read beside the tick", "self"),
     _family("cgstat_cgroups", "gauge", "Cgroup and pod records in the last tick, by type.", "count of records",
             "self", ("type",)),
     _family("cgstat_gpus", "gauge", "GPU device records in the last tick.", "count of type gpu records", "self"),

@@ -52,6 +52,7 @@ class TickInfo(NamedTuple):
     seconds: Optional[float] = None  # how long reading the tick took; None when it was streamed
     kills: Sequence[Any] = ()  # the kernel log's OOM kills of the shown cgroups read with it (Sampler.kills)
     late: Sequence[Any] = ()  # gone cgroups' counters read as they changed (Sampler.late_counts)
+    gpu_reads_late_total: Optional[int] = None  # ticks that went on without their GPU read (gpu/beside.py)
 
 
 NO_INFO = TickInfo()

@@ -178,6 +178,8 @@ def test_slow_tick_warns_once_and_skips_missed_slots(monkeypatch, capfd):
         def gpu_deadline(self, seconds):  # no GPU here
             pass
 
+        gpu_reads_late_total = 0
+
         def warm_up(self):
             SlowAgent.ticks += 1
 

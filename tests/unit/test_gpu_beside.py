@@ -62,3 +62,12 @@ def test_close_leaves_a_stuck_call_to_the_process_exit():
     beside.take(0.01)
     assert beside.close(0.05) is False  # the daemon thread is still in the call
     b.release.set()
+
+
+def test_the_late_count_is_a_self_metric():
+    from cgstat.outputs.prometheus import exposition
+
+    text = exposition.render([], exposition.TEXT, {"gpu_reads_late_total": 3})
+    text = text.decode() if isinstance(text, bytes) else text
+    assert "# TYPE cgstat_gpu_reads_late_total counter" in text
+    assert "\ncgstat_gpu_reads_late_total 3\n" in text

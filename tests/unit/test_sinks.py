@@ -51,6 +51,8 @@ class FakeSampler:
     def gpu_deadline(self, seconds):  # no GPU here
         pass
 
+    gpu_reads_late_total = 0
+
     def records(self):
         self.made += 1
         for i in range(LINES_PER_TICK):

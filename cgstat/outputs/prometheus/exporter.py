@@ -85,10 +85,12 @@ class Exporter(Sink):
     def write(self, records: Iterable[JsonObject], tick: TickInfo = NO_INFO) -> None:
         """One tick: its records (its events are skipped) and what reading it took."""
         batch = records if isinstance(records, (list, tuple)) else list(records)
-        self.publish(cast("Sequence[Sampled]", batch), tick.seconds, tick.kills, tick.late)
+        self.publish(cast("Sequence[Sampled]", batch), tick.seconds, tick.kills, tick.late,
+                     tick.gpu_reads_late_total)
 
     def publish(self, records: Sequence[Sampled], tick_seconds: Optional[float] = None,
-                kills: Iterable[Any] = (), late: Iterable[Any] = ()) -> None:
+                kills: Iterable[Any] = (), late: Iterable[Any] = (),
+                gpu_reads_late_total: Optional[int] = None) -> None:
         """Render `records` (one tick) and make them what /metrics serves from now on.
         `kills`, `late`: the tick's kernel-log OOM kills and gone cgroups' counters read as they
         changed (Sampler.kills, .late_counts), for the gone cgroups' counters."""
@@ -101,6 +103,7 @@ class Exporter(Sink):
             "tick_duration_seconds": tick_seconds,
             "render_duration_seconds": self.render_s,
             "last_tick_timestamp_seconds": round(time.time(), 3),
+            "gpu_reads_late_total": gpu_reads_late_total,
         }
         stamps = self.timestamps
         labels = self.labels

@@ -91,6 +91,7 @@ F_TICKS = _INDEX["cgstat_ticks_total"]
 F_TICK_SECONDS = _INDEX["cgstat_tick_duration_seconds"]
 F_RENDER_SECONDS = _INDEX["cgstat_render_duration_seconds"]
 F_LAST_TICK = _INDEX["cgstat_last_tick_timestamp_seconds"]
+F_GPU_LATE = _INDEX["cgstat_gpu_reads_late_total"]
 F_CGROUPS = _INDEX["cgstat_cgroups"]
 F_GPUS = _INDEX["cgstat_gpus"]
 F_RECORD_ERRORS = _INDEX["cgstat_record_errors"]
@@ -451,6 +452,7 @@ def _self_samples(self_metrics: Dict[str, Any], records: Sequence[Sampled], out:
     add(F_TICK_SECONDS, self_metrics.get("tick_duration_seconds"))
     add(F_RENDER_SECONDS, self_metrics.get("render_duration_seconds"))
     add(F_LAST_TICK, self_metrics.get("last_tick_timestamp_seconds"))
+    add(F_GPU_LATE, self_metrics.get("gpu_reads_late_total"))
     counts: Dict[str, int] = {"cgroup": 0, "pod": 0}
     errors: Dict[str, int] = {}
     gpus = 0
