@@ -10,7 +10,7 @@ import time
 from typing import TYPE_CHECKING, Any, Callable, List, Optional
 
 from cgstat.outputs.jsonl import ReaderGone, SinkError, StdoutSink
-from cgstat.outputs.top import Model, Screen, ViewLog, plain_frame
+from cgstat.outputs.top import Model, Screen, View, ViewLog, plain_frame
 from cgstat.events import EventDetector, Thresholds
 from cgstat.pipeline.processes import Listing, ProcessWatcher, folder_of, listing_object
 from cgstat.pipeline.schedule import Schedule
@@ -122,6 +122,29 @@ class _Focus:
         self.watcher: Optional[ProcessWatcher] = None
         self.cgroup: Optional[str] = None
 
+    def keys(self, screen: Screen) -> None:
+        """Enter opens the processes of the row at the top of the screen (scroll to bring the
+        one wanted there); Esc, Backspace or b goes back to the workloads where they were."""
+        saved = [View()]
+        model = self.model
+
+        def enter() -> None:
+            rows = model.sorted_rows()
+            if model.focus is None and rows:
+                row = rows[min(screen.view.offset, len(rows) - 1)]
+                saved[0], screen.view = screen.view, View()
+                model.focus, model.focus_listing = (row.cgroup, row.cells[0]), None
+                self.read()
+
+        def back() -> None:
+            if model.focus is not None:
+                model.focus, model.focus_listing = None, None
+                screen.view = saved[0]
+
+        curses = screen.curses
+        screen.extra_keys.update({key: enter for key in (10, 13, curses.KEY_ENTER)})
+        screen.extra_keys.update({key: back for key in (27, 8, 127, curses.KEY_BACKSPACE, ord("b"))})
+
     def read(self) -> None:
         focus = self.model.focus
         if focus is None:
@@ -162,12 +185,7 @@ def _run_screen(sampler: Sampler, judged: _Judged, screen: Screen, interval_s: f
     schedule = _KeyedSchedule(interval_s, warner, wait_key).install_signals()
 
     focus = _Focus(sampler, judged.model)
-
-    def opened() -> None:
-        focus.read()
-        screen.draw()
-
-    screen.on_open = opened
+    focus.keys(screen)
 
     def show(records: List[Sampled]) -> None:
         judged.update(records)

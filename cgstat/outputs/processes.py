@@ -10,7 +10,7 @@ and ends each workload with its trees' totals; sizes in docker's units (units.by
 
 from __future__ import annotations
 
-from typing import Any, Dict, Iterable, List, Tuple
+from typing import Any, Dict, Iterable, List, Optional, Tuple
 
 from cgstat.outputs.table import csv_cell, percent, render_table, text_width
 from cgstat.text import dumps_record, escape_controls
@@ -128,3 +128,22 @@ def screen_lines(name: str, listing: Dict[str, Any]) -> Tuple[str, List[str], Li
                 bytes_size(g["rss_bytes"]), bytes_size(g["pss_bytes"]), bytes_size(g["uss_bytes"]),
                 bytes_size(g["gpu_memory_bytes"]) if g["gpu_memory_bytes"] is not None else "--"))
     return lines[0], lines[1:], totals
+
+
+def focus_screen(title: str, name: str, listing: Optional[Dict[str, Any]], height: int, offset: int,
+                 shift: int) -> Tuple[List[Tuple[str, str]], int]:
+    """`cgstat top`'s processes screen, `height` lines of (text, "header"/"normal"/"dim"):
+    the title, the table from `offset` down and `shift` columns to the right (the arrows),
+    the trees' totals, the keys; and the offset used (clamped)."""
+    header, body, totals = (screen_lines(name, listing) if listing is not None
+                            else ("", ["reading its processes..."], []))
+    foot = "q quit | Esc or b: back to the workloads | arrows scroll"
+    if height <= 2:
+        return [(title, "header"), (foot, "header")][:max(0, height)], 0
+    totals = totals[:3]
+    avail = max(0, height - 3 - len(totals))
+    offset = max(0, min(offset, max(0, len(body) - avail)))
+    lines = [(title, "header"), (header[shift:], "header")] + [(b[shift:], "normal")
+                                                             for b in body[offset:offset + avail]]
+    lines += [("", "normal")] * (height - 1 - len(totals) - len(lines)) + [(t, "dim") for t in totals]
+    return (lines + [(foot, "header")])[:height], offset

@@ -192,6 +192,7 @@ def log_line(e: EventRecord) -> str:
 # -- layout (pure: tested without a terminal) ------------------------------------------------
 
 NORMAL, HEADER, WARNING, CRITICAL, DIM = range(5)
+_KINDS = {"header": HEADER, "dim": DIM}  # outputs/processes.focus_screen's line kinds
 
 
 def clip(text: str, columns: int) -> str:
@@ -257,8 +258,14 @@ def compose(model: Model, height: int, width: int, interval_s: float, view: Opti
     cols = width - 1  # the bottom-right cell can't be written; keep every line off the last column
     if height <= 0 or cols <= 0:
         return [], View()
-    if model.focus is not None:
-        return _compose_focus(model, height, cols, interval_s, view or View())
+    view = view or View()
+    if model.focus is not None:  # Enter opened a workload's processes (app/top.py), in a tree
+        from cgstat.outputs.processes import focus_screen
+
+        title = "%s - processes of %s" % (model.title(interval_s).split(" - sort:")[0], model.focus[1])
+        kinds, at = focus_screen(title, model.focus[1], model.focus_listing, height, view.offset, view.skip * 4)
+        return [(clip(escape_controls(text), cols), _KINDS.get(kind, NORMAL)) for text, kind in kinds], \
+            View(at, view.skip)
     rows = model.sorted_rows()
     table, skip = screen_table(rows, cols, view.skip if view is not None else 0, ellipsis)
     header, body = table[0], table[1:]
@@ -297,28 +304,6 @@ def compose(model: Model, height: int, width: int, interval_s: float, view: Opti
             + [(foot_text, HEADER)]
     # every line escaped once more here (escaping is idempotent): nothing raw reaches the screen
     return [(clip(escape_controls(text), cols), style) for text, style in lines], View(offset, skip)
-
-
-def _compose_focus(model: Model, height: int, cols: int, interval_s: float,
-                   view: View) -> Tuple[List[Tuple[str, int]], View]:
-    """The processes screen (outputs/processes.screen_lines): a workload's processes as a
-    tree, its trees' totals under it; the arrows scroll, Esc goes back."""
-    from cgstat.outputs.processes import screen_lines
-
-    assert model.focus is not None
-    name = model.focus[1]
-    title = "%s - processes of %s" % (model.title(interval_s).split(" - sort:")[0], name)
-    header, body, totals = (screen_lines(name, model.focus_listing) if model.focus_listing is not None
-                            else ("", ["reading its processes..."], []))
-    foot = "q quit | Esc or b: back to the workloads | arrows scroll"
-    avail = max(0, height - 3 - len(totals[:3]))
-    offset = max(0, min(view.offset, max(0, len(body) - avail)))
-    shift = view.skip * 4  # the right arrow scrolls the wide table 4 columns a step
-    table = [(header[shift:], HEADER)] + [(b[shift:], NORMAL) for b in body[offset:offset + avail]]
-    lines = [(title, HEADER)] + table
-    lines += [("", NORMAL)] * (height - 1 - len(totals[:3]) - len(lines)) + [(t, DIM) for t in totals[:3]]
-    lines = (lines + [(foot, HEADER)])[:height] if height > 2 else [(title, HEADER), (foot, HEADER)][:height]
-    return [(clip(escape_controls(text), cols), style) for text, style in lines], View(offset, view.skip)
 
 
 def plain_frame(model: Model, interval_s: float) -> str:
@@ -388,8 +373,6 @@ class Screen:
         self.scroll = _scroll_keys()
         self.saved_env: Dict[str, str] = {}
         self.extra_keys: Dict[int, Callable[[], None]] = {}  # keys of a run mode's own, before the others
-        self.on_open: Optional[Callable[[], None]] = None  # Enter opened a workload's processes (app/top.py)
-        self.saved_view = View()  # the workloads' scroll position while a workload's processes are shown
 
     def start(self) -> None:
         curses = self.curses
@@ -495,16 +478,6 @@ class Screen:
             return
         if key in self.extra_keys:
             self.extra_keys[key]()
-        elif self.model.focus is not None and key in (27, 8, 127, curses.KEY_BACKSPACE, ord("b")):
-            self.model.focus, self.model.focus_listing = None, None  # back to the workloads
-            self.view = self.saved_view
-        elif self.model.focus is None and key in (10, 13, curses.KEY_ENTER) and self.on_open is not None:
-            workloads = self.model.sorted_rows()
-            if workloads:  # the row at the top of the screen: scroll to bring the one wanted there
-                row = workloads[min(self.view.offset, len(workloads) - 1)]
-                self.saved_view, self.view = self.view, View()
-                self.model.focus, self.model.focus_listing = (row.cgroup, row.cells[0]), None
-                self.on_open()
         elif key == curses.KEY_RESIZE:
             try:
                 curses.update_lines_cols()

@@ -51,7 +51,7 @@ class _Known:
     """What is kept of one process between ticks (slots: thousands of them)."""
 
     __slots__ = ("start_ticks", "cpu_ticks", "at", "name", "status", "cmdline", "memory", "memory_at",
-                 "fds", "errors")
+                 "memory_got_at", "fds", "errors")
 
     def __init__(self, start_ticks: int, name: str):
         self.start_ticks = start_ticks
@@ -61,7 +61,8 @@ class _Known:
         self.status: Optional[Status] = None
         self.cmdline: Optional[str] = None
         self.memory: Optional[Memory] = None
-        self.memory_at: Optional[float] = None
+        self.memory_at: Optional[float] = None  # when smaps was last asked
+        self.memory_got_at: Optional[float] = None  # when `memory` was read
         self.fds: Optional[int] = None
         self.errors: Dict[str, Tuple[str, str]] = {}  # source -> (error, detail)
 
@@ -87,11 +88,14 @@ class ProcessWatcher:
         self.clock = clock
         self._known: Dict[int, _Known] = {}
         self._seen: Dict[int, _Known] = {}
+        self._rows: Dict[int, Optional[Dict[str, Any]]] = {}
         self._spent = 0.0
         self._hidepid = hidepid(fs)
 
     def begin_tick(self) -> None:
         self._seen = {}
+        # this tick's rows: a pod and its containers, --all's slices list the same processes
+        self._rows = {}
         self._spent = 0.0
 
     def end_tick(self) -> None:
@@ -109,8 +113,13 @@ class ProcessWatcher:
             return Listing([], [], 0, False, {"source": "cgroup.procs", "error": exc.code, "detail": exc.detail})
         gpus = _gpu_by_pid(gpu)
         rows: List[Dict[str, Any]] = []
+        made = self._rows
         for pid in pids:
-            row = self._one(pid, gpus, memory)
+            if pid in made:
+                row = made[pid]
+                row = dict(row) if row is not None else None  # tree() sets depth and group per workload
+            else:
+                row = made[pid] = self._one(pid, gpus, memory)
             if row is not None:
                 rows.append(row)
         processes, groups = tree(rows)
@@ -147,21 +156,24 @@ class ProcessWatcher:
             known.errors[exc.path.rsplit("/", 1)[-1]] = (exc.code, self._why(exc))
         if memory and stat.state != "Z" and self._due(known, now):
             started = time.monotonic()
+            known.memory_at = now  # asked: not again before it is due, whatever the answer
             try:
                 got = read_memory(fs, pid)
-                known.memory, known.memory_at = got, now
+                known.memory, known.memory_got_at = got, now
                 known.errors.pop("smaps_rollup", None)
                 if got is None:
                     known.errors["smaps_rollup"] = ("missing", "no memory of its own (a kernel thread)")
+            except Gone:
+                return None
+            except ReadError as exc:
+                known.errors["smaps_rollup"] = (exc.code, self._why(exc))
+            try:
                 known.fds = count_fds(fs, pid)
                 known.errors.pop("fd", None)
             except Gone:
                 return None
             except ReadError as exc:
-                source = "fd" if exc.path.endswith("/fd") else "smaps_rollup"
-                known.errors[source] = (exc.code, self._why(exc))
-                if source == "smaps_rollup":
-                    known.memory_at = now  # asked: not again before it is due
+                known.errors["fd"] = (exc.code, self._why(exc))
             self._spent += time.monotonic() - started
         cpu_percent = None
         if known.cpu_ticks is not None and now > known.at and stat.cpu_ticks >= known.cpu_ticks:
@@ -193,7 +205,7 @@ class ProcessWatcher:
             "pss_bytes": mem.pss_bytes if mem is not None else None,
             "uss_bytes": mem.uss_bytes if mem is not None else None,
             "swap_bytes": mem.swap_bytes if mem is not None else None,
-            "memory_age_s": None if mem is None or known.memory_at is None else round(now - known.memory_at, 3),
+            "memory_age_s": None if mem is None or known.memory_got_at is None else round(now - known.memory_got_at, 3),
             "fds": known.fds,
             "gpu_memory_bytes": gpu_memory,
             "gpu_sm_percent": gpu_sm,

@@ -15,6 +15,7 @@ import pytest
 from tests.helpers import nvmldouble as D
 from tests.helpers import realcg as R
 from tests.helpers.contract import ROOT
+from tests.live.test_not_root import open_tmp  # noqa: F401 (a fixture: a copy of cgstat other users may read)
 
 MIB = 1 << 20
 GIB = 1 << 30
@@ -87,7 +88,8 @@ def test_dataloader_workers_rss_is_the_parents_and_pss_sums_to_the_cgroup(datalo
         assert w["rss_bytes"] > 0.8 * parent["rss_bytes"], (w, parent)
         assert w["uss_bytes"] > 150 * MIB  # it copied what it walked: its own pages now
     pss_sum = sum(p["pss_bytes"] for p in rows.values())
-    print("PSS sum %d, RSS sum %d, cgroup anon + file-mapped %d" % (pss_sum, sum(p["rss_bytes"] for p in rows.values()), charged))
+    print("PSS sum %d, RSS sum %d, cgroup anon + file-mapped %d"
+          % (pss_sum, sum(p["rss_bytes"] for p in rows.values()), charged))
     assert abs(pss_sum - charged) <= 0.10 * charged, (pss_sum, charged)
     rss_sum = sum(p["rss_bytes"] for p in rows.values())
     assert rss_sum > pss_sum  # RSS counts the shared pages once per process
@@ -213,3 +215,24 @@ def test_top_opens_a_workloads_processes_and_goes_back(make_group, tmp_path):
         assert tm.rc() == 0
     finally:
         tm.close()
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("setpriv"), reason="needs root to drop to another user")
+def test_another_users_processes_say_why_their_memory_is_null(make_group, open_tmp):
+    """As user 65534: a root process's stat is readable, its smaps_rollup and fd folder are not
+    (PTRACE_MODE_READ): RSS from stat, PSS/USS/fds null with permission_denied, no traceback."""
+    from tests.live.test_not_root import DROP, _as_nobody
+
+    g = make_group()
+    sleeper = g.start(["sleep", "1000"], stdout=subprocess.DEVNULL)
+    env, python = _as_nobody(open_tmp)
+    proc = subprocess.run(DROP + [python, "-m", "cgstat", "procs", "--all", g.cgroup, "--format", "jsonl",
+                                  "--window", "0"], capture_output=True, cwd=str(open_tmp), timeout=120, env=env)
+    assert proc.returncode == 0, proc.stderr
+    assert b"Traceback" not in proc.stderr
+    (row,) = json.loads(proc.stdout)["processes"]["processes"]
+    assert row["pid"] == sleeper.pid and row["name"] == "sleep" and row["rss_bytes"] > 0
+    assert row["pss_bytes"] is None and row["uss_bytes"] is None and row["fds"] is None
+    errors = {e["source"]: e for e in row["errors"]}
+    assert errors["smaps_rollup"]["error"] == errors["fd"]["error"] == "permission_denied"
+    assert "another user's process" in errors["smaps_rollup"]["detail"]

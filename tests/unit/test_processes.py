@@ -321,3 +321,25 @@ def test_otlp_process_metrics_only_when_the_procs_group_is_asked_for():
     assert sorted((p["attributes"][0]["value"]["intValue"], p["asInt"]) for p in points) == [("100", "200"),
                                                                                              ("101", "199")]
     assert "process.cpu.time" in got and "process.memory.usage" in got
+
+
+def test_a_process_in_nested_workloads_is_read_once_a_tick(tmp_path, monkeypatch):
+    from cgstat.pipeline import processes as model
+
+    root = str(tmp_path)
+    synth.v2_host(root)
+    proc(root, 70, "app")
+    proc(root, 71, "helper", ppid=70)
+    pod = cgroup(root, "/pod", [])
+    cgroup(root, "/pod/app", [70, 71])  # --all: the pod's record and its container's list both
+    reads = []
+    real = model.read_stat
+    monkeypatch.setattr(model, "read_stat", lambda fs, pid: reads.append(pid) or real(fs, pid))
+    w = ProcessWatcher(HostFS(root))
+    w.begin_tick()
+    outer = w.read(pod)
+    inner = w.read(os.path.join(pod, "app"))
+    w.end_tick()
+    assert sorted(reads) == [70, 71]
+    assert [p["pid"] for p in outer.processes] == [p["pid"] for p in inner.processes] == [70, 71]
+    assert outer.groups[0]["pss_bytes"] == inner.groups[0]["pss_bytes"] == 2000 * 1024
