@@ -11,6 +11,7 @@ from cgstat import sdnotify
 from cgstat.kernel.kmsg import started_usec
 from cgstat.outputs.sink import NO_INFO, ReaderGone, Sink, SinkError, TickInfo
 from cgstat.events.gpuheld import DEFAULT_MEMORY_BYTES, DEFAULT_WINDOW_S
+from cgstat.gpu.beside import deadline_s as gpu_deadline_s
 from cgstat.pipeline.schedule import Schedule, watchdog_heartbeat_s
 
 if TYPE_CHECKING:  # the exporter and events are imported by the runs that use them
@@ -142,7 +143,7 @@ def run_stream(sampler: Sampler, sinks: Sequence[Sink], interval_s: float, count
             place = None
         sampler.watch_memory_events()
     sampler.track_exits()  # an exit record in the tick after a cgroup goes
-    sampler.gpu_deadline(interval_s / 2)  # a hung NVML call holds no cgroup record (gpu/beside.py)
+    sampler.gpu_deadline(gpu_deadline_s(interval_s))  # a hung NVML call holds no cgroup record
     ended = False
     try:
         sampler.warm_up()  # the first batch, one interval later, has rates

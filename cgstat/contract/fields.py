@@ -637,6 +637,13 @@ GPU_RECORD: Tuple[Field, ...] = (
     _f("gpu.last_xid", "int?", "the code of the last of them", minimum=0),
     _f("gpu.recent_xids", "array", "the XID codes that arrived since the previous reading, oldest first"),
     _f("gpu.recent_xids[]", "int", minimum=0),
+    _f("gpu.recent_xid_instances", "array", "the MIG instance each of recent_xids names, where the event names "
+                                            "one (not on MIG: none), oldest first",
+       nvml="nvmlEventData_t gpuInstanceId, computeInstanceId"),
+    _f("gpu.recent_xid_instances[]", "object"),
+    _f("gpu.recent_xid_instances[].xid", "int", minimum=0),
+    _f("gpu.recent_xid_instances[].gpu_instance_id", "int", minimum=0),
+    _f("gpu.recent_xid_instances[].compute_instance_id", "int?", minimum=0),
     _f("gpu.compute_mode", "enum", "read every 10 s", nvml="nvmlDeviceGetComputeMode",
        enum=["default", "exclusive_thread", "prohibited", "exclusive_process", None]),
     _f("gpu.persistence_mode", "bool?", "read every 10 s", nvml="nvmlDeviceGetPersistenceMode"),

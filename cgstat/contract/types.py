@@ -333,6 +333,12 @@ class GpuRetiredPages(TypedDict):
     pending: Optional[bool]
 
 
+class GpuRecentXidInstances(TypedDict):
+    xid: int
+    gpu_instance_id: int
+    compute_instance_id: Optional[int]
+
+
 class GpuGpm(TypedDict):
     graphics_activity_percent: Optional[float]
     sm_activity_percent: Optional[float]
@@ -383,6 +389,7 @@ class GpuFigures(TypedDict):
     xid_errors_total: Optional[int]
     last_xid: Optional[int]
     recent_xids: List[int]
+    recent_xid_instances: List[GpuRecentXidInstances]
     compute_mode: Optional[str]
     persistence_mode: Optional[bool]
     pci_bus_id: Optional[str]

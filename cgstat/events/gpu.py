@@ -34,6 +34,9 @@ HARDWARE_REASONS = ("hw_slowdown", "hw_thermal_slowdown", "hw_power_brake_slowdo
 _GPU, _PROCESSES, _TS = G.GPU[0], G.PROCESSES[0], G.TS[0]
 _INDEX, _UUID, _PARENT, _PCI = G.GPU_INDEX[-1], G.GPU_UUID[-1], G.GPU_PARENT_UUID[-1], G.GPU_PCI_BUS_ID[-1]
 _XIDS, _REASONS = G.GPU_RECENT_XIDS[-1], G.GPU_CLOCKS_EVENT_REASONS[-1]
+_XID_AT, _AT_XID = G.GPU_RECENT_XID_INSTANCES[-1], G.GPU_RECENT_XID_INSTANCES_ITEM_XID[-1]
+_AT_GI, _AT_CI = G.GPU_RECENT_XID_INSTANCES_ITEM_GPU_INSTANCE_ID[-1], G.GPU_RECENT_XID_INSTANCES_ITEM_COMPUTE_INSTANCE_ID[-1]
+_GI = G.GPU_GPU_INSTANCE_ID[-1]
 _SM_MHZ, _SM_MAX_MHZ, _TEMPERATURE = G.GPU_SM_CLOCK_MHZ[-1], G.GPU_SM_CLOCK_MAX_MHZ[-1], G.GPU_TEMPERATURE_CELSIUS[-1]
 _POWER, _POWER_LIMIT = G.GPU_POWER_WATTS[-1], G.GPU_POWER_LIMIT_WATTS[-1]
 _P_PID, _P_NAME, _P_CGROUP, _P_CONTAINER = (G.PROCESSES_ITEM_PID[-1], G.PROCESSES_ITEM_NAME[-1],
@@ -291,6 +294,26 @@ def _processes_by_gpu(gpu_records: List[Mapping[str, Any]]) -> Dict[str, List[Ma
     return on_gpu
 
 
+def _instance_of(g: Mapping[str, Any], code: int) -> Optional[Tuple[int, Optional[int]]]:
+    """(GPU instance, compute instance) the first XID `code` of this reading names (NVML's
+    event data on MIG), or None."""
+    for e in g.get(_XID_AT) or ():
+        if isinstance(e, dict) and e.get(_AT_XID) == code and _int(e.get(_AT_GI)) is not None:
+            return e[_AT_GI], _int(e.get(_AT_CI))
+    return None
+
+
+def _on_instance(gpu_records: List[Mapping[str, Any]], g: Mapping[str, Any], gi: int) -> List[Mapping[str, Any]]:
+    """The processes of the MIG devices of GPU `g` in GPU instance `gi`."""
+    parent = g.get(_UUID)
+    out: List[Mapping[str, Any]] = []
+    for r in gpu_records:
+        d = _gpu(r)
+        if d.get(_PARENT) is not None and d.get(_PARENT) == parent and d.get(_GI) == gi:
+            out.extend(p for p in r.get(_PROCESSES) or () if isinstance(p, dict))
+    return out
+
+
 def _devices(gpu_records: List[Mapping[str, Any]]) -> Dict[str, Mapping[str, Any]]:
     """Each GPU's record by its UUID or index (the first of several), its MIG devices' left
     out: one pass, not a search of the list per episode."""
@@ -330,7 +353,9 @@ class GpuXid(_DeviceRule):
                     continue
                 if on_gpu is None:
                     on_gpu = _processes_by_gpu(gpu_records)
-                self._raise_xid(r, g, code, count, on_gpu.get(_key(r), []), t, key, events)
+                at = _instance_of(g, code)
+                processes = on_gpu.get(_key(r), []) if at is None else _on_instance(gpu_records, g, at[0])
+                self._raise_xid(r, g, code, count, processes, t, key, events, at)
         devices: Optional[Dict[str, Mapping[str, Any]]] = None  # made for the first quiet episode
         for key in list(self.open):
             ep = self.open[key]
@@ -383,7 +408,7 @@ class GpuXid(_DeviceRule):
 
     def _raise_xid(self, r: Mapping[str, Any], g: Mapping[str, Any], code: int, count: int,
                    processes: List[Mapping[str, Any]], t: Optional[float], key: str,
-                   events: List[EventRecord]) -> None:
+                   events: List[EventRecord], at: Optional[Tuple[int, Optional[int]]] = None) -> None:
         m = meaning(code)
         cgroups: List[str] = []
         containers: List[Dict[str, Any]] = []
@@ -414,6 +439,9 @@ class GpuXid(_DeviceRule):
                     "count": count, "pids": sorted(set(pids)), "cgroups": cgroups,
                     "containers": [{"id": c.get(_C_ID), "name": c.get(_C_NAME)} for c in containers],
                     "pods": pods}
+        if at is not None:  # a MIG instance's: who was on that instance only
+            evidence["gpu_instance_id"], evidence["compute_instance_id"] = at
+            msg = msg.replace(" On the GPU: ", " On GPU instance %d: " % at[0], 1)
         one = len(cgroups) == 1
         ev = make_event(r, self.kind, m.severity, cap(msg), evidence, cgroup=cgroups[0] if one else None,
                         container=containers[0] if one and containers else None)

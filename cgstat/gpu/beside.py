@@ -1,5 +1,5 @@
 """The GPU read beside the tick: NVML read on a thread of its own, the tick waiting for it
-at most a deadline (the stream gives half its interval).
+at most a deadline (the stream gives half its interval, at least 0.25 s).
 
 NVML calls can block: DCGM #313 saw calls blocked over 45 s under ECC error storms,
 dcgm-exporter #227 scrape jitter, nvidia-container-toolkit #1053 an init of 24 s. On the
@@ -25,6 +25,15 @@ if TYPE_CHECKING:  # imported where used: a run without a driver never loads the
     from cgstat.gpu.sample import GpuReader, GpuSnapshot
 
 T = TypeVar("T")
+
+# The least a tick waits for the read, whatever the interval: below it a busy host's
+# scheduling alone (a 2-core machine at load 20) makes a healthy read of 8 GPUs late
+FLOOR_S = 0.25
+
+
+def deadline_s(interval_s: float) -> float:
+    """How long a tick of `interval_s` waits for its GPU read: half the interval, at least FLOOR_S."""
+    return max(interval_s / 2, FLOOR_S)
 
 
 class Beside(Generic[T]):

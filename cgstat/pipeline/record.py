@@ -290,6 +290,9 @@ def build_gpu(device: GpuDevice, processes: Iterable[Attributed], host: HostInfo
             "xid_errors_total": h.xid_errors_total, "last_xid": h.last_xid,
             "recent_xids": [] if snapshot is None or device.parent_uuid is not None else
             [x.code for x in snapshot.xids if x.gpu_index == device.index],
+            "recent_xid_instances": [] if snapshot is None or device.parent_uuid is not None else
+            [{"xid": x.code, "gpu_instance_id": x.gpu_instance_id, "compute_instance_id": x.compute_instance_id}
+             for x in snapshot.xids if x.gpu_index == device.index and x.gpu_instance_id is not None],
             "compute_mode": h.compute_mode, "persistence_mode": h.persistence_mode,
             "pci_bus_id": h.pci_bus_id, "serial": h.serial, "minor_number": h.minor_number,
             "driver_version": None if snapshot is None else snapshot.driver_version,

@@ -145,7 +145,8 @@ def test_gpu_lost_mid_stream(tmp_path, make_group):
     assert _failures(gpu0[0]) == [], [g["errors"] for g in gpu0]
     assert any(e["error"] == "gpu_lost" for e in gpu0[-1]["errors"])
     assert gpu0[-1]["gpu"]["utilization_percent"] is None
-    assert all(_failures(r) == [] for r in records if r["type"] == "gpu" and r["gpu"]["uuid"] == GPU1)
+    assert all(_failures(r) == [] for r in records if r["type"] == "gpu" and r["gpu"]["uuid"] == GPU1), \
+        [r["errors"] for r in records if r["type"] == "gpu"]
     mine = [r for r in records if r["type"] == "cgroup" and r["cgroup"] == g.cgroup]
     assert len(mine) == 8 and all(r["cpu"]["usage_seconds_total"] is not None for r in mine)
 

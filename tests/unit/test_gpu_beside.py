@@ -71,3 +71,9 @@ def test_the_late_count_is_a_self_metric():
     text = text.decode() if isinstance(text, bytes) else text
     assert "# TYPE cgstat_gpu_reads_late_total counter" in text
     assert "\ncgstat_gpu_reads_late_total 3\n" in text
+
+
+def test_the_stream_waits_half_its_interval_at_least_a_quarter_second():
+    from cgstat.gpu.beside import deadline_s
+
+    assert (deadline_s(1.0), deadline_s(30.0), deadline_s(0.2)) == (0.5, 15.0, 0.25)

@@ -100,3 +100,17 @@ def test_ecc_and_row_remapping_while_above_zero():
         [("resolved", "gpu_ecc_uncorrected"), ("resolved", "gpu_row_remap_failure")]]
     assert out[1][0]["severity"] == "critical" and out[1][1]["severity"] == "warning"
     assert out[4][0]["evidence"]["duration_s"] == 3.0
+
+
+def test_an_xid_of_a_mig_instance_names_who_is_on_that_instance():
+    """NVML's event names the GPU and compute instance (recent_xid_instances): the event
+    names the processes of that instance's MIG device, not the whole board's."""
+    m1, m2 = "MIG-ev1", "MIG-ev2"
+    parent = gpu_record(T0, U0, 0, recent_xids=[94], recent_xid_instances=[
+        {"xid": 94, "gpu_instance_id": 2, "compute_instance_id": 0}])
+    on1 = gpu_record(T0, m1, 0, [proc(10, "/docker/a", "a")], parent=U0, gpu_instance_id=1)
+    on2 = gpu_record(T0, m2, 0, [proc(20, "/docker/b", "b")], parent=U0, gpu_instance_id=2)
+    ((ev,),) = [[e for e in evs if e["kind"] == "gpu_xid"] for evs in run([[parent, on1, on2]])]
+    assert (ev["evidence"]["pids"], ev["evidence"]["gpu_instance_id"], ev["evidence"]["compute_instance_id"],
+            ev["cgroup"]) == ([20], 2, 0, "/docker/b")
+    assert "On GPU instance 2: container b" in ev["message"]
