@@ -32,7 +32,7 @@ _CHILD = r"""
 import json, sys, time
 from cgstat.gpu.energy import EnergyModel
 from cgstat.gpu.nvml import Gateway
-from cgstat.gpu.sample import GpuReader
+from cgstat.gpu.reading import GpuReader
 reads, warm = int(sys.argv[1]), int(sys.argv[2])
 tick = [0.0]
 gw = Gateway(clock=lambda: tick[0])  # a second a reading, as a 1 s stream's (GPM wants >= 100 ms)

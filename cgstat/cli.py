@@ -851,7 +851,7 @@ def once(
 
 
 def _sort(value: str) -> str:
-    from cgstat.outputs.top import sort_name
+    from cgstat.outputs.top_screen import sort_name
 
     try:
         return sort_name(value)

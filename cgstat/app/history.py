@@ -161,7 +161,7 @@ def top_at(store: str, at: str, sort: str, warn: Warn, match: Optional[Pattern[s
     import os
     import sys
 
-    from cgstat.outputs.top import Model, Screen, plain_frame
+    from cgstat.outputs.top_screen import Model, Screen, plain_frame
 
     with StoreReader(store, warn) as reader:
         tick = reader.at(when(at, "--at"))
@@ -223,7 +223,7 @@ def top_at(store: str, at: str, sort: str, warn: Warn, match: Optional[Pattern[s
 def _shown(event: JsonObject) -> bool:
     """Whether top can show an event read back (a store is input: one of another version
     or damaged in a way the checksums missed must not end the screen)."""
-    from cgstat.outputs.top import log_line
+    from cgstat.outputs.top_screen import log_line
 
     try:
         log_line(event)  # type: ignore[arg-type]

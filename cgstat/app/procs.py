@@ -9,8 +9,8 @@ from typing import TYPE_CHECKING, Any, Dict, List, Optional
 
 from cgstat.app.story import matches
 from cgstat.errors import CgstatError
-from cgstat.contract.workload import display_name
-from cgstat.outputs import processes as view
+from cgstat.contract.display import display_name
+from cgstat.outputs import process_table as view
 from cgstat.pipeline.processes import Options, ProcessWatcher, folder_of, listing_object
 from cgstat.timestamps import rfc3339
 

@@ -6,7 +6,7 @@ each life of a matching cgroup (a path made again after its exit record is a new
 gathered into a Life: first and last seen, limits and their changes, the kernel's peaks and
 counts next to the sampled figures, CPU and throttling, pressure and throttling episodes,
 GPU held and busy, IO, its events and its exit record. Several lives matching are listed,
-not guessed (StoryError with the list). outputs/story.py tells a Life as text or JSON.
+not guessed (StoryError with the list). cgstat/outputs/story_text.py tells a Life as text or JSON.
 Reads no kernel file: records only.
 """
 
@@ -18,8 +18,8 @@ from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Tupl
 import orjson
 
 from cgstat.errors import CgstatError
-from cgstat.contract.workload import workload_name
-from cgstat.pipeline.record import number_at, value_at
+from cgstat.contract.display import workload_name
+from cgstat.pipeline.build import number_at, value_at
 from cgstat.timestamps import parse_ts
 
 Warn = Callable[[str, str], None]
@@ -256,7 +256,7 @@ def _ending(life: Life) -> Dict[str, Any]:
 
 def summary(life: Life) -> Dict[str, Any]:
     """Everything told of a life, as plain figures (times as the records have them, RFC
-    3339 UTC): what `--format json` prints and what outputs/story.py phrases."""
+    3339 UTC): what `--format json` prints and what cgstat/outputs/story_text.py phrases."""
     kind, name = life.name
     first, last = parse_ts(life.first), parse_ts(life.last)
     seen = None if first is None or last is None else last - first
@@ -422,7 +422,7 @@ def story(workload: str, store: str, file: Optional[str], since: Optional[str], 
     import sys
 
     from cgstat.outputs.clock import Clock
-    from cgstat.outputs.story import story_json, story_text
+    from cgstat.outputs.story_text import story_json, story_text
 
     clock = Clock(utc)
     source = file_lines(file) if file else store_lines(store, since, until, warn)

@@ -1,4 +1,4 @@
-"""`cgstat top`: the run loop of the live table (outputs/top.py draws it): the warm-up,
+"""`cgstat top`: the run loop of the live table (cgstat/outputs/top_screen.py draws it): the warm-up,
 the first screen after min(interval, 0.5 s), then a screen per slot of the one Schedule,
 waiting for keys between them; plain tables every tick when stdout is no terminal."""
 
@@ -10,7 +10,7 @@ import time
 from typing import TYPE_CHECKING, Any, Callable, List, Optional
 
 from cgstat.outputs.jsonl import ReaderGone, SinkError, StdoutSink
-from cgstat.outputs.top import Model, Screen, View, ViewLog, plain_frame
+from cgstat.outputs.top_screen import Model, Screen, View, ViewLog, plain_frame
 from cgstat.events import EventDetector, Thresholds
 from cgstat.pipeline.processes import Listing, ProcessWatcher, folder_of, listing_object
 from cgstat.pipeline.schedule import Schedule

@@ -2,7 +2,7 @@
 
 Made from the field table (cgstat/contract/fields.py) by cgstat/contract/schema.py: do not edit, run
 `python -m cgstat.contract.schema --write`. `Cgroup.MEMORY_LIMIT_BYTES` is ("memory", "limit_bytes"),
-read as `value_at(record, *Cgroup.MEMORY_LIMIT_BYTES)` (pipeline/record.py); a name the table
+read as `value_at(record, *Cgroup.MEMORY_LIMIT_BYTES)` (cgstat/pipeline/build.py); a name the table
 does not have fails `mypy cgstat`. A field inside an array's items (`io.devices[].device`)
 is named with ITEM and holds the keys below the item: `Cgroup.IO_DEVICES_ITEM_DEVICE` is
 ("device",). A reader that holds an object already takes the last key

@@ -19,7 +19,7 @@ from cgstat.timestamps import parse_ts
 
 if TYPE_CHECKING:
     from cgstat.contract.types import EventRecord, JsonObject
-    from cgstat.naming.kills import LateCount, NamedKill
+    from cgstat.naming.oom_victims import LateCount, NamedKill
 
     Kills = Union[None, List[NamedKill], Callable[[], List[NamedKill]]]
     Late = Union[None, List[LateCount], Callable[[], List[LateCount]]]

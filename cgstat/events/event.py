@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Tuple, TypeVar
 
-from cgstat.contract.workload import workload_name
+from cgstat.contract.display import workload_name
 
 if TYPE_CHECKING:  # the record types are for the type checker only
     from cgstat.contract.types import EventRecord

@@ -18,7 +18,7 @@ from cgstat.gpu.xid import meaning
 from cgstat.kernel.xid_report import XidReport, same_pci_device
 from cgstat.events.event import Episode, cap, duration, make_event
 from cgstat.events.gpuheld import Holding, holdings
-from cgstat.pipeline.record import number_at
+from cgstat.pipeline.build import number_at
 from cgstat.units import mib
 from cgstat.events.thresholds import Thresholds
 from cgstat.timestamps import parse_ts

@@ -1,5 +1,5 @@
 """The oom_kill events of a tick: one per process the kernel killed, from the kernel log's
-reports (naming/kills.py) and the cgroups' OOM-kill counters together.
+reports (cgstat/naming/oom_victims.py) and the cgroups' OOM-kill counters together.
 
 Two witnesses of the same kill: the log (process, PID, limit and usage at the kill, also
 for a cgroup gone before any tick read it) and the counter (`memory.events` oom_kill on
@@ -25,7 +25,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Dict, List, Mapping, NamedTuple, Optional
 
 from cgstat.kernel.kmsg_record import wall_seconds
-from cgstat.naming.kills import NamedKill
+from cgstat.naming.oom_victims import NamedKill
 from cgstat.events.event import cap, deepest_only, make_event, who
 from cgstat.events.window import WindowSample
 from cgstat.timestamps import rfc3339

@@ -27,7 +27,7 @@ from cgstat.events.gpu import GPU_RULES, GpuRule
 from cgstat.events.kills import Rise
 from cgstat.events.thresholds import Thresholds
 from cgstat.events.window import fit_line
-from cgstat.pipeline.record import number_at
+from cgstat.pipeline.build import number_at
 from cgstat.units import mib
 
 if TYPE_CHECKING:  # the record types are for the type checker only

@@ -27,7 +27,7 @@ from cgstat.timestamps import rfc3339
 
 if TYPE_CHECKING:
     from cgstat.kernel.xid_report import XidReport
-    from cgstat.naming.kills import NamedKill
+    from cgstat.naming.oom_victims import NamedKill
     from cgstat.contract.types import EventRecord
 
 

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Callable, Generic, List, Optional, Tuple, Type
 
 if TYPE_CHECKING:  # imported where used: a run without a driver never loads the GPU readers
     from cgstat.gpu.nvml import Gateway
-    from cgstat.gpu.sample import GpuReader, GpuSnapshot
+    from cgstat.gpu.reading import GpuReader, GpuSnapshot
 
 T = TypeVar("T")
 
@@ -146,7 +146,7 @@ class GpuReads:
         if self.deadline_s is None:  # pragma: no cover - a deadline is not taken back
             return self._reading()
         if self._beside is None:
-            from cgstat.gpu.sample import carry_xids, late_snapshot
+            from cgstat.gpu.reading import carry_xids, late_snapshot
 
             self._beside = Beside(self._reading, lambda running_s: late_snapshot(self._last, running_s),
                                   carry_xids, self._warn)
@@ -157,7 +157,7 @@ class GpuReads:
 
     def _reading(self) -> GpuSnapshot:
         if self._reader is None:
-            from cgstat.gpu.sample import GpuReader
+            from cgstat.gpu.reading import GpuReader
 
             self._reader = GpuReader(self.gateway)
         return self._reader.read()

@@ -24,7 +24,7 @@ from itertools import groupby
 from operator import add, attrgetter
 from typing import Dict, Iterable, List, NamedTuple, Optional, Sequence, Tuple
 
-from cgstat.gpu.sample import GpuProcess, GpuSnapshot
+from cgstat.gpu.reading import GpuProcess, GpuSnapshot
 
 _GPU_INDEX, _UUID, _PID = attrgetter("gpu_index"), attrgetter("gpu_uuid"), attrgetter("pid")
 _TYPE, _SM = attrgetter("type"), attrgetter("sm_percent")

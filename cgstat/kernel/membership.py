@@ -29,7 +29,7 @@ if TYPE_CHECKING:  # the record types are for the type checker only
 @dataclass(frozen=True)
 class Owner:
     """Who a process is, as the naming stage finds it (naming/workload.py) for the GPU join
-    (gpu/join.py): here, below both, as neither layer imports the other."""
+    (cgstat/gpu/attribution.py): here, below both, as neither layer imports the other."""
 
     name: Optional[str]  # /proc/<pid>/comm
     cgroup: Optional[str]  # its cgroup path as records name cgroups, null when unattributed

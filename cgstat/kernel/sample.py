@@ -2,7 +2,7 @@
 
 Immutable, no rates: rates are derived from two samples (pipeline/rates.py). `None` means
 unknown or unsupported, and `errors` says why: `Problem`s, which the record builder
-(pipeline/record.py) writes field by field as {"source", "error", "detail"} objects. The
+(cgstat/pipeline/build.py) writes field by field as {"source", "error", "detail"} objects. The
 per-tick shapes are NamedTuples (a tick builds ~9 per cgroup; bench/README.md says why not
 frozen dataclasses): read them by attribute only. Reads no file (kernel/cgroups.py does).
 """

@@ -5,7 +5,7 @@ Everything a record says about a workload's identity comes from here: what its p
 the runtimes' state says (naming/runtimes/: names, images, labels, pods, sandboxes),
 block device names (naming/devices.py), and, for a PID, which cgroup and container it is
 in (naming/pids.py). This is the only stage that reads runtime state; the record builder
-(pipeline/record.py) reads nothing.
+(cgstat/pipeline/build.py) reads nothing.
 
 Reads, through the modules above: runtime state files and the Docker socket, kubelet log
 folders, /proc/<pid>/comm of pod members (pause detection), /proc/<pid>/cgroup and

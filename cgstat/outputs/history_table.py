@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Iterable, Iterator, List, Optional, cast
 
-from cgstat.contract.workload import display_name
+from cgstat.contract.display import display_name
 from cgstat.outputs.clock import Clock, duration
 from cgstat.outputs.jsonl import FileSink, JsonLinesSink, StdoutSink
 from cgstat.outputs.table import TABLE_HEADER, render_table, table_row

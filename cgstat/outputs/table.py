@@ -30,10 +30,10 @@ import unicodedata
 from typing import TYPE_CHECKING, Any, Iterable, Iterator, List, Optional, Sequence, cast
 
 from cgstat.contract import fields
-from cgstat.contract import workload as names
+from cgstat.contract import display as names
 from cgstat.contract.keys import Cgroup
 from cgstat.outputs.jsonl import FileSink, StdoutSink
-from cgstat.pipeline.record import number_at, value_at
+from cgstat.pipeline.build import number_at, value_at
 from cgstat.text import escape_controls
 from cgstat.units import bytes_size, human_size
 

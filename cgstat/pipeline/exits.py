@@ -79,7 +79,7 @@ class ExitLedger:
         row[_CONTAINER], row[_POD], row[_UNIT] = r.get("container"), r.get("pod"), r.get("unit")
         row[_HOST] = self.host = r.get("host")
         row[_PATHS] = r.get("paths")
-        # the record's objects read once each (a record is built by pipeline/record.py: its
+        # the record's objects read once each (a record is built by cgstat/pipeline/build.py: its
         # objects are dicts, or null where a controller is missing)
         cpu, mem, io, net = (r.get(_CPU_OBJ) or _NONE, r.get(_MEM_OBJ) or _NONE, r.get(_IO_OBJ) or _NONE,
                              r.get(_NET_OBJ) or _NONE)

@@ -1,4 +1,4 @@
-"""The GPU side of a tick: NVML's reading with who each GPU process is (gpu/join.py), the
+"""The GPU side of a tick: NVML's reading with who each GPU process is (cgstat/gpu/attribution.py), the
 energy model's shares, and the `type: "gpu"` records made of them.
 
 Only on the live kernel (a recorded tree's processes aren't NVML's); nothing of cgstat/gpu
@@ -16,13 +16,13 @@ from typing import TYPE_CHECKING, Any, Callable, Dict, Iterator, List, Optional,
 from cgstat.gpu.beside import GpuReads
 from cgstat.naming.paths import PathInfo
 from cgstat.naming.workload import Namer
-from cgstat.pipeline.record import build_gpu
+from cgstat.pipeline.build import build_gpu
 
 if TYPE_CHECKING:
     from cgstat.gpu.energy import EnergyModel
-    from cgstat.gpu.join import Attributed
+    from cgstat.gpu.attribution import Attributed
     from cgstat.gpu.nvml import Gateway
-    from cgstat.gpu.sample import GpuDevice, GpuSnapshot
+    from cgstat.gpu.reading import GpuDevice, GpuSnapshot
     from cgstat.kernel.host import HostInfo
     from cgstat.contract.types import GpuRecord
 
@@ -50,7 +50,7 @@ class GpuStage:
         if snapshot is None:
             self._say_once(f"gpu-off:{gateway.reason}", f"GPU metrics off: {gateway.reason}")
             return None, (), now
-        from cgstat.gpu.join import attribute
+        from cgstat.gpu.attribution import attribute
 
         if self.energy is None:
             from cgstat.gpu.energy import EnergyModel

@@ -16,7 +16,7 @@ be read for another reason (not root: another user's smaps_rollup and fd folder;
 mount) keeps what could be read, the rest null, with the reason in its `errors`.
 
 GPU memory and SM % per process come from the GPU join's entries of the workload's record
-(`gpu.processes`, NVML's host PIDs already mapped to cgroups: gpu/join.py).
+(`gpu.processes`, NVML's host PIDs already mapped to cgroups: cgstat/gpu/attribution.py).
 """
 
 from __future__ import annotations
@@ -358,7 +358,7 @@ class TopProcesses:
         self.watcher.end_tick()
 
     def add(self, record: Any) -> None:
-        """Add `processes` to a cgroup or pod record (a dict, as pipeline/record.py builds it)."""
+        """Add `processes` to a cgroup or pod record (a dict, as cgstat/pipeline/build.py builds it)."""
         folder = folder_of(self.layout, record)
         if folder is None:
             listing = Listing([], [], 0, False, {"source": "cgroup.procs", "error": "gone",

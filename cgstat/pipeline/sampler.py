@@ -2,7 +2,7 @@
 build records (plain dicts, the objects that are streamed).
 
 Data flows one way: host files -> Sample (kernel/cgroups.py) -> Rates (pipeline/rates.py)
--> who each workload is (naming/) -> record (pipeline/record.py); sinks and views
+-> who each workload is (naming/) -> record (cgstat/pipeline/build.py); sinks and views
 (outputs/) only format the records. The sampler keeps between ticks what rates need (the
 previous Counters of each cgroup still present) and last tick's cgroups with what their
 paths say (classified again only when the tree changed). A tick reads one cgroup at a
@@ -11,7 +11,7 @@ time, as its record is made.
 `Sampler` is also the Python API (`cgstat.Sampler`): `tick()` returns the records of one
 tick (the first tick's rates are null), `records()` makes the same records one at a time,
 `close()` releases what it holds. After a tick's records, `kills` holds the OOM kills the
-kernel log reported since the tick before (kernel/kmsg.py), named (naming/kills.py), also
+kernel log reported since the tick before (kernel/kmsg.py), named (cgstat/naming/oom_victims.py), also
 those of cgroups the records don't show (`kills_outside_shown`): the log is read after the
 cgroups, so a kill counted in a record is in the same tick's log; `xids` the NVIDIA
 driver's XIDs it carried.
@@ -36,7 +36,7 @@ from cgstat.kernel.kmsg import KmsgFollower, KmsgUnavailable
 from cgstat.kernel.xid_report import XidReport
 from cgstat.kernel.sample import Sample
 from cgstat.kernel.tree import Cgroup
-from cgstat.naming.kills import KillNamer, LateCount, NamedKill
+from cgstat.naming.oom_victims import KillNamer, LateCount, NamedKill
 from cgstat.naming.paths import PathInfo, classify
 from cgstat.naming.runtimes.daemons import DaemonConfig
 from cgstat.naming.pids import pid_namespace_note
@@ -44,7 +44,7 @@ from cgstat.naming.workload import Namer, Workload
 from cgstat.diagnostics import Warner
 from cgstat.pipeline.rates import Counters, counters, derive
 from cgstat.pipeline.gpustage import GpuStage
-from cgstat.pipeline.record import build
+from cgstat.pipeline.build import build
 from cgstat.pipeline.select import Selected, Shown, compile_match, select, would_select
 from cgstat.text import quote
 from cgstat.timestamps import rfc3339
@@ -52,8 +52,8 @@ from cgstat.timestamps import rfc3339
 if TYPE_CHECKING:  # imported where used: a run without GPUs or network namespaces never loads them
     from cgstat.contract.types import GpuProcessUse, Sampled
     from cgstat.kernel.memevents import MemoryEventsWatcher
-    from cgstat.gpu.join import Attributed
-    from cgstat.gpu.sample import GpuSnapshot
+    from cgstat.gpu.attribution import Attributed
+    from cgstat.gpu.reading import GpuSnapshot
     from cgstat.kernel.netns import NetnsReader, NetworkResult, NetworkSample
     from cgstat.pipeline.exits import ExitLedger
     from cgstat.pipeline.processes import TopProcesses
@@ -351,7 +351,7 @@ class Sampler:
         energy: Dict[str, float] = {}
         made: Dict[int, Any] = {}  # this tick's GPU process entries and gpu objects (gpu/join.cgroup_gpu)
         if tick.gpu is not None:
-            from cgstat.gpu.join import by_subtree, cgroup_gpu
+            from cgstat.gpu.attribution import by_subtree, cgroup_gpu
 
             subtrees = by_subtree(tick.attributed)
             if self._gpus is not None and self._gpus.energy is not None and not tick.gpu.late:

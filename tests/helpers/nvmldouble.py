@@ -225,12 +225,12 @@ def run_reads(folder, steps: List[Dict[str, Any]], variant: Optional[str] = "ful
 def _main(plan_path: str) -> None:
     import dataclasses
 
-    import cgstat.gpu.sample  # noqa: F401
+    import cgstat.gpu.reading  # noqa: F401
     on_import = "pynvml" in sys.modules
     from cgstat.gpu import nvml
     from cgstat.gpu.energy import EnergyModel
     from cgstat.gpu.nvml import Gateway
-    from cgstat.gpu.sample import GpuReader
+    from cgstat.gpu.reading import GpuReader
 
     with open(plan_path) as f:
         plan = json.load(f)

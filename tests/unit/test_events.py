@@ -232,7 +232,7 @@ def test_vanished_cgroups_are_forgotten_and_memory_bounded():
 
 
 def test_messages_name_a_workload_as_every_view_does():
-    from cgstat.contract.workload import display_name
+    from cgstat.contract.display import display_name
 
     d = EventDetector(window_s=4)
     pod = rec(path="/kubepods/burstable/pod1234", ws=950 * MiB, limit=1000 * MiB, name=None, typ="pod")

@@ -17,7 +17,7 @@ from cgstat.kernel.kmsg import KmsgFollower
 from cgstat.kernel.kmsg_record import Record
 from cgstat.kernel.oom_report import OomReport
 from cgstat.kernel.xid_report import parse_xid, same_pci_device
-from cgstat.naming.kills import NamedKill
+from cgstat.naming.oom_victims import NamedKill
 from cgstat.events import EventDetector, judge_runs, state_extras
 from cgstat.events import rules as rules_mod
 from tests.helpers.contract import ROOT, run_cgstat, validate

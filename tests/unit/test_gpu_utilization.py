@@ -60,7 +60,7 @@ def test_marks_survive_json_and_refuse_garbage():
 _CRON = r"""
 import json, sys
 from cgstat.gpu.nvml import Gateway
-from cgstat.gpu.sample import GpuReader
+from cgstat.gpu.reading import GpuReader
 from tests.helpers import nvmldouble as D
 scenario_path, marks_path, now_us, text = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
 D.write_scenario(scenario_path, text)

@@ -85,7 +85,7 @@ def test_the_checker_finds_private_imports():
            "import cgstat.kernel.parse as p\n"
            "x = p._split(b'')\n"
            "from cgstat.outputs.table import display_name\n")
-    assert [what for _, what in private_imports("cgstat.outputs.top", src)] == [
+    assert [what for _, what in private_imports("cgstat.outputs.top_screen", src)] == [
         "cgstat.pipeline.schedule._Wake", "cgstat.outputs._helpers", "cgstat.kernel.parse._split"]
 
 

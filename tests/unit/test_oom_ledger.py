@@ -11,7 +11,7 @@ import pytest
 
 from cgstat.kernel.kmsg import KmsgFollower
 from cgstat.kernel.oom_report import OomReport
-from cgstat.naming.kills import NamedKill
+from cgstat.naming.oom_victims import NamedKill
 from cgstat.outputs.prometheus import exposition as prometheus
 from cgstat.outputs.prometheus import retention as prometheus_retention
 from cgstat.events import EventDetector, judge_runs, state_extras

@@ -129,7 +129,7 @@ def test_hostile_command_lines_and_names(tmp_path):
     assert "\n" not in rows[40]["cmdline"] and "\x1b" not in rows[40]["cmdline"]
     assert rows[41]["cmdline"].endswith("...") and len(rows[41]["cmdline"]) == kp.CMDLINE_BYTES + 3
     assert rows[42]["cmdline"] == ""
-    from cgstat.outputs import processes as view
+    from cgstat.outputs import process_table as view
 
     item = {"cgroup": "/job", "name": "job\x1b]0;x", "processes": listing_object(w.read(folder))}
     text = view.format_table([item])

@@ -109,7 +109,7 @@ def test_a_life_that_grew_for_hours_says_so_per_hour():
         lines.append(orjson.dumps(r))
     told = summary(gather(lines, "job.service")[0])
     from cgstat.outputs.clock import Clock
-    from cgstat.outputs.story import verdict
+    from cgstat.outputs.story_text import verdict
 
     told["ending"] = dict(told["ending"], how="oom_kill", at=rfc3339(H.T0 + 6 * 3600 + 7), limit_bytes=16 << 30)
     assert verdict(told, Clock(utc=True)).startswith(

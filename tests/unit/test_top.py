@@ -1,4 +1,4 @@
-"""`cgstat top` (cgstat/outputs/top.py draws, cgstat/app/top.py runs).
+"""`cgstat top` (cgstat/outputs/top_screen.py draws, cgstat/app/top.py runs).
 
 - Through a pipe on a recorded tree: plain periodic tables (a recorded tree gives the same
   sample every tick, so rates are "--"): structure, names, sort order, count, a closed pipe.
@@ -18,7 +18,7 @@ import time
 import pytest
 
 from cgstat.contract import fields
-from cgstat.outputs import top as T
+from cgstat.outputs import top_screen as T
 from cgstat.outputs.table import display_name
 from cgstat.pipeline.sampler import Sampler
 from tests.helpers.fieldtable import blank, example, record

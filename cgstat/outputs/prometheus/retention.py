@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, Dict, Iterable, List, Optional, Sequence,
 
 from cgstat.contract.keys import Cgroup
 from cgstat.outputs.prometheus.labels import base_labels
-from cgstat.pipeline.record import value_at
+from cgstat.pipeline.build import value_at
 
 if TYPE_CHECKING:  # the record types are for the type checker only
     from cgstat.contract.types import CgroupRecord, Sampled
@@ -25,7 +25,7 @@ class OomRetention:
     (runc removes the cgroup as its init dies) is still there for an alert rule.
 
     `update(records, kills, now_ts)` once per tick: `kills` are the tick's kernel-log kills
-    (naming/kills.py NamedKill). A cgroup that had a record last tick and has none now
+    (cgstat/naming/oom_victims.py NamedKill). A cgroup that had a record last tick and has none now
     keeps its last value; a kill the log reports for a cgroup with no record this tick (gone,
     or never read: killed in its first second) adds 1, from 0 when there was no series (the
     series then first appears at 1: the alert rule handles that, deploy/prometheus/rules.yml).
@@ -44,7 +44,7 @@ class OomRetention:
     def update(self, records: Sequence[Sampled], kills: Iterable[Any], now: float,
                late: Iterable[Any] = ()) -> List[Tuple[str, int]]:
         """(labels, value) of every kept series this tick. `late`: gone cgroups' counters
-        read as they changed (naming/kills.py LateCount): the value is at least that."""
+        read as they changed (cgstat/naming/oom_victims.py LateCount): the value is at least that."""
         current: Dict[str, Any] = {}
         for rec in records:
             r: Any = rec  # a cgroup, pod or GPU record

@@ -17,9 +17,9 @@ import orjson
 
 from cgstat.errors import CgstatError
 from cgstat.contract.keys import Cgroup
-from cgstat.contract.workload import display_name
+from cgstat.contract.display import display_name
 from cgstat.outputs.report.source import BAD_LINE, lines
-from cgstat.pipeline.record import number_at, value_at
+from cgstat.pipeline.build import number_at, value_at
 from cgstat.text import escape_controls
 from cgstat.timestamps import parse_ts
 

@@ -7,9 +7,9 @@ from __future__ import annotations
 import time
 from typing import Any, Dict, List, Optional
 
-from cgstat.contract.workload import display_name
+from cgstat.contract.display import display_name
 from cgstat.outputs.report.markup import esc, size, span
-from cgstat.pipeline.record import number_at
+from cgstat.pipeline.build import number_at
 from cgstat.timestamps import parse_ts
 
 PEAK_FROM = {"memory.peak": "kernel", "highest_seen": "sampled", "kernel_log": "kernel log"}

@@ -23,9 +23,9 @@ if TYPE_CHECKING:  # GPU records are built only with GPUs: a run without any nev
     from cgstat.contract import types as records
     from cgstat.contract.types import (CgroupRecord, GpuGpm, GpuRecord, GpuRemappedRows, GpuRetiredPages, GpuUse, IoDevice,
                                 MemoryStatCounters, Pressure, Psi, RecordError)
-    from cgstat.gpu.join import Attributed
+    from cgstat.gpu.attribution import Attributed
     from cgstat.gpu.energy import Idle
-    from cgstat.gpu.sample import GpuDevice, GpuSnapshot
+    from cgstat.gpu.reading import GpuDevice, GpuSnapshot
 
 SCHEMA_VERSION = 1
 
@@ -48,7 +48,7 @@ def number_at(record: Any, *keys: str) -> Optional[float]:
 
 def build(sample: Sample, rates: Rates, workload: Workload, host: HostInfo,
           gpu: Optional[GpuUse] = None, network: Optional[NetworkResult] = None) -> CgroupRecord:
-    """A cgroup (or pod) record; `gpu` is its GPU object (cgstat/gpu/join.py), None when
+    """A cgroup (or pod) record; `gpu` is its GPU object (cgstat/gpu/attribution.py), None when
     GPU metrics are off; `network` what its network namespace's counters were (None: not
     read, as for a recorded tree)."""
     cpu, mem, io, pids = sample.cpu, sample.memory, sample.io, sample.pids

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, Callable, Deque, Dict, List, NamedTuple, 
 
 from cgstat.contract.event_kinds import MARKS
 from cgstat.outputs.table import render_table, table_row, text_width
-from cgstat.pipeline.record import number_at
+from cgstat.pipeline.build import number_at
 from cgstat.text import escape_controls
 from cgstat.units import human_size
 

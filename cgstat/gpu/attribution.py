@@ -22,7 +22,7 @@ from operator import attrgetter
 from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, List, NamedTuple, Optional, Sequence, Tuple
 
 from cgstat.gpu.energy import Shares, ancestors
-from cgstat.gpu.sample import GpuProcess
+from cgstat.gpu.reading import GpuProcess
 from cgstat.kernel.membership import Owner
 
 if TYPE_CHECKING:  # the record types are for the type checker only
