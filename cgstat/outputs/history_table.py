@@ -20,7 +20,7 @@ from cgstat.contract.display import display_name
 from cgstat.outputs.clock import Clock, duration
 from cgstat.outputs.jsonl import FileSink, JsonLinesSink, StdoutSink
 from cgstat.outputs.table import TABLE_HEADER, render_table, table_row
-from cgstat.pipeline.record import number_at
+from cgstat.pipeline.build import number_at
 from cgstat.text import escape_controls
 from cgstat.units import bytes_size, human_size
 

@@ -4,7 +4,7 @@ screen composed from it as a pure function of the model and the terminal's size
 alternate screen). Cells are table.py's; every text that reaches the terminal has its
 controls escaped (names are hostile), then what the terminal's encoding can't hold is
 written as a backslash escape. Keys: c m g i p n sort, arrows/j k h l PgUp PgDn Home
-scroll, Enter opens the processes of the row at the top (outputs/processes.py's tree; Esc
+scroll, Enter opens the processes of the row at the top (cgstat/outputs/process_table.py's tree; Esc
 or b goes back), q quits.
 """
 
@@ -260,7 +260,7 @@ def compose(model: Model, height: int, width: int, interval_s: float, view: Opti
         return [], View()
     view = view or View()
     if model.focus is not None:  # Enter opened a workload's processes (app/top.py), in a tree
-        from cgstat.outputs.processes import focus_screen
+        from cgstat.outputs.process_table import focus_screen
 
         title = "%s - processes of %s" % (model.title(interval_s).split(" - sort:")[0], model.focus[1])
         kinds, at = focus_screen(title, model.focus[1], model.focus_listing, height, view.offset, view.skip * 4)

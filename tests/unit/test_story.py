@@ -142,7 +142,7 @@ def test_gpu_held_and_busy():
     assert told["gpu"] == {"held_bytes": 3 << 30, "held_at": rfc3339(H.T0), "held_seconds": 8.0,
                            "busy_seconds": 1.5, "devices": ["GPU-a", "GPU-b"]}
     from cgstat.outputs.clock import Clock
-    from cgstat.outputs.story import lines as told_lines
+    from cgstat.outputs.story_text import lines as told_lines
 
     (gpu,) = [text for subject, text in told_lines(told, Clock(utc=True)) if subject == "GPU"]
     assert gpu == ("held 3 GiB at most (at 03:12:00), memory on a GPU for 8 GPU-seconds, busy 1.5 GPU-seconds "
