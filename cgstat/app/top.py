@@ -71,7 +71,7 @@ def run_top(sampler: Sampler, interval_s: float, sort: str = "cpu", events: bool
             count: Optional[int] = None, thresholds: Optional[Thresholds] = None) -> int:
     """`cgstat top`: the live table on a terminal, plain tables every tick on anything else.
 
-    `sort`: one of outputs.top.SORTS; ValueError otherwise. `events`: run an EventDetector
+    `sort`: one of outputs.top_screen.SORTS; ValueError otherwise. `events`: run an EventDetector
     (with `thresholds`) and mark the episodes. `count`: stop after that many screens (None:
     until q, Ctrl-C or SIGTERM). Returns the exit status (0).
     """
