@@ -230,8 +230,9 @@ def test_fuzzed_command_lines_never_give_a_traceback(monkeypatch, command, befor
     seen = []
 
     def fake_stream(agent, sink, interval, count, events=None, listen=None, gpu_idle_memory_bytes=1 << 30,
-                    log_state=None, budget=None):
+                    log_state=None, budget=None, label_allow=None, web_config=None):
         assert budget is None or budget.max_series >= 0
+        assert web_config is None or listen  # --web-config-file guards /metrics: only with --listen
         assert math.isfinite(interval) and cli.MIN_INTERVAL_S <= interval <= cli.MAX_INTERVAL_S
         assert gpu_idle_memory_bytes >= 1
         assert count is None or count >= 1

@@ -126,6 +126,25 @@ def test_basic_auth_checks_with_bcrypt_and_remembers(tmp_path: Path) -> None:
         assert not web.authorized(bad)
 
 
+@pytest.mark.skipif(shutil.which("promtool") is None, reason="no promtool")
+def test_what_cgstat_takes_promtool_takes(tmp_path: Path) -> None:
+    """Prometheus' own reader of the format (exporter-toolkit, in promtool) agrees."""
+    pki = make_pki(tmp_path)
+    config = write(tmp_path, f"""tls_server_config:
+  cert_file: {os.path.basename(pki.server_cert)}
+  key_file: "{os.path.basename(pki.server_key)}"
+  client_ca_file: '{pki.ca}'
+  client_auth_type: VerifyClientCertIfGiven
+  min_version: TLS12
+basic_auth_users:
+  prometheus: {hashed(PASSWORD)}   # the scraper
+""")
+    web = webconfig.load(config)
+    assert web.tls is not None and set(web.users) == {"prometheus"}
+    proc = subprocess.run(["promtool", "check", "web-config", config], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
 # -- a real cgstat serve -------------------------------------------------------------------
 
 
