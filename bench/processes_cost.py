@@ -79,14 +79,15 @@ def main() -> int:
     ap.add_argument("--ticks", type=int, default=10)
     ap.add_argument("--interval", type=float, default=0.5)
     ap.add_argument("--reps", type=int, default=3)
-    ap.add_argument("--base", default="75bf800", help="the checkout the stream without the option is compared with")
+    ap.add_argument("--base", default="75bf800",
+                    help="checkouts (comma-separated) the stream without the option is compared with")
     args = ap.parse_args()
     hier = realcg.Hierarchies()
     groups = []
-    base_dir = tempfile.mkdtemp(prefix="cgstat-bench-base-")
+    bases = {rev: tempfile.mkdtemp(prefix="cgstat-bench-base-") for rev in args.base.split(",")}
     try:
-        subprocess.run("git -C %s archive %s cgstat | tar -x -C %s" % (REPO, args.base, base_dir), shell=True,
-                       check=True)
+        for rev, folder in bases.items():
+            subprocess.run("git -C %s archive %s cgstat | tar -x -C %s" % (REPO, rev, folder), shell=True, check=True)
         script = "for i in $(seq %d); do sleep 3600 & done; echo started; wait" % (args.processes - 1)
         for _ in range(args.cgroups):
             g = realcg.TestGroup(hier)
@@ -94,11 +95,10 @@ def main() -> int:
             g.start(["sh", "-c", script]).wait_line("started")
         match = realcg.PREFIX
         pids = [pid for g in groups for pid in g.members("cpu")]
-        variants = {
-            "without": lambda k: _cgstat(REPO, match, k, args.interval, []),
-            "base": lambda k: _cgstat(base_dir, match, k, args.interval, []),
-            "processes": lambda k: _cgstat(REPO, match, k, args.interval, ["--processes", str(args.top)]),
-        }
+        variants = {"without": lambda k: _cgstat(REPO, match, k, args.interval, [])}
+        for rev, folder in bases.items():
+            variants["without, at " + rev] = (lambda f: lambda k: _cgstat(f, match, k, args.interval, []))(folder)
+        variants["processes"] = lambda k: _cgstat(REPO, match, k, args.interval, ["--processes", str(args.top)])
         cpu = {name: [] for name in variants}
         for _ in range(args.reps):
             for name, argv in variants.items():
@@ -111,7 +111,7 @@ def main() -> int:
         del data
         result = {
             "cgroups": args.cgroups, "processes_per_cgroup": args.processes, "top": args.top,
-            "listed_processes": len(pids), "base": args.base,
+            "listed_processes": len(pids),
             "tick_cpu_ms": {k: round(statistics.median(v), 1) for k, v in cpu.items()},
             "tick_cpu_ms_samples": {k: [round(x, 1) for x in v] for k, v in cpu.items()},
             "record_bytes": {k: round(v) for k, v in sizes.items()},
@@ -122,7 +122,8 @@ def main() -> int:
     finally:
         for g in reversed(groups):
             g.destroy()
-        subprocess.run(["rm", "-rf", base_dir], check=False)
+        for folder in bases.values():
+            subprocess.run(["rm", "-rf", folder], check=False)
     return 0
 
 

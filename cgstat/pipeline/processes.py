@@ -8,8 +8,9 @@ CPU delta never taken against the old one) its status (NSpid, UID) and command l
 when its name changes (an exec); smaps_rollup and the fd count at most every
 `memory_every_s` per process, while the tick's `budget_s` lasts: a process not due, or left
 over when the budget ran out, keeps its last figures and says how old they are
-(`memory_age_s`). smaps_rollup walks every mapping under the process's mm lock: ~30 µs for
-a small process, ~1 ms for a large trainer (bench/README.md), and the process waits for it.
+(`memory_age_s`). smaps_rollup walks every mapping under the process's mm lock: ~0.1 ms for
+a small process, 5-20 ms for one holding 200 MB of Python objects (bench/README.md), and the
+process waits for it.
 
 A process that exits mid-read is dropped from the tick's list (it is gone); one that can't
 be read for another reason (not root: another user's smaps_rollup and fd folder; a hidepid=
@@ -30,10 +31,10 @@ from cgstat.kernel.hostfs import Denied, Gone, HostFS, ReadError
 from cgstat.kernel.processes import (CLOCK_TICKS, PAGE_BYTES, Memory, Status, count_fds, hidepid, read_cmdline,
                                      read_memory, read_stat, read_status, subtree_pids)
 
-# smaps_rollup of one process at most this often. Measured (bench/processes.py): ~30-60 µs
-# for a small process and ~1-2 ms for one with hundreds of MB mapped; every 10 s keeps the
-# walk at 100 containers x 10 processes under 1 % of a core on average, while a DataLoader
-# worker's PSS, which moves as pages are touched over seconds, is at most 10 s old.
+# smaps_rollup of one process at most this often. Measured (bench/processes_cost.py): ~0.1 ms
+# for a small process, 5-20 ms for one holding 200 MB of Python objects; every 10 s keeps the
+# walk at 100 containers x 10 small processes near 1 % of a core on average, while a
+# DataLoader worker's PSS, which moves as pages are touched over seconds, is at most 10 s old.
 MEMORY_EVERY_S = 10.0
 # Time a tick may spend on smaps_rollup and fd counts; what is left waits for the next tick.
 BUDGET_S = 0.05
