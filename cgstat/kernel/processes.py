@@ -7,9 +7,8 @@ Reads, under the host root (HostFS), for a PID:
 - /proc/<pid>/status: NSpid (the PID in each PID namespace, the container's last) and Uid;
 - /proc/<pid>/smaps_rollup (kernel >= 4.14): Rss, Pss, Private_Clean + Private_Dirty (USS)
   and Swap, the sums smem(8) makes from /proc/<pid>/smaps. An older kernel has no rollup:
-  its smaps is summed instead, the same keys per mapping, up to SMAPS_MAX_BYTES (a process
-  with more mappings gets null and the reason; the default vm.max_map_count of 65,530
-  mappings is ~20 MiB of smaps). Either file is walked under the process's mm lock;
+  its smaps is summed instead, the same keys per mapping, up to 16 MiB of it (hostfs's
+  bound: ~15,000 mappings; a process with more gets null and the reason). Either file is walked under the process's mm lock;
   pipeline/processes.py decides how often;
 - /proc/<pid>/cmdline (bounded, NULs as spaces, undecodable bytes as \\xNN, controls
   escaped) and the number of entries of /proc/<pid>/fd;
@@ -42,7 +41,6 @@ def _sysconf(name: str, default: int) -> int:
 CLOCK_TICKS = _sysconf("SC_CLK_TCK", 100)  # USER_HZ: the unit of stat's times (100 on Linux)
 PAGE_BYTES = _sysconf("SC_PAGESIZE", 4096)
 CMDLINE_BYTES = 4096  # what is read of a command line (the kernel's own is ARG_MAX long)
-SMAPS_MAX_BYTES = 32 * 1024 * 1024  # summing smaps without a rollup: at most this much text
 
 
 class Stat(NamedTuple):
@@ -141,33 +139,10 @@ def read_memory(fs: HostFS, pid: int) -> Optional[Memory]:
         # no rollup on kernels before 4.14 (the process may also have exited: then smaps is
         # gone too, and that is what is raised)
         path, source = fs.path(f"/proc/{pid}/smaps"), "smaps"
-        data = _read_bounded(path, SMAPS_MAX_BYTES)
+        data = read_bytes(path)  # Malformed past its 16 MiB: null, and the reason
     if not data:
         return None
     return Memory(*parse_smaps(data, path), source=source)
-
-
-def _read_bounded(path: str, max_bytes: int) -> bytes:
-    """A procfs file, Malformed past max_bytes (read_bytes allows 16 MiB)."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-    except OSError as exc:
-        raise read_error(exc, path) from None
-    chunks: List[bytes] = []
-    total = 0
-    try:
-        while True:
-            chunk = os.read(fd, 1 << 20)
-            if not chunk:
-                return b"".join(chunks)
-            chunks.append(chunk)
-            total += len(chunk)
-            if total > max_bytes:
-                raise Malformed(path, f"more than {max_bytes} bytes of mappings: not summed")
-    except OSError as exc:
-        raise read_error(exc, path) from None
-    finally:
-        os.close(fd)
 
 
 def read_cmdline(fs: HostFS, pid: int, max_bytes: int = CMDLINE_BYTES) -> str:

@@ -236,3 +236,23 @@ def test_another_users_processes_say_why_their_memory_is_null(make_group, open_t
     errors = {e["source"]: e for e in row["errors"]}
     assert errors["smaps_rollup"]["error"] == errors["fd"]["error"] == "permission_denied"
     assert "another user's process" in errors["smaps_rollup"]["detail"]
+
+
+def test_the_recorder_keeps_what_the_stream_carries(make_group, tmp_path):
+    g = make_group()
+    sleeper = g.start(["sleep", "1000"], stdout=subprocess.DEVNULL)
+    store = str(tmp_path / "store")
+
+    def cgstat(*args):
+        proc = subprocess.run([sys.executable, "-m", "cgstat", *args], capture_output=True, cwd=ROOT, timeout=120)
+        assert proc.returncode == 0, proc.stderr.decode()
+        return proc.stdout
+
+    cgstat("record", "--store", store, "--all", "--match", g.name, "--processes", "3", "--count", "2",
+           "--interval", "0.3", "--no-events")
+    records = [json.loads(line) for line in cgstat("replay", "--store", store, "--at", "now", "--match",
+                                                   g.name).splitlines()]
+    (mine,) = [r for r in records if r.get("cgroup") == g.cgroup]
+    (row,) = mine["processes"]["processes"]
+    assert (row["pid"], row["name"], mine["processes"]["by"]) == (sleeper.pid, "sleep", "pss")
+    assert row["pss_bytes"] > 0
