@@ -10,7 +10,7 @@ from __future__ import annotations
 import copy
 import math
 import sys
-from typing import Any, Callable, List, Optional, Type
+from typing import Any, Callable, Dict, List, Optional, Type
 
 import typer
 import typer.core
@@ -37,7 +37,6 @@ from cgstat.diagnostics import say
 if TYPE_CHECKING:
     from typing import Pattern
 
-    from cgstat.outputs.otlp.sink import OtlpOptions
     from cgstat.pipeline.sampler import Sampler
 
 _HELP = """Per-container CPU, memory, block IO, network, pids, pressure and GPU, read straight
@@ -107,6 +106,8 @@ class _Group(typer.core.TyperGroup):
         made = dict(self.commands)
         for info in infos:
             if _name(info) not in made:
+                if getattr(info.callback, "takes_sinks", False):
+                    _add_sink_options(info.callback)
                 one = typer.Typer(add_completion=False)  # a lone command: typer makes just that
                 one.registered_commands = [info]
                 made[_name(info)] = typer.main.get_command(one)
@@ -391,125 +392,50 @@ def _output_mode_option() -> str:
                         help="Permissions of a FILE that --output creates (octal, without execute bits or world write).")
 
 
-def _otlp_endpoint(value: Optional[str]) -> Optional[str]:
-    """--otlp-endpoint checked before anything starts: a bad URL is a usage error (exit 2)."""
-    if value is None:
-        return None
-    from cgstat.outputs.otlp.transport import parse_endpoint
-
-    try:
-        parse_endpoint(value)
-    except ValueError as exc:
-        raise typer.BadParameter(str(exc)) from None
-    return value
-
-
-def _otlp_encoding(value: str) -> str:
-    if value not in ("protobuf", "json"):
-        raise typer.BadParameter(f"{value!r} is not one of protobuf, json")
-    return value
-
-
-def _otlp_headers(values: List[str]) -> List[str]:
-    if not values:  # typer calls this for the default too: no OTLP (ssl, http.client) for a run without it
-        return values
-    from cgstat.outputs.otlp.transport import parse_header
-
-    for value in values:
+def _converter(parse: Callable[[str], Any]) -> Callable[[str], Any]:
+    """A value parser that raises ValueError, as the parser of an option (its usage error)."""
+    def convert(value: str) -> Any:
         try:
-            parse_header(value)
+            return parse(value)
         except ValueError as exc:
             raise typer.BadParameter(str(exc)) from None
-    return values
+    return convert
 
 
-def _duration(value: object) -> float:
-    """Seconds from `300`, `300s`, `5m` or `1h` (the store's lengths of time, read alike)."""
-    from cgstat.store.times import parse_span
-
-    text = str(value).strip()
-    try:
-        seconds = parse_span(text)
-    except ValueError:
-        raise typer.BadParameter(f"{text!r} is not a duration (300, 300s, 5m, 1h)") from None
-    return _seconds(seconds, 1.0, 86400.0)
+def _sinks(command: Callable[..., None]) -> Callable[..., None]:
+    """A command that offers every registered sink kind's options (pipeline/sinks.py,
+    app/sinks.py): given to it as one mapping, `added` (option key -> value). They are
+    added to its parameters when the command is made (not for another command's run)."""
+    command.takes_sinks = True  # type: ignore[attr-defined]
+    return command
 
 
-class _Otlp:
-    """The --otlp-* options of stream and serve (one declaration for both commands)."""
+def _add_sink_options(command: Callable[..., None]) -> None:
+    import functools
+    import inspect
 
-    @staticmethod
-    def endpoint() -> Optional[str]:
-        return typer.Option(None, "--otlp-endpoint", envvar="CGSTAT_OTLP_ENDPOINT", metavar="URL",
-                            callback=_otlp_endpoint, show_default=False,
-                            help="Also push every tick's metrics to this OTLP/HTTP receiver "
-                                 "(http:// or https://; a URL without a path gets /v1/metrics). See docs/otlp.md.")
+    from cgstat.app.sinks import sink_kinds
 
-    @staticmethod
-    def encoding() -> str:
-        return typer.Option("protobuf", "--otlp-encoding", metavar="protobuf|json", callback=_otlp_encoding,
-                            help="protobuf (needs pip install 'cgstat[otlp]') or json (OTLP's JSON mapping).")
+    options = [o for kind in sink_kinds() for o in kind.options]
+    own = [p for p in inspect.signature(command).parameters.values() if p.name != "added"]
+    added = [inspect.Parameter(
+        o.key, inspect.Parameter.KEYWORD_ONLY, annotation=List[Any] if o.multiple else Optional[Any],
+        default=typer.Option([] if o.multiple else o.default, o.flag, envvar=o.envvar, metavar=o.metavar,
+                             parser=_converter(o.parse or str), help=o.help, show_default=o.default is not None))
+        for o in options]
+    keys = [o.key for o in options]
 
-    @staticmethod
-    def headers() -> List[str]:
-        return typer.Option([], "--otlp-header", metavar="NAME=VALUE", callback=_otlp_headers,
-                            help="A header sent with every push (X-Scope-OrgID=tenant); repeatable. Credentials "
-                                 "go in OTEL_EXPORTER_OTLP_HEADERS, --otlp-headers-file or the systemd credential "
-                                 "otlp-headers: a command line is readable by every local user.")
+    @functools.wraps(command)
+    def run(**given: Any) -> None:
+        command(**{k: v for k, v in given.items() if k not in keys},
+                added={k: (tuple(given[k]) if isinstance(given[k], list) else given[k]) for k in keys})
 
-    @staticmethod
-    def headers_file() -> Optional[str]:
-        return typer.Option(None, "--otlp-headers-file", envvar="CGSTAT_OTLP_HEADERS_FILE", metavar="FILE",
-                            callback=_not_empty, show_default=False,
-                            help="Headers sent with every push, NAME=VALUE by line or comma (auth: "
-                                 "Authorization=Bearer TOKEN); the file must be yours and mode 0600.")
-
-    @staticmethod
-    def client_certificate() -> Optional[str]:
-        return typer.Option(None, "--otlp-client-certificate", metavar="FILE", callback=_not_empty,
-                            show_default=False,
-                            help="Client certificate (PEM) for mTLS to an https:// receiver "
-                                 "(env OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE).")
-
-    @staticmethod
-    def client_key() -> Optional[str]:
-        return typer.Option(None, "--otlp-client-key", metavar="FILE", callback=_not_empty, show_default=False,
-                            help="The client certificate's private key (PEM; env OTEL_EXPORTER_OTLP_CLIENT_KEY).")
-
-    @staticmethod
-    def buffer() -> float:
-        return typer.Option("5m", "--otlp-buffer", metavar="DURATION", parser=_duration,
-                            help="How long ticks are kept while the receiver is down or slow (300, 5m, 1h); "
-                                 "past it the oldest are dropped, said on stderr.")
-
-    @staticmethod
-    def timeout() -> float:
-        return typer.Option(10.0, "--otlp-timeout", metavar="S", callback=lambda v: _seconds(v, 0.1, 600.0),
-                            help="Seconds a push may take before it is retried.")
-
-    @staticmethod
-    def compression() -> str:
-        return typer.Option("gzip", "--otlp-compression", metavar="gzip|none", callback=_otlp_compression,
-                            help="Content-Encoding of the pushes.")
-
-    @staticmethod
-    def ca_file() -> Optional[str]:
-        return typer.Option(None, "--otlp-ca-file", metavar="FILE", callback=_not_empty, show_default=False,
-                            help="The CA certificates an https:// receiver's certificate is checked against "
-                                 "(env OTEL_EXPORTER_OTLP_CERTIFICATE; default: the system's).")
-
-    @staticmethod
-    def options(endpoint: Optional[str], encoding: str, headers: List[str], buffer: float, timeout: float,
-                compression: str, ca_file: Optional[str], headers_file: Optional[str] = None,
-                client_certificate: Optional[str] = None, client_key: Optional[str] = None,
-                label_allow: Optional[str] = None) -> Optional[OtlpOptions]:
-        if endpoint is None:
-            return None
-        from cgstat.outputs.otlp.sink import OtlpOptions
-        from cgstat.outputs.otlp.transport import parse_header
-
-        return OtlpOptions(endpoint, encoding, tuple(parse_header(h) for h in headers), buffer, timeout,
-                           compression, ca_file, headers_file, client_certificate, client_key, label_allow)
+    run.takes_sinks = False  # type: ignore[attr-defined]  # (functools.wraps copied it)
+    run.__signature__ = inspect.Signature(own + added)  # type: ignore[attr-defined]
+    run.__annotations__ = {p.name: p.annotation for p in own + added}
+    for info in app.registered_commands:
+        if info.callback is command:
+            info.callback = run
 
 
 class _Guard:
@@ -540,12 +466,6 @@ def _label_allow(value: Optional[str]) -> Optional[str]:
         return check_pattern(value)
     except ValueError as exc:
         raise typer.BadParameter(str(exc)) from None
-
-
-def _otlp_compression(value: str) -> str:
-    if value not in ("gzip", "none"):
-        raise typer.BadParameter(f"{value!r} is not one of gzip, none")
-    return value
 
 
 def _events_window(value: float) -> float:
@@ -697,6 +617,7 @@ def _processes_by(value: str) -> str:
 
 
 @app.command(cls=_Command, short_help="Print a batch of records every interval, until stopped.")
+@_sinks
 def stream(
     ctx: typer.Context,
     interval: float = typer.Option(1.0, "--interval", envvar="CGSTAT_INTERVAL", metavar="S", callback=_interval,
@@ -712,16 +633,6 @@ def stream(
                                         help="Seconds over which sustained conditions must hold to raise an event."),
     listen: Optional[str] = typer.Option(None, "--listen", metavar="ADDR:PORT", callback=_listen,
                                          help="Also serve /metrics (Prometheus) there, from the same ticks."),
-    otlp_endpoint: Optional[str] = _Otlp.endpoint(),
-    otlp_encoding: str = _Otlp.encoding(),
-    otlp_header: List[str] = _Otlp.headers(),
-    otlp_buffer: float = _Otlp.buffer(),
-    otlp_timeout: float = _Otlp.timeout(),
-    otlp_compression: str = _Otlp.compression(),
-    otlp_ca_file: Optional[str] = _Otlp.ca_file(),
-    otlp_headers_file: Optional[str] = _Otlp.headers_file(),
-    otlp_client_certificate: Optional[str] = _Otlp.client_certificate(),
-    otlp_client_key: Optional[str] = _Otlp.client_key(),
     label_allow: Optional[str] = _Guard.label_allow(),
     web_config_file: Optional[str] = _Guard.web_config(),
     gpu_idle_memory: str = _gpu_idle_memory_option(),
@@ -730,10 +641,6 @@ def stream(
     disable_metrics: Optional[str] = _disable_metrics_option(),
     max_series: int = _max_series_option(),
     oom_kills: str = _oom_kills_option(),
-    store: Optional[str] = typer.Option(None, "--store", envvar="CGSTAT_STORE", metavar="DIR", callback=_not_empty,
-                                        help="Also keep every tick in the store DIR (see cgstat record)."),
-    retain: Optional[float] = _retain_option(),
-    max_size: Optional[int] = _max_size_option(),
     log_state: Optional[str] = _log_state_option(),
     full_read: bool = _full_read_option(),
     host_root: Optional[str] = _host_root_option(),
@@ -742,34 +649,32 @@ def stream(
     max_user: Optional[int] = _max_user_option(),
     processes: int = _processes_option(),
     processes_by: str = _processes_by_option(),
+    added: Dict[str, Any] = {},
 ) -> None:
     """Stream a batch of records every interval; the first batch comes after one interval,
     with rates. SIGTERM/SIGINT finish the line being written and exit 0."""
-    otlp = _Otlp.options(otlp_endpoint, otlp_encoding, otlp_header, otlp_buffer, otlp_timeout, otlp_compression,
-                         otlp_ca_file, otlp_headers_file, otlp_client_certificate, otlp_client_key, label_allow)
     if web_config_file and not listen:
         raise typer.BadParameter("guards /metrics: give --listen too", param_hint="--web-config-file")
 
     def job(sampler: Sampler) -> int:
-        from cgstat.app.record import StoreOptions
         from cgstat.app.stream import stream
 
         sampler.kills_outside_shown = oom_kills == "all"
         if processes:
             sampler.watch_processes(processes, processes_by)
         return stream(sampler, interval, count, fmt, output, int(output_mode, 8),
-                      None if no_events else events_window, listen, otlp,
-                      StoreOptions(store, retain, max_size) if store else None,
+                      None if no_events else events_window, listen, added,
                       gpu_idle_memory_bytes=_gpu_idle_memory(gpu_idle_memory), gpu_idle_window_s=gpu_idle_window,
                       log_state=log_state,
                       # the endpoint's and the push's alone: without them the field table isn't loaded
-                      budget=_budget(metrics, disable_metrics, max_series) if listen or otlp else None,
-                      label_allow=label_allow, web_config=web_config_file)
+                      budget=_budget(metrics, disable_metrics, max_series) if listen or added.get("otlp_endpoint")
+                      else None, label_allow=label_allow, web_config=web_config_file)
 
     _run(lambda: _sampler(ctx, host_root, all_, match, max_user, full_read=full_read), job)
 
 
 @app.command(cls=_Command, short_help="Serve Prometheus metrics on /metrics, until stopped.")
+@_sinks
 def serve(
     ctx: typer.Context,
     listen: str = typer.Option(DEFAULT_LISTEN, "--listen", envvar="CGSTAT_LISTEN", metavar="ADDR:PORT",
@@ -778,16 +683,6 @@ def serve(
     interval: float = typer.Option(1.0, "--interval", envvar="CGSTAT_INTERVAL", metavar="S", callback=_interval,
                                    help=f"Seconds between samples ({MIN_INTERVAL_S:g} to {MAX_INTERVAL_S:g})."),
     count: Optional[int] = _count_option("samples", "run until stopped"),
-    otlp_endpoint: Optional[str] = _Otlp.endpoint(),
-    otlp_encoding: str = _Otlp.encoding(),
-    otlp_header: List[str] = _Otlp.headers(),
-    otlp_buffer: float = _Otlp.buffer(),
-    otlp_timeout: float = _Otlp.timeout(),
-    otlp_compression: str = _Otlp.compression(),
-    otlp_ca_file: Optional[str] = _Otlp.ca_file(),
-    otlp_headers_file: Optional[str] = _Otlp.headers_file(),
-    otlp_client_certificate: Optional[str] = _Otlp.client_certificate(),
-    otlp_client_key: Optional[str] = _Otlp.client_key(),
     label_allow: Optional[str] = _Guard.label_allow(),
     web_config_file: Optional[str] = _Guard.web_config(),
     gpu_idle_memory: str = _gpu_idle_memory_option(),
@@ -800,18 +695,16 @@ def serve(
     all_: bool = _all_option(),
     match: Optional[str] = _match_option(),
     max_user: Optional[int] = _max_user_option(),
+    added: Dict[str, Any] = {},
 ) -> None:
     """Serve cAdvisor-compatible Prometheus metrics (text 0.0.4 or OpenMetrics) on /metrics.
 
     Sampling runs on its own schedule; a scrape gets the latest tick's exposition and never
     waits for a read. SIGTERM/SIGINT exit 0."""
-    otlp = _Otlp.options(otlp_endpoint, otlp_encoding, otlp_header, otlp_buffer, otlp_timeout, otlp_compression,
-                         otlp_ca_file, otlp_headers_file, otlp_client_certificate, otlp_client_key, label_allow)
-
     def job(sampler: Sampler) -> int:
         from cgstat.app.stream import serve
 
-        return serve(sampler, listen, interval, count, otlp, gpu_idle_memory_bytes=_gpu_idle_memory(gpu_idle_memory),
+        return serve(sampler, listen, interval, count, added, gpu_idle_memory_bytes=_gpu_idle_memory(gpu_idle_memory),
                      log_state=log_state, budget=_budget(metrics, disable_metrics, max_series),
                      label_allow=label_allow, web_config=web_config_file)
 
@@ -1020,12 +913,12 @@ def record(
     time-indexed store of hourly shards, read back by replay, dump, events, top --at and
     report --since. SIGTERM/SIGINT finish the tick being written and exit 0."""
     def job(sampler: Sampler) -> int:
-        from cgstat.app.record import StoreOptions, record as run_record
+        from cgstat.app.record import record as run_record
 
         sampler.kills_outside_shown = oom_kills == "all"
         if processes:
             sampler.watch_processes(processes, processes_by)
-        return run_record(sampler, StoreOptions(store, retain, max_size), interval, count,
+        return run_record(sampler, store, retain, max_size, interval, count,
                           None if no_events else events_window)
 
     _run(lambda: _sampler(ctx, host_root, all_, match, max_user, full_read=full_read), job)

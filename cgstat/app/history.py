@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Callable, Iterable, Iterator, List, Optional, 
 
 import orjson
 
-from cgstat.outputs.sink import ReaderGone, Sink
+from cgstat.pipeline.sinks import ReaderGone, Sink
 from cgstat.store.folder import StoreError
 from cgstat.store.reader import StoreReader, Tick, say_time
 from cgstat.store.times import parse_time

@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Optional, Sequence
 
-from cgstat.outputs.sink import ReaderGone, Sink
+from cgstat.pipeline.sinks import ReaderGone, Sink
 from cgstat.pipeline.schedule import Schedule
 
 if TYPE_CHECKING:

@@ -1,35 +1,23 @@
-"""`cgstat record`: a stream whose sink is the flight recorder's store (and the store's
-options, which `stream --store` takes too)."""
+"""`cgstat record`: a run whose one sink is the flight recorder's store."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Callable, NamedTuple, Optional
+from typing import TYPE_CHECKING, Optional
+
+from cgstat.outputs.store import store_sink
+from cgstat.pipeline.runner import Runner
 
 if TYPE_CHECKING:
-    from cgstat.outputs.sink import Sink
     from cgstat.pipeline.sampler import Sampler
 
 
-class StoreOptions(NamedTuple):
-    path: str
-    retain_s: Optional[float]  # --retain; None: kept until --max-size needs the room
-    max_bytes: Optional[int]  # --max-size; None: no bound
-
-    def sink(self, warn: Callable[[str, str], None]) -> Sink:
-        from cgstat.outputs.store import StoreSink
-
-        return StoreSink(self.path, self.retain_s, self.max_bytes, warn)
-
-
-def record(sampler: Sampler, store: StoreOptions, interval_s: float, count: Optional[int],
-           events_window_s: Optional[float]) -> int:
-    """Every tick, with its events, into the store only."""
-    from cgstat.app.stream import run_stream
-
+def record(sampler: Sampler, path: str, retain_s: Optional[float], max_bytes: Optional[int], interval_s: float,
+           count: Optional[int], events_window_s: Optional[float]) -> int:
+    """Every tick, with its events, into the store at `path` only (--retain, --max-size)."""
     events = None
     if events_window_s is not None:
         from cgstat.events import EventDetector
 
         events = EventDetector(window_s=events_window_s)
-    sampler.warner.once("recording", f"recording every {interval_s:g} s into {store.path}")
-    return run_stream(sampler, [store.sink(sampler.warner.warn)], interval_s, count, events)
+    sampler.warner.once("recording", f"recording every {interval_s:g} s into {path}")
+    return Runner(sampler, [store_sink(path, retain_s, max_bytes, sampler.warner.warn)], interval_s, events).run(count)

@@ -14,6 +14,7 @@ from cgstat.events.rules import CGROUP_RULES, GPU_RULES, GpuRule
 from cgstat.events.thresholds import Thresholds
 from cgstat.events.window import sample_of
 from cgstat.units import finite
+from cgstat.pipeline.sinks import TickEvents
 from cgstat.timestamps import rfc3339
 from cgstat.timestamps import parse_ts
 
@@ -39,7 +40,7 @@ class _Tick:
         self.hierarchical: List[Tuple[str, EventRecord]] = []  # Case.raise_(hierarchical=True)
 
 
-class EventDetector:
+class EventDetector(TickEvents):
     """Raises diagnostics events from the records of successive ticks (see the package doc)."""
 
     def __init__(self, thresholds: Optional[Thresholds] = None, **overrides: Any):

@@ -1,6 +1,6 @@
 """The output formats of `once` and `stream` (`--format`): a registry of sink makers.
 
-Each format is one `register`ed maker of a Sink (outputs/sink.py) on a path, or on stdout
+Each format is one `register`ed maker of a Sink (pipeline/sinks.py) on a path, or on stdout
 when there is none: JSON lines (the default), a docker-stats-like table, CSV, and the HTML
 report written when the run ends. A maker imports its sink's module when it is called: the
 CLI reads FORMATS for --help without loading any of them. `make_sink` puts a sink that can
@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Callable, Dict, Optional
 
 if TYPE_CHECKING:  # the sinks are imported when one is made
-    from cgstat.outputs.sink import Sink
+    from cgstat.pipeline.sinks import Sink
 
 Warn = Callable[[str, str], None]
 # (path or None for stdout, mode of a file created, the diagnostics channel's warn) -> Sink
@@ -75,7 +75,7 @@ def make_sink(fmt: str, path: Optional[str], mode: int = 0o600, warn: Optional[W
         raise ValueError(f"unknown format {fmt!r} ({', '.join(FORMATS)})")
     sink = maker(path, mode, warn)
     if queue:
-        from cgstat.outputs.sink import ChunkSink
+        from cgstat.pipeline.sinks import ChunkSink
 
         if isinstance(sink, ChunkSink) and sink.may_block():
             from cgstat.outputs.queued import QueuedSink

@@ -1,6 +1,6 @@
 """The JSON-lines sink: records serialised one line each, on stdout or appended to a file.
 
-These are sinks (outputs/sink.py: `open()`, fail at start, not silently later;
+These are sinks (pipeline/sinks.py: `open()`, fail at start, not silently later;
 `write(records)`; `reopen()` on SIGHUP; `close()`). Serialising is done here, one
 `text.dumps_record` per record (orjson, then the controls orjson leaves raw escaped); a
 record that can't be serialised is dropped with a warning and the batch goes on. A batch
@@ -29,20 +29,16 @@ import collections
 import errno
 import os
 import stat
-from typing import TYPE_CHECKING, Any, Callable, Deque, Dict, Iterable, Iterator, List, Optional, Tuple
-
-import orjson
+from typing import TYPE_CHECKING, Callable, Deque, Iterable, Iterator, List, Optional
 
 from cgstat.errors import file_kind, os_reason
 from cgstat.kernel.hostfs import close_quietly
-from cgstat.outputs.sink import NO_INFO, ChunkSink, ReaderGone, SinkError, TickInfo
+from cgstat.pipeline.sinks import NO_INFO, Chunker, ChunkSink, LineOf, ReaderGone, SinkError, TickInfo
 from cgstat.safepath import UnsafePath, place
-from cgstat.text import dumps_record, quote
+from cgstat.text import batch_lines, dumps_record, quote
 
 if TYPE_CHECKING:  # the record types are for the type checker only
     from cgstat.contract.types import JsonObject
-
-_Fragment = getattr(orjson, "Fragment", None)  # orjson >= 3.9: serialised JSON, spliced as it is
 
 _PENDING_MAX_BYTES = 16 * 1024 * 1024
 # Serialised lines are written in pieces of about this size: few enough writes, and the
@@ -52,41 +48,8 @@ _PENDING_MAX_BYTES = 16 * 1024 * 1024
 # (64 KiB) is as much as one write() hands a reader anyway.
 _CHUNK_BYTES = 64 * 1024
 
-
-# A `gpu.processes` list at least this long is serialised apart, once a batch, where
-# records share it; shorter ones are not worth the two shallow copies.
-_SHARED_MIN = 16
-
-
-def _batch_line_of(line_of: Callable[[JsonObject], Optional[bytes]]) -> Callable[[JsonObject], Optional[bytes]]:
-    """The line function of one batch: records carrying the same `gpu.processes` list (one
-    object: cgroup_gpu gives a container and the pod, or --all's slices, above it one)
-    have it serialised once and spliced in (orjson.Fragment, orjson 3.9 and later), bytes
-    for bytes what serialising each record whole writes."""
-    if line_of is not dumps_record or _Fragment is None:
-        return line_of
-    kept: Dict[int, Tuple[Any, Any]] = {}  # id(list) -> (the list, kept alive: no id reused; its bytes)
-
-    def line(record: JsonObject) -> Optional[bytes]:
-        gpu = record.get("gpu")
-        if gpu.__class__ is dict:
-            processes = gpu.get("processes")
-            if processes.__class__ is list and len(processes) >= _SHARED_MIN:
-                got = kept.get(id(processes))
-                if got is None:
-                    try:
-                        got = kept[id(processes)] = (processes, _Fragment(orjson.dumps(processes)))
-                    except (TypeError, ValueError):  # said by dumps_record as for any record
-                        return dumps_record(record)
-                return dumps_record({**record, "gpu": {**gpu, "processes": got[1]}})
-        return dumps_record(record)
-
-    return line
-
-
 _FLAGS = (os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK
           | os.O_NOCTTY)
-
 
 def open_output(path: str, mode: int = 0o600) -> int:
     """An append descriptor on the regular file `path`, created with `mode` if missing.
@@ -122,11 +85,40 @@ def open_output(path: str, mode: int = 0o600) -> int:
         raise SinkError(f"refusing to write to {path}: {file_kind(st.st_mode)}")
     return fd
 
+class _Lines(Chunker):
+    """One batch's lines joined into pieces of about _CHUNK_BYTES (each ends with a newline)."""
+
+    def __init__(self, line_of: LineOf, warn: Optional[Callable[[str, str], None]]):
+        self.line_of = line_of
+        self.warn = warn
+        self.lines: List[bytes] = []
+        self.size = 0
+
+    def add(self, record: JsonObject) -> Optional[bytes]:
+        line = self.line_of(record)
+        if line is None:
+            if self.warn is not None:
+                self.warn("unserialisable", f"{quote(str(record.get('cgroup')))}: record dropped: "
+                                            "it cannot be written as JSON")
+            return None
+        self.lines.append(line)
+        self.size += len(line) + 1
+        return self.end() if self.size >= _CHUNK_BYTES else None
+
+    def end(self) -> Optional[bytes]:
+        if not self.lines:
+            return None
+        lines = self.lines
+        lines.append(b"")  # the last line's newline, without copying the piece again
+        self.lines = []
+        self.size = 0
+        return b"\n".join(lines)
 
 class JsonLinesSink(ChunkSink):
     """The batching, backlog and serialising shared by the stdout and file sinks."""
 
     streams = True
+    wants_lines = True
 
     def __init__(self, warn: Optional[Callable[[str, str], None]] = None):
         self.warn = warn
@@ -134,34 +126,16 @@ class JsonLinesSink(ChunkSink):
         self._pending_bytes = 0
         self._head_continues = False  # _pending[0] is the rest of a line stdout began
         self.dropped_lines = 0
-        self._line_of: Callable[[JsonObject], Optional[bytes]] = dumps_record
+        self._line_of: LineOf = dumps_record
 
-    def share_lines(self, line_of: Callable[[JsonObject], Optional[bytes]]) -> None:
+    def share_lines(self, line_of: LineOf) -> None:
         self._line_of = line_of
 
-    def chunks(self, records: Iterable[JsonObject], quiet: bool = False) -> Iterator[bytes]:
+    def chunker(self, quiet: bool = False) -> Chunker:
         """The batch as whole lines, in pieces of about _CHUNK_BYTES; `quiet`: no warning
         for a record dropped (the batch serialised again for the backlog, see FileSink)."""
-        lines: List[bytes] = []
-        size = 0
-        line_of = _batch_line_of(self._line_of)
-        for record in records:
-            line = line_of(record)
-            if line is None:
-                if self.warn is not None and not quiet:
-                    self.warn("unserialisable", f"{quote(str(record.get('cgroup')))}: record dropped: "
-                                                "it cannot be written as JSON")
-                continue
-            lines.append(line)
-            size += len(line) + 1
-            if size >= _CHUNK_BYTES:
-                lines.append(b"")  # the last line's newline, without copying the piece again
-                yield b"\n".join(lines)
-                lines = []
-                size = 0
-        if lines:
-            lines.append(b"")
-            yield b"\n".join(lines)
+        return _Lines(self._line_of if self._line_of is not dumps_record else batch_lines(),
+                      None if quiet else self.warn)
 
     def serialise(self, records: Iterable[JsonObject]) -> bytes:
         """The batch as one bytes object of whole lines (for tests and callers that want it)."""
@@ -238,7 +212,6 @@ class JsonLinesSink(ChunkSink):
         None when it can't be (its records came one at a time)."""
         raise NotImplementedError
 
-
 def _read_back(fd: int, start: int, size: int) -> bytes:
     """The `size` bytes written from `start` of the file open (write-only) as `fd`: read
     through a second, read-only open of the same file (/proc/self/fd names it even when
@@ -267,20 +240,17 @@ def _read_back(fd: int, start: int, size: int) -> bytes:
     # whole lines only: a short read-back keeps what ends with its last newline
     return data if len(data) == size else data[:data.rfind(b"\n") + 1]
 
-
 def _cut_back(fd: int, size: int) -> None:
     try:
         os.ftruncate(fd, size)
     except OSError:
         pass
 
-
 def _write_all(fd: int, data: bytes) -> None:
     """os.write until all of `data` is out (a pipe or a signal may take part of it)."""
     view = memoryview(data)
     while view:
         view = view[os.write(fd, view):]
-
 
 class StdoutSink(JsonLinesSink):
     """Lines on stdout (or another descriptor we were given); a reader gone ends the run."""
@@ -318,7 +288,6 @@ class StdoutSink(JsonLinesSink):
                     self._head_continues = True  # what is kept goes first (pending was empty, or it is the head)
                 keep(bytes(view) + b"".join(chunks))
                 raise SinkError(f"cannot write to stdout: {os_reason(exc)}") from None
-
 
 class FileSink(JsonLinesSink):
     """Lines appended to a regular file, opened the safe way (see open_output)."""

@@ -1,17 +1,22 @@
-"""A sink that can block (stdout into a pipe, a push over the network) written from its own
-thread, so a slow reader never stalls the tick, nor with it the systemd watchdog.
+"""A sink that can block (stdout into a pipe, the store's fdatasync on a stalled disk, a
+slow plug-in) written from its own thread, so a slow reader or disk never stalls the tick,
+the other sinks, nor with them the systemd watchdog.
 
-The tick's thread serialises the tick (ChunkSink.chunks: the records may be made as they
-are taken) and puts its pieces in a queue; the sink's thread takes them and writes them in
-order (ChunkSink.write_chunks), with the inner sink's own rules (whole lines, a backlog on
-failure). Nothing here waits for the writer: the queue is bounded by its bytes, and a tick
-that begins while the queue is over the bound is dropped whole (its records are still made:
-rates, events and every other sink go on). So what goes out is whole ticks of whole lines,
-in order, with gaps; a tick once begun is never cut. The drops are said on stderr once per
-episode (from the first tick dropped to the next one written), when it ends, with the count
-(episodes closer together than the diagnostics channel repeats a line are counted, not
-said); the episode still open at close is always said, with the run's total.
+The tick's thread serialises the tick (ChunkSink.chunker: the records may be made as they
+are taken, passed on to the run's other sinks as they go: `tee`) and puts its pieces in a
+queue; the sink's thread takes them and writes them in order (ChunkSink.write_chunks),
+with the inner sink's own rules (whole lines, a backlog on failure). Nothing here waits
+for the writer: the queue is bounded by its bytes, and a tick that begins while the queue
+is over the bound is dropped whole (its records are still made: rates, events and every
+other sink go on). So what goes out is whole ticks, in order, with gaps; a tick once begun
+is never cut. The drops are said on stderr once per episode (from the first tick dropped
+to the next one written), when it ends, with the count (episodes closer together than the
+diagnostics channel repeats a line are counted, not said); the episode still open at close
+is always said, with the run's total. A writer that falls more than a tick behind is said
+once per episode too: what it has queued is written as it catches up.
 
+- The last piece of a tick is queued when the tick ends (`end_tee`): the sinks that take a
+  tick whole (the exporter) have it before the end of the tick goes out here.
 - SIGHUP: `reopen()` is queued, so it happens between two ticks, after those before it.
 - A reader gone (EPIPE): the writer stops; the next write (or close) ends the run with
   exit 0 (ReaderGone), as without a thread.
@@ -31,9 +36,9 @@ from __future__ import annotations
 import collections
 import threading
 import time
-from typing import TYPE_CHECKING, Callable, Deque, Iterable, Iterator, Optional, Union
+from typing import TYPE_CHECKING, Any, Callable, Deque, Iterable, Iterator, Optional, Tuple
 
-from cgstat.outputs.sink import NO_INFO, ChunkSink, ReaderGone, Sink, SinkError, TickInfo
+from cgstat.pipeline.sinks import NO_INFO, ChunkSink, ReaderGone, Sink, SinkError, TickInfo
 
 if TYPE_CHECKING:  # the record types are for the type checker only
     from cgstat.contract.types import JsonObject
@@ -57,7 +62,7 @@ _END = _Mark("end of tick")
 _ABORT = _Mark("tick abandoned")  # the records stopped coming (an exception in the tick's thread)
 _REOPEN = _Mark("reopen")
 _CLOSE = _Mark("close")
-_Item = Union[bytes, _Mark]
+_Item = Any  # a piece of a tick (ChunkSink.chunks), or a _Mark
 
 
 class _Aborted(Exception):
@@ -68,6 +73,7 @@ class QueuedSink(Sink):
     """`inner` written from a thread of its own, through a queue of at most `max_bytes`."""
 
     streams = True
+    tees = True
 
     def __init__(self, inner: ChunkSink, warn: Optional[Callable[[str, str], None]] = None,
                  max_bytes: int = QUEUE_MAX_BYTES, close_stall_s: float = CLOSE_STALL_S):
@@ -76,6 +82,7 @@ class QueuedSink(Sink):
         self.max_bytes = max_bytes
         self.close_stall_s = close_stall_s
         self.uses_kills = inner.uses_kills
+        self.wants_lines = inner.wants_lines
         self._cond = threading.Condition()
         self._queue: Deque[_Item] = collections.deque()
         self._queued_bytes = 0
@@ -85,6 +92,10 @@ class QueuedSink(Sink):
         self._thread: Optional[threading.Thread] = None
         self._stop_asked: Callable[[], bool] = lambda: False
         self.waiting = threading.Event()  # close() is waiting on a reader that takes nothing
+        self._ended: Optional[Tuple[Any, ...]] = None  # what tee() left for end_tee()
+        # the ticks queued and not yet written (their ends' times), and whether that was said
+        self._behind: Deque[float] = collections.deque()
+        self._lag_said = False
         # drops: the episode in progress, and all of them
         self._episode_ticks = 0
         self._episode_lines = 0
@@ -102,10 +113,17 @@ class QueuedSink(Sink):
             self._thread.start()
 
     def share_lines(self, line_of: Callable[[JsonObject], Optional[bytes]]) -> None:
-        self.inner.share_lines(line_of)  # inner.chunks runs in the tick's thread: the tee's lines are its
+        self.inner.share_lines(line_of)  # inner's chunker runs in the tick's thread: the shared lines are its
 
     def write(self, records: Iterable[JsonObject], tick: TickInfo = NO_INFO) -> None:
         """Queue the tick, or drop it whole when the queue is full; never waits."""
+        for _ in self.tee(records):
+            pass
+        self.end_tee(tick)
+
+    def tee(self, records: Iterable[JsonObject]) -> Iterator[JsonObject]:
+        """`records` passed on, each serialised on the way; its pieces queued, the last at end_tee."""
+        self._ended = None
         self._say()
         if self._gone:
             raise ReaderGone()
@@ -114,17 +132,56 @@ class QueuedSink(Sink):
         with self._cond:
             full = self._queued_bytes >= self.max_bytes
         if full:
-            self._drop(records)
+            lines = 0
+            for record in records:  # made all the same: the tick goes on everywhere else
+                lines += 1
+                yield record
+            self._ended = ("dropped", lines)
+            return
+        chunker = self.inner.chunker()
+        held = None  # the newest piece: queued when a newer one comes, or at the tick's end
+        put = False
+        try:
+            for record in records:
+                piece = chunker.add(record)
+                if piece is not None:
+                    if held is not None:
+                        self._put(held)
+                        put = True
+                    held = piece
+                yield record
+            self._ended = ("written", held, chunker.end())
+        except BaseException:
+            if put:
+                self._put(_ABORT)
+            raise
+
+    def end_tee(self, tick: TickInfo = NO_INFO) -> None:
+        ended, self._ended = self._ended, None
+        if ended is None:  # the records stopped coming: nothing (more) of this tick
+            return
+        if ended[0] == "dropped":
+            self._drop(ended[1])
             return
         self._end_episode()
         self.ticks_written += 1
-        try:
-            for chunk in self.inner.chunks(records):
-                self._put(chunk)
-        except BaseException:
-            self._put(_ABORT)
-            raise
+        for piece in ended[1:]:
+            if piece is not None:
+                self._put(piece)
         self._put(_END)
+        self._say_lag()
+
+    def _say_lag(self) -> None:
+        with self._cond:
+            behind = len(self._behind)
+            oldest = self._behind[0] if self._behind else 0.0
+        if behind <= 1:
+            self._lag_said = False
+        elif not self._lag_said:
+            self._lag_said = True
+            self._warn("lag", f"{self.inner.label} is behind: {behind} ticks queued, the oldest "
+                       f"{time.monotonic() - oldest:.1f} s ago; they are written as it catches up (a queue "
+                       f"over {self.max_bytes >> 20} MiB drops ticks whole)")
 
     def reopen(self) -> None:
         self._put(_REOPEN)
@@ -156,10 +213,7 @@ class QueuedSink(Sink):
         self.dropped_lines = self.inner.dropped_lines
         self.inner.close()
 
-    def _drop(self, records: Iterable[JsonObject]) -> None:
-        lines = 0
-        for _ in records:  # made all the same: the tick goes on everywhere else
-            lines += 1
+    def _drop(self, lines: int) -> None:
         if not self._episode_ticks:
             self._episode_began = time.monotonic()
         self._episode_ticks += 1
@@ -175,17 +229,18 @@ class QueuedSink(Sink):
         key = "dropped at close" if at_close else "dropped"
         took = time.monotonic() - self._episode_began
         total = f"; {self.ticks_dropped} ticks in all" if self.ticks_dropped > self._episode_ticks else ""
-        self._warn(key, f"{self.inner.label}: the reader did not keep up: {self._episode_ticks} ticks "
+        self._warn(key, f"{self.inner.label}: {self.inner.slow}: {self._episode_ticks} ticks "
                    f"({self._episode_lines} lines) dropped whole over {took:.0f} s, the lines written are "
                    f"complete{total}")
         self._episode_ticks = self._episode_lines = 0
 
     def _abandon(self) -> None:
         with self._cond:
-            lines = sum(item.count(b"\n") for item in self._queue if isinstance(item, bytes))
+            lines = sum(self.inner.piece_size(item)[1] for item in self._queue if not isinstance(item, _Mark))
             self._queue.clear()
             self._queue.append(_CLOSE)  # should the reader wake, the writer ends after the piece it is in
             self._queued_bytes = 0
+            self._behind.clear()
         self._end_episode(at_close=True)
         self._warn("dropped", f"{self.inner.label}: the reader took nothing for {self.close_stall_s:g} s: "
                    f"{lines} lines not written at the end")
@@ -203,8 +258,10 @@ class QueuedSink(Sink):
             if self._gone and item is not _CLOSE:
                 return  # nobody reads any more
             self._queue.append(item)
-            if isinstance(item, bytes):
-                self._queued_bytes += len(item)
+            if item is _END:
+                self._behind.append(time.monotonic())
+            elif not isinstance(item, _Mark):
+                self._queued_bytes += self.inner.piece_size(item)[0]
             self._cond.notify()
 
     # -- the writer's thread -------------------------------------------------------------
@@ -214,8 +271,10 @@ class QueuedSink(Sink):
             while not self._queue:
                 self._cond.wait()
             item = self._queue.popleft()
-            if isinstance(item, bytes):
-                self._queued_bytes -= len(item)
+            if item is _END:
+                self._behind.popleft()
+            elif not isinstance(item, _Mark):
+                self._queued_bytes -= self.inner.piece_size(item)[0]
             self._taken += 1
             return item
 
@@ -230,7 +289,7 @@ class QueuedSink(Sink):
                 return
             if item is _REOPEN:
                 self._guarded(self.inner.reopen)
-            elif isinstance(item, bytes):
+            elif not isinstance(item, _Mark):
                 rest = _Tick(self, item)
                 self._guarded(lambda: self.inner.write_chunks(iter(rest)))
                 rest.skip()
@@ -243,6 +302,7 @@ class QueuedSink(Sink):
                 self._gone = True
                 self._queue = collections.deque(x for x in self._queue if x is _CLOSE)
                 self._queued_bytes = 0
+                self._behind.clear()
         except _Aborted:
             pass
         except SinkError as exc:
@@ -255,12 +315,12 @@ class _Tick:
     """One tick's pieces as the writer takes them: the first, then the queue's up to the
     tick's end."""
 
-    def __init__(self, sink: QueuedSink, first: bytes):
+    def __init__(self, sink: QueuedSink, first: Any):
         self.sink = sink
-        self.first: Optional[bytes] = first
+        self.first: Any = first
         self.done = False
 
-    def __iter__(self) -> Iterator[bytes]:
+    def __iter__(self) -> Iterator[Any]:
         if self.first is not None:
             first, self.first = self.first, None
             yield first
@@ -271,7 +331,7 @@ class _Tick:
             elif item is _ABORT:
                 self.done = True
                 raise _Aborted()
-            elif isinstance(item, bytes):
+            elif not isinstance(item, _Mark):
                 yield item
             else:  # close (after a reader gone: the tick's end was not queued); taken next
                 self.sink._untake(item)

@@ -1,27 +1,33 @@
-"""The store as a sink: each tick's records, as the JSON lines `stream` writes, kept in the
-flight recorder's store (cgstat/store). A record is matched from tick to tick by its type
-and cgroup (GPU records by their place among the tick's GPU records); events are kept
-whole. A tick that can't be written is said and lost (the store stays whole), the run
-goes on.
+"""The store as a sink (`record`, `--store`): each tick's records, as the JSON lines
+`stream` writes, kept in the flight recorder's store (cgstat/store). A record is matched
+from tick to tick by its type and cgroup (GPU records by their place among the tick's GPU
+records); events are kept whole. A tick that can't be written is said and lost (the store
+stays whole), the run goes on.
 
-Beside another output of the stream (`stream --store`), the store takes the tick as it
-passes to that output (`tee`): each record is serialised once, its line handed to the
-store's encoder and, through `line_of`, to the JSON-lines sink, and no tick is ever held
-whole (the records are made one at a time, as for one output)."""
+The tick's thread takes each record's line (made once for every sink, TickLines) and its
+key as the records pass; the store's thread compresses and writes the tick and waits for
+fdatasync (QueuedSink): a disk stalled by I/O pressure delays no output and no tick. Its
+queue holds STORE_QUEUE_BYTES of lines (about 8 s of ticks at 1,000 cgroups, minutes at
+100): a stall shorter loses nothing; past it whole ticks are dropped, counted and said.
+"""
 
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, Dict, Hashable, Iterable, Iterator, Optional
+from typing import TYPE_CHECKING, Any, Dict, Hashable, Iterable, Iterator, List, Mapping, NamedTuple, Optional, Tuple
 
-from cgstat.outputs.sink import NO_INFO, Sink, SinkError, TickInfo
-from cgstat.store.folder import StoreError
-from cgstat.store.writer import Recorder, Warn
+from cgstat.outputs import values
+from cgstat.pipeline.sinks import (NO_INFO, Chunker, ChunkSink, LineOf, SinkContext, SinkError, SinkKind, SinkOption,
+                                   TickInfo, register)
 from cgstat.text import dumps_record, quote
 from cgstat.timestamps import parse_ts
 
 if TYPE_CHECKING:
     from cgstat.contract.types import JsonObject
+    from cgstat.store.writer import Warn
+
+STORE_QUEUE_BYTES = 16 * 1024 * 1024
+_PIECE_BYTES = 64 * 1024
 
 
 def record_key(record: JsonObject, seen: Dict[str, int]) -> Hashable:
@@ -36,83 +42,133 @@ def record_key(record: JsonObject, seen: Dict[str, int]) -> Hashable:
     return (kind, n)
 
 
-class StoreSink(Sink):
+class _Piece(NamedTuple):
+    wall_s: float  # the tick's time (its first record's ts)
+    lines: List[Tuple[Hashable, bytes]]  # (key, line)
+    size: int
+
+
+class _Lines(Chunker):
+    """One tick's lines and keys, in pieces of about _PIECE_BYTES."""
+
+    def __init__(self, line_of: LineOf, warn: Optional[Warn]):
+        self.line_of = line_of
+        self.warn = warn
+        self.seen: Dict[str, int] = {}
+        self.wall_s: Optional[float] = None
+        self.lines: List[Tuple[Hashable, bytes]] = []
+        self.size = 0
+
+    def add(self, record: JsonObject) -> Optional[_Piece]:
+        line = self.line_of(record)
+        if line is None:
+            if self.warn is not None:
+                self.warn("unserialisable", f"{quote(str(record.get('cgroup')))}: record dropped: "
+                                            "it cannot be written as JSON")
+            return None
+        if self.wall_s is None:
+            wall_s = parse_ts(record.get("ts"))
+            self.wall_s = wall_s if wall_s is not None else time.time()
+        self.lines.append((record_key(record, self.seen), line))
+        self.size += len(line)
+        return self.end() if self.size >= _PIECE_BYTES else None
+
+    def end(self) -> Optional[_Piece]:
+        if not self.lines or self.wall_s is None:
+            return None
+        piece = _Piece(self.wall_s, self.lines, self.size)
+        self.lines = []
+        self.size = 0
+        return piece
+
+
+class StoreSink(ChunkSink):
     """Every tick into the store at `path` (writer.Recorder: --retain, --max-size)."""
 
     streams = True  # a tick's records are taken one at a time; only the lines are kept
-    tees = True  # tee(): the tick taken as it passes to another output
+    wants_lines = True
+    slow = "the disk did not keep up"
 
     def __init__(self, path: str, retain_s: Optional[float], max_bytes: Optional[int],
                  warn: Optional[Warn] = None, sync: bool = True):
+        from cgstat.store.writer import Recorder
+
         self.recorder = Recorder(path, retain_s, max_bytes, warn, sync=sync)
         self.warn = warn
-        self._record: Optional[JsonObject] = None  # the record the tee passed on last, and its line
-        self._line: Optional[bytes] = None
-        self._complete = False
-        self._error: Optional[str] = None
+        self.label = f"the store {path}"
+        self._line_of: LineOf = dumps_record
 
     def open(self) -> None:
+        from cgstat.store.folder import StoreError
+
         try:
             self.recorder.open()
         except StoreError as exc:
             raise SinkError(str(exc)) from None
 
+    def may_block(self) -> bool:
+        return self.recorder.sync  # fdatasync waits for the disk
+
+    def share_lines(self, line_of: LineOf) -> None:
+        self._line_of = line_of
+
     def write(self, records: Iterable[JsonObject], tick: TickInfo = NO_INFO) -> None:
-        for _ in self.tee(records):
-            pass
-        self.end_tee()
+        self.write_chunks(self.chunks(records))
 
-    def tee(self, records: Iterable[JsonObject]) -> Iterator[JsonObject]:
-        """`records`, passed on one at a time, each one's line kept in the tick begun;
-        `end_tee()` after the last writes it (the tick is written only if every record
-        was taken)."""
-        self._complete = False
-        self._error = None
-        seen: Dict[str, int] = {}
-        begun = False
+    def chunker(self, quiet: bool = False) -> Chunker:
+        return _Lines(self._line_of, None if quiet else self.warn)
+
+    def piece_size(self, piece: Any) -> Tuple[int, int]:
+        return piece.size, len(piece.lines)
+
+    def write_chunks(self, chunks: Iterator[Any]) -> None:
+        """One tick's pieces, written as one frame (SinkError when it can't be); a tick
+        whose pieces stopped coming is not written."""
+        from cgstat.store.folder import StoreError
+
         recorder = self.recorder
-        for record in records:
-            line = self._line = dumps_record(record)
-            self._record = record
-            if line is None:
-                if self.warn is not None:
-                    self.warn("unserialisable", f"{quote(str(record.get('cgroup')))}: record dropped: "
-                                                "it cannot be written as JSON")
-            elif begun:
-                recorder.add(record_key(record, seen), line)
-            elif self._error is None:
-                wall_s = parse_ts(record.get("ts"))
-                try:
-                    recorder.begin(wall_s if wall_s is not None else time.time())
+        begun = False
+        try:
+            for piece in chunks:
+                if not begun:
+                    recorder.begin(piece.wall_s)
                     begun = True
-                    recorder.add(record_key(record, seen), line)
-                except StoreError as exc:
-                    self._error = str(exc)
-            yield record
-        self._record = self._line = None
-        self._complete = begun
-
-    def line_of(self, record: JsonObject) -> Optional[bytes]:
-        """The line of the record the tee passed on last (made once), else made now."""
-        return self._line if record is self._record else dumps_record(record)
-
-    def end_tee(self) -> None:
-        """Write the tick the tee took (SinkError when it can't be); a tick whose records
-        stopped coming is not written."""
-        self._record = self._line = None
-        complete, error, self._complete, self._error = self._complete, self._error, False, None
-        if not complete:
-            self.recorder.abandon()
-        else:
-            try:
-                self.recorder.finish()
-            except StoreError as exc:
-                raise SinkError(str(exc)) from None
-        if error is not None:
-            raise SinkError(error)
+                for key, line in piece.lines:
+                    recorder.add(key, line)
+            if begun:
+                recorder.finish()
+        except StoreError as exc:
+            recorder.abandon()
+            raise SinkError(str(exc)) from None
+        except BaseException:
+            recorder.abandon()
+            raise
 
     def close(self) -> None:
         try:
             self.recorder.close()
         except OSError:
             pass
+
+
+def store_sink(path: str, retain_s: Optional[float], max_bytes: Optional[int], warn: Optional[Warn]) -> Any:
+    """The store's sink for a run: written from its own thread (QueuedSink)."""
+    from cgstat.outputs.queued import QueuedSink
+
+    return QueuedSink(StoreSink(path, retain_s, max_bytes, warn), warn, max_bytes=STORE_QUEUE_BYTES)
+
+
+RETAIN = SinkOption("--retain", "Remove shards older than SPAN (N s, min, h or d; none: keep them).",
+                    values.span_or_none, "7d", metavar="SPAN")
+MAX_SIZE = SinkOption("--max-size", "Keep the store within SIZE (K, M, G: powers of 1024; none: no bound), "
+                                    "removing the oldest shards first.", values.store_size, "2G", metavar="SIZE")
+
+
+def _make(given: Mapping[str, Any], context: SinkContext) -> Any:
+    return store_sink(given["store"], given["retain"], given["max_size"], context.warn)
+
+
+register(SinkKind("store", (
+    SinkOption("--store", "Also keep every tick in the store DIR (see cgstat record).", values.not_empty,
+               envvar="CGSTAT_STORE", metavar="DIR"),
+    RETAIN, MAX_SIZE), _make))

@@ -27,13 +27,14 @@ from __future__ import annotations
 
 import os
 import unicodedata
-from typing import TYPE_CHECKING, Any, Iterable, Iterator, List, Optional, Sequence, cast
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, List, Optional, Sequence, cast
 
 from cgstat.contract import fields
 from cgstat.contract import display as names
 from cgstat.contract.keys import Cgroup
 from cgstat.outputs.jsonl import FileSink, StdoutSink
 from cgstat.pipeline.build import number_at, value_at
+from cgstat.pipeline.sinks import Chunker
 from cgstat.text import escape_controls
 from cgstat.units import bytes_size, human_size
 
@@ -226,10 +227,28 @@ def csv_rows(records: Iterable[JsonObject]) -> str:
 
 # -- sinks ------------------------------------------------------------------------------------
 
+class _Whole(Chunker):
+    """A batch laid out whole (its columns, its header): one piece at its end."""
+
+    def __init__(self, serialise: Callable[[Iterable[JsonObject]], bytes]):
+        self.serialise = serialise
+        self.records: List[JsonObject] = []
+
+    def add(self, record: JsonObject) -> None:
+        self.records.append(record)
+
+    def end(self) -> bytes:
+        return self.serialise(self.records)
+
+
 class _TableFormat:
     """Serialiser mixin: a table per batch (a blank line between batches)."""
 
     _batches = 0
+    wants_lines = False
+
+    def chunker(self, quiet: bool = False) -> Chunker:
+        return _Whole(self.serialise)
 
     def chunks(self, records: Iterable[JsonObject], quiet: bool = False) -> Iterator[bytes]:
         yield self.serialise(records)  # one piece: the columns are laid out over the batch
@@ -246,6 +265,10 @@ class _CsvFormat:
     """Serialiser mixin: the header once per output (again after a reopen onto a new file)."""
 
     _header_due = True
+    wants_lines = False
+
+    def chunker(self, quiet: bool = False) -> Chunker:
+        return _Whole(self.serialise)
 
     def _output_empty(self) -> bool:
         return True

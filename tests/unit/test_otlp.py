@@ -468,7 +468,7 @@ def test_a_partial_success_in_protobuf_is_read():
 
 
 def test_a_record_the_encoder_cannot_take_is_a_sink_error_not_a_crash():
-    from cgstat.outputs.sink import SinkError
+    from cgstat.pipeline.sinks import SinkError
 
     ok = FakeReceiver(Outcome(True, False, ""))
     sink = OtlpSink(OtlpOptions("http://r/v1/metrics", "json"), None, receiver=ok)
@@ -573,6 +573,6 @@ def test_bad_otlp_options_are_usage_errors(command, args, says):
 
 
 def test_duration_option():
-    from cgstat.cli import _duration
+    from cgstat.outputs.values import duration
 
-    assert [_duration(v) for v in ("300", "300s", "5m", "1h", "1.5m")] == [300, 300, 300, 3600, 90]
+    assert [duration(v) for v in ("300", "300s", "5m", "1h", "1.5m")] == [300, 300, 300, 3600, 90]

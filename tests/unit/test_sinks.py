@@ -20,7 +20,7 @@ from cgstat.app import stream as modes
 from cgstat.outputs import formats
 from cgstat.outputs.jsonl import StdoutSink
 from cgstat.outputs.queued import QueuedSink
-from cgstat.outputs.sink import ChunkSink, SinkError
+from cgstat.pipeline.sinks import Chunker, ChunkSink, SinkError
 from cgstat.diagnostics import Warner
 from tests.helpers.contract import ROOT
 
@@ -218,6 +218,13 @@ def test_a_reader_gone_ends_the_stream_with_0(no_signals):
     assert sampler.made < 100000  # ended by the reader, not by the count
 
 
+class Lines(Chunker):
+    """A line a piece."""
+
+    def add(self, record):
+        return json.dumps(record).encode() + b"\n"
+
+
 class Recording(ChunkSink):
     """A ChunkSink that notes what its writer thread was given, in order."""
 
@@ -226,9 +233,8 @@ class Recording(ChunkSink):
         self.fail_first = fail_first
         self.label = "recording"
 
-    def chunks(self, records, quiet=False):
-        for r in records:
-            yield json.dumps(r).encode() + b"\n"
+    def chunker(self, quiet=False):
+        return Lines()
 
     def write_chunks(self, chunks):
         data = b"".join(chunks)

@@ -34,7 +34,7 @@ from cgstat.outputs.otlp.auth import gather, redact
 from cgstat.outputs.otlp.budget import OtlpBudget
 from cgstat.outputs.otlp.encode import Encoder, rejected
 from cgstat.outputs.otlp.transport import Receiver
-from cgstat.outputs.sink import NO_INFO, Sink, SinkError, TickInfo
+from cgstat.pipeline.sinks import NO_INFO, Sink, SinkError, TickInfo
 
 if TYPE_CHECKING:  # the record types are for the type checker only
     from cgstat.contract.types import JsonObject

@@ -5,13 +5,14 @@ bytes to the HTTP server (cgstat/outputs/prometheus/http.py), which serves the l
 scrape. A scrape never triggers a read of the kernel and never waits for a tick; a tick
 never waits for a scraper.
 
-- `Exporter(listen)`: the server plus the renderer, a Sink (outputs/sink.py): `open()`
+- `Exporter(listen)`: the server plus the renderer, a Sink (pipeline/sinks.py): `open()`
   serves the exporter's own metrics before the first tick, `write(records, tick)` (or
   `publish(records, tick_seconds)`) once per tick, `close()` at the end. `stream --listen`
-  has it beside its other sink.
-`cgstat serve` is app/stream.run_stream with no other sink (but an OTLP push): bind (a bad address fails now,
-exit 1), warm up, READY=1, then a tick per interval with WATCHDOG=1 after each;
-SIGTERM/SIGINT end it with exit 0.
+  has it beside its other sinks.
+
+`cgstat serve` is the pipeline's Runner with the exporter as its sink (and any sinks added):
+bind (a bad address fails now, exit 1), warm up, READY=1, then a tick per interval with
+WATCHDOG=1 after each; SIGTERM/SIGINT end it with exit 0.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from cgstat.outputs.labelallow import LabelAllow
 from cgstat.outputs.prometheus.heldidle import HeldIdleSeconds
 from cgstat.outputs.prometheus.retention import ExitRetention, OomRetention
 from cgstat.events.gpuheld import DEFAULT_MEMORY_BYTES
-from cgstat.outputs.sink import NO_INFO, Sink, TickInfo
+from cgstat.pipeline.sinks import NO_INFO, Sink, TickInfo
 from cgstat.diagnostics import Warner
 
 if TYPE_CHECKING:  # the record types are for the type checker only
