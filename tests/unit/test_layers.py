@@ -224,10 +224,5 @@ def test_the_import_graph_counts_every_import(tmp_path):
     assert circles(import_graph(mods)) == [("cgstat.a", "cgstat.b")]
 
 
-# Circles still being taken apart: each entry goes when its circle does (the assertion
-# then fails until it is removed), so this list only shrinks; it ends empty.
-_BEING_REMOVED = [("cgstat.app.record", "cgstat.app.stream")]
-
-
 def test_no_import_circle_in_the_package():
-    assert circles(import_graph(list(_modules()))) == _BEING_REMOVED
+    assert circles(import_graph(list(_modules()))) == []
