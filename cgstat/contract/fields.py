@@ -1109,6 +1109,8 @@ FAMILIES: Tuple[Family, ...] = (
             "the sampling loop", "self"),
     _family("cgstat_gpu_reads_late_total", "counter", "Ticks that went on without their GPU read: NVML had "
             "not answered within half the interval.", "the GPU read beside the tick", "self"),
+    _family("cgstat_gpu_call_errors_total", "counter", "NVML calls that failed since start, by GPU (its UUID) "
+            "and call; each cost that one value.", "the NVML call wrapper", "self", ("gpu", "call")),
     _family("cgstat_cgroups", "gauge", "Cgroup and pod records in the last tick, by type.", "count of records",
             "self", ("type",)),
     _family("cgstat_gpus", "gauge", "GPU device records in the last tick.", "count of type gpu records", "self"),

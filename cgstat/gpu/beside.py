@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import TYPE_CHECKING, Callable, Generic, List, Optional, Tuple, TypeVar
+from typing import TYPE_CHECKING, Callable, Dict, Generic, List, Optional, Tuple, TypeVar
 
 if TYPE_CHECKING:  # imported where used: a run without a driver never loads the GPU readers
     from cgstat.gpu.nvml import Gateway
@@ -133,6 +133,8 @@ class GpuReads:
         self._reader: Optional[GpuReader] = None
         self._beside: Optional[Beside[GpuSnapshot]] = None
         self._last: Optional[GpuSnapshot] = None  # the last reading that was on time
+        # (GPU, call) -> failures, copied after each reading on time (the thread is idle then)
+        self.error_counts: Dict[Tuple[str, str], int] = {}
 
     def read(self) -> Optional[GpuSnapshot]:
         """This tick's reading; None when NVML can't be read (`gateway.reason` says why)."""
@@ -142,9 +144,9 @@ class GpuReads:
             if not gw.available():
                 return None
             if self.deadline_s is None:
-                return self._reading()
+                return self._counted(self._reading())
         if self.deadline_s is None:  # pragma: no cover - a deadline is not taken back
-            return self._reading()
+            return self._counted(self._reading())
         if self._beside is None:
             from cgstat.gpu.reading import carry_xids, late_snapshot
 
@@ -153,6 +155,12 @@ class GpuReads:
         snapshot = self._beside.take(self.deadline_s)
         if snapshot.available and not snapshot.late:
             self._last = snapshot
+            self._counted(snapshot)
+        return snapshot
+
+    def _counted(self, snapshot: GpuSnapshot) -> GpuSnapshot:
+        if self.gateway.error_counts:
+            self.error_counts = dict(self.gateway.error_counts)
         return snapshot
 
     def _reading(self) -> GpuSnapshot:

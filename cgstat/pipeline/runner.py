@@ -142,7 +142,7 @@ class Runner:
         # elsewhere); the events judge them all
         sampler = self.sampler
         info = TickInfo(self._made_s, [k for k in sampler.kills if k.selected], sampler.late_counts,
-                        sampler.gpu_reads_late_total)
+                        sampler.gpu_reads_late_total, sampler.gpu_call_errors)
         for sink in sinks:
             try:
                 sink.end_tee(info)

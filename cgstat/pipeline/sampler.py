@@ -327,6 +327,11 @@ class Sampler:
         """Ticks that went on without their GPU read (past the gpu_deadline)."""
         return 0 if self._gpus is None else self._gpus.reads.late_total
 
+    @property
+    def gpu_call_errors(self) -> Dict[Tuple[str, str], int]:
+        """(GPU UUID, NVML call) -> the calls that failed so far, as of the last reading on time."""
+        return {} if self._gpus is None else self._gpus.reads.error_counts
+
     def advance(self, tick: Collected) -> Dict[str, Counters]:
         """The counters of a warm-up sample: what the next tick's rates start from."""
         if tick.gpu is not None and self._gpus is not None:

@@ -64,6 +64,7 @@ class TickInfo(NamedTuple):
     kills: Sequence[Any] = ()  # the kernel log's OOM kills of the shown cgroups read with it (Sampler.kills)
     late: Sequence[Any] = ()  # gone cgroups' counters read as they changed (Sampler.late_counts)
     gpu_reads_late_total: Optional[int] = None  # ticks that went on without their GPU read (gpu/beside.py)
+    gpu_call_errors: Mapping[Tuple[str, str], int] = {}  # (GPU UUID, NVML call) -> failures so far
 
 
 NO_INFO = TickInfo()

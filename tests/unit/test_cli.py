@@ -179,6 +179,7 @@ def test_slow_tick_warns_once_and_skips_missed_slots(monkeypatch, capfd):
             pass
 
         gpu_reads_late_total = 0
+        gpu_call_errors = {}
 
         def warm_up(self):
             SlowAgent.ticks += 1

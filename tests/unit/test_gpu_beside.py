@@ -64,13 +64,15 @@ def test_close_leaves_a_stuck_call_to_the_process_exit():
     b.release.set()
 
 
-def test_the_late_count_is_a_self_metric():
+def test_the_late_count_and_the_call_errors_are_self_metrics():
     from cgstat.outputs.prometheus import exposition
 
-    text = exposition.render([], exposition.TEXT, {"gpu_reads_late_total": 3})
+    text = exposition.render([], exposition.TEXT, {"gpu_reads_late_total": 3, "gpu_call_errors_total": {
+        ("GPU-1", "nvmlDeviceGetTemperature"): 2}})
     text = text.decode() if isinstance(text, bytes) else text
     assert "# TYPE cgstat_gpu_reads_late_total counter" in text
     assert "\ncgstat_gpu_reads_late_total 3\n" in text
+    assert '\ncgstat_gpu_call_errors_total{gpu="GPU-1",call="nvmlDeviceGetTemperature"} 2\n' in text
 
 
 def test_the_stream_waits_half_its_interval_at_least_a_quarter_second():

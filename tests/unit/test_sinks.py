@@ -52,6 +52,7 @@ class FakeSampler:
         pass
 
     gpu_reads_late_total = 0
+    gpu_call_errors = {}
 
     def records(self):
         self.made += 1

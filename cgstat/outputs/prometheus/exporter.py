@@ -18,7 +18,7 @@ WATCHDOG=1 after each; SIGTERM/SIGINT end it with exit 0.
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, Any, Dict, Iterable, Optional, Sequence, cast
+from typing import TYPE_CHECKING, Any, Dict, Iterable, Mapping, Optional, Sequence, Tuple, cast
 
 from cgstat import __version__
 from cgstat.errors import CgstatError
@@ -87,11 +87,12 @@ class Exporter(Sink):
         """One tick: its records (its events are skipped) and what reading it took."""
         batch = records if isinstance(records, (list, tuple)) else list(records)
         self.publish(cast("Sequence[Sampled]", batch), tick.seconds, tick.kills, tick.late,
-                     tick.gpu_reads_late_total)
+                     tick.gpu_reads_late_total, tick.gpu_call_errors)
 
     def publish(self, records: Sequence[Sampled], tick_seconds: Optional[float] = None,
                 kills: Iterable[Any] = (), late: Iterable[Any] = (),
-                gpu_reads_late_total: Optional[int] = None) -> None:
+                gpu_reads_late_total: Optional[int] = None,
+                gpu_call_errors: Optional[Mapping[Tuple[str, str], int]] = None) -> None:
         """Render `records` (one tick) and make them what /metrics serves from now on.
         `kills`, `late`: the tick's kernel-log OOM kills and gone cgroups' counters read as they
         changed (Sampler.kills, .late_counts), for the gone cgroups' counters."""
@@ -105,6 +106,7 @@ class Exporter(Sink):
             "render_duration_seconds": self.render_s,
             "last_tick_timestamp_seconds": round(time.time(), 3),
             "gpu_reads_late_total": gpu_reads_late_total,
+            "gpu_call_errors_total": gpu_call_errors,
         }
         stamps = self.timestamps
         labels = self.labels

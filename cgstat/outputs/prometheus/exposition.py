@@ -28,6 +28,7 @@ from cgstat.outputs.prometheus.families import (
     F_CPUSET,
     F_EXITED,
     F_GPUS,
+    F_GPU_CALL_ERRORS,
     F_GPU_LATE,
     F_HELD_IDLE,
     F_LAST_SEEN,
@@ -187,6 +188,8 @@ def _self_samples(self_metrics: Dict[str, Any], records: Sequence[Sampled], out:
     add(F_RENDER_SECONDS, self_metrics.get("render_duration_seconds"))
     add(F_LAST_TICK, self_metrics.get("last_tick_timestamp_seconds"))
     add(F_GPU_LATE, self_metrics.get("gpu_reads_late_total"))
+    for (gpu, call), n in sorted((self_metrics.get("gpu_call_errors_total") or {}).items()):
+        add(F_GPU_CALL_ERRORS, n, render_pairs((("gpu", gpu), ("call", call))))
     counts: Dict[str, int] = {"cgroup": 0, "pod": 0}
     errors: Dict[str, int] = {}
     gpus = 0
