@@ -740,7 +740,9 @@ def once(
         sampler.kills_outside_shown = oom_kills == "all"
         return once(sampler, fmt, output, int(output_mode, 8), state, window, not no_events)
 
-    _run(lambda: _sampler(ctx, host_root, all_, match, max_user, follow=False, full_read=full_read), job)
+    # one reading with --state: nothing to compare a change signal with
+    _run(lambda: _sampler(ctx, host_root, all_, match, max_user, follow=False,
+                          full_read=full_read or state is not None), job)
 
 
 def _sort(value: str) -> str:

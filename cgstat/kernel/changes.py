@@ -56,7 +56,7 @@ class _Last:
 
     __slots__ = ("cg", "files", "signal", "sample", "due")
 
-    def __init__(self, cg: Cgroup, files: _Files, signal: Tuple[bytes, ...], sample: Sample, due: float):
+    def __init__(self, cg: Cgroup, files: _Files, signal: int, sample: Sample, due: float):
         self.cg = cg
         self.files = files
         self.signal = signal
@@ -160,12 +160,15 @@ class ChangeReader:
             return None
         return tuple(files)
 
-    def _signal(self, files: _Files) -> Optional[Tuple[bytes, ...]]:
-        """The signal files' bytes now; None when one can't be read (read in full: the
-        full read says why)."""
+    def _signal(self, files: _Files) -> Optional[int]:
+        """The hash of the signal files' bytes now; None when one can't be read (read in
+        full: the full read says why). Bytes' hash is SipHash under a key drawn per process
+        (as in KeptFiles.read_parsed): two readings that differ yet hash the same happen
+        by chance one time in 2^64, and can't be aimed at by a workload steering its
+        counters; the hash, not the bytes, is kept (a few hundred bytes a cgroup)."""
         read = self.kept.read
         try:
-            return tuple([read(folder, name) for folder, name in files])
+            return hash(tuple([read(folder, name) for folder, name in files]))
         except ReadError:
             return None
 

@@ -154,7 +154,7 @@ class KeptFiles:
       hierarchy's rescan). They never hold a descriptor.
     """
 
-    __slots__ = ("cap", "enabled", "count", "overflowed", "keeping", "written", "_mounts", "_dirs", "_names",
+    __slots__ = ("cap", "enabled", "count", "overflowed", "keeping", "written", "remember", "_mounts", "_dirs", "_names",
                  "_same", "_same_bytes", "__weakref__")
 
     def __init__(self, cap: Optional[int] = None, enabled: Optional[bool] = None):
@@ -168,6 +168,9 @@ class KeptFiles:
         # the folder paths whose slow files were written (IN_MODIFY, kernel/follow.py) since
         # the change reader (kernel/changes.py) last looked: it reads their cgroups in full
         self.written: Set[str] = set()
+        # whether read_parsed keeps each file's value to give again while its bytes stay
+        # the same (off where the change reader keeps the cgroups' Samples instead)
+        self.remember = True
         self._mounts: Dict[str, Dict[str, Kept]] = {}  # mount_dir -> cgroup path -> entry
         self._dirs: Dict[str, Tuple[int, float]] = {}  # mount_dir -> (O_PATH descriptor, checked at)
         self._names: Dict[Tuple[Key, ...], Tuple[Key, ...]] = {}  # the shared names tuples
@@ -283,6 +286,8 @@ class KeptFiles:
         if kept is None:
             return parser(self._open(folder, name).decode())
         entry, i, data = kept
+        if not self.remember:
+            return self._parse_shared(parser, data)
         digest = hash(data)
         at = 4 * i
         if entry[at + 2] is parser and entry[at + 1] == digest:

@@ -86,7 +86,7 @@ def _derived(hierarchy: Hierarchy, path: str) -> str:
 class Cgroup:
     """One workload: its name (path) and its folder in each hierarchy it has one in."""
 
-    __slots__ = ("path", "folders", "_inodes", "_memo")
+    __slots__ = ("path", "folders", "_inodes", "_paths", "_memo")
     path: str
     folders: Tuple[Folder, ...]
 
@@ -119,7 +119,13 @@ class Cgroup:
 
     @property
     def paths(self) -> Dict[str, str]:
-        return {f.hierarchy.name: f.path for f in self.folders}
+        """hierarchy name -> its folder's path: one dict per Cgroup, shared by its samples
+        and records (read only)."""
+        known: Optional[Dict[str, str]] = getattr(self, "_paths", None)
+        if known is None:
+            known = {f.hierarchy.name: f.path for f in self.folders}
+            object.__setattr__(self, "_paths", known)
+        return known
 
 
 class Listing:

@@ -62,6 +62,16 @@ class ExitLedger:
         self._alive: Dict[str, List[Any]] = {}
         self.host: Any = None  # the host the records named (for a cgroup known from the log only)
 
+    def again(self, r: Mapping[str, Any]) -> None:
+        """see() for a record equal to the cgroup's last one but for ts and interval_s
+        (pipeline/same.py): only its time and count move."""
+        row = self._alive.get(r["cgroup"])
+        if row is None:
+            self.see(r)
+            return
+        row[_LAST] = r["ts"]
+        row[_SAMPLES] += 1
+
     def see(self, r: Mapping[str, Any]) -> None:
         path = r.get("cgroup")
         if not isinstance(path, str):

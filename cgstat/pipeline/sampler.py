@@ -45,6 +45,7 @@ from cgstat.diagnostics import Warner
 from cgstat.pipeline.rates import Counters, counters, derive
 from cgstat.pipeline.gpustage import GpuStage
 from cgstat.pipeline.build import build
+from cgstat.pipeline.same import SameRecords
 from cgstat.pipeline.select import Selected, Shown, compile_match, select, would_select
 from cgstat.text import quote
 from cgstat.timestamps import rfc3339
@@ -108,6 +109,10 @@ class Sampler:
         # discoverer sees folders go, and all at close().
         self.kept = KeptFiles()
         self.changes = ChangeReader(self.layout, self.kept, full_read_every_s)
+        # an idle cgroup's values are its kept Sample's: the files' parsed values aren't kept too
+        self.kept.remember = full_read_every_s <= 0
+        # (with every file read every tick no reading is ever the last one again)
+        self._same = SameRecords() if full_read_every_s > 0 else None
         self.discoverer = Discoverer(self.fs, self.layout, max_user_cgroups=max_user_cgroups,
                                      warn=self.warner.once, follow=None if follow else False, kept=self.kept)
         self.all_cgroups = all_cgroups
@@ -368,6 +373,7 @@ class Sampler:
         processes = self.processes
         if processes is not None:
             processes.begin_tick()
+        same = self._same
         for sample, workload in tick.samples:
             path = sample.path
             net = network.get(path)
@@ -379,10 +385,16 @@ class Sampler:
             if processes is not None:
                 processes.add(record)
             if exits is not None:
-                exits.see(record)
+                # an idle cgroup's record equals its last one but for the time (pipeline/same.py)
+                if gpu is None and same is not None and same.again(sample, rates, workload, net):
+                    exits.again(record)
+                else:
+                    exits.see(record)
             yield record
         if processes is not None:
             processes.end_tick()
+        if same is not None:
+            same.end_tick()
         self._read_kills()
         if tick.gpu is not None and self._gpus is not None:
             yield from self._gpus.records(tick.gpu, tick.attributed, tick.gpu_time_s, host)

@@ -104,3 +104,23 @@ def test_the_period_from_the_environment(monkeypatch):
     for bad in ("x", "-1", "inf", "nan"):
         monkeypatch.setenv("CGSTAT_FULL_READ_EVERY_S", bad)
         assert default_full_every_s() == 10.0
+
+
+def test_an_unchanged_cgroups_record_is_known_to_equal_its_last(tree):
+    """pipeline/same.py: a reused reading with the same rates, workload and network is the
+    same record but for its time; a moved one, or other rates, is not."""
+    from cgstat.pipeline.rates import NO_RATES
+    from cgstat.pipeline.same import SameRecords
+
+    reader, cg, folder = tree
+    same = SameRecords()
+    seen = []
+    for t, rates in ((1.0, NO_RATES), (2.0, NO_RATES._replace(interval_s=1.0)), (3.0, NO_RATES._replace(cpu_percent=5.0)),
+                     (4.0, NO_RATES._replace(cpu_percent=5.0, interval_s=2.0))):
+        if t == 4.0:
+            _rewrite(folder, "cpu.stat", "usage_usec ", "usage_usec 9")
+        sample = reader.read(cg, 100.0 + t, 1000.0 + t)
+        reader.end_tick()
+        seen.append(same.again(sample, rates, None, None))
+        same.end_tick()
+    assert seen == [False, True, False, False] and same.same == 1
