@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import os
 import zlib
-from typing import Dict, List, Optional, Set, Tuple
+from typing import Dict, Iterable, List, Optional, Set, Tuple
 
 from cgstat.kernel.cgroups import read_cgroup
 from cgstat.kernel.handles import KeptFiles
@@ -80,10 +80,10 @@ class ChangeReader:
         self._seen: Dict[str, _Last] = {}  # this tick's, by cgroup path
         self._marked: Set[str] = set()  # cgroup paths to read in full next time
 
-    def mark(self, path: str) -> None:
-        """Read this cgroup in full the next time it is read (an event of its)."""
+    def mark(self, paths: Iterable[str]) -> None:
+        """Read these cgroups in full the next time they are read (an event of theirs)."""
         if self.full_every_s > 0:
-            self._marked.add(path)
+            self._marked.update(paths)
 
     def begin_tick(self) -> None:
         """Before the tick's reads: cgroups one of whose folders had a limit file written

@@ -111,8 +111,7 @@ class Sampler:
         self.changes = ChangeReader(self.layout, self.kept, full_read_every_s)
         # an idle cgroup's values are its kept Sample's: the files' parsed values aren't kept too
         self.kept.remember = full_read_every_s <= 0
-        # (with every file read every tick no reading is ever the last one again)
-        self._same = SameRecords() if full_read_every_s > 0 else None
+        self._same = SameRecords() if full_read_every_s > 0 else None  # (no reading is reused otherwise)
         self.discoverer = Discoverer(self.fs, self.layout, max_user_cgroups=max_user_cgroups,
                                      warn=self.warner.once, follow=None if follow else False, kept=self.kept)
         self.all_cgroups = all_cgroups
@@ -302,8 +301,7 @@ class Sampler:
         changes = self.changes
         changes.begin_tick()
         if self._memevents is not None:
-            for path in self._memevents.pending():  # memory.events changed: read in full
-                changes.mark(path)
+            changes.mark(self._memevents.pending())  # memory.events changed: read in full
         for cg, info in selected:
             now = clock.monotonic()
             sample = changes.read(cg, now, clock.wall(now))
@@ -411,8 +409,7 @@ class Sampler:
         self.late_counts = []
         if self._memevents is not None:
             counts = self._memevents.take()
-            for path in counts:  # changed after this tick read it, maybe: in full next tick
-                self.changes.mark(path)
+            self.changes.mark(counts)  # changed after this tick read it, maybe: in full next tick
             if counts:
                 selection = self._tree[2]
                 self.late_counts = self._kill_namer.late(counts, [cg.path for cg, _ in selection[0]] if selection else ())
@@ -431,9 +428,7 @@ class Sampler:
         named = self._kill_namer.name(
             batch.kills, classified, [cg.path for cg, _ in selection[0]] if selection else (),
             lambda path, info: would_select(path, info, all_cgroups, match))
-        for kill in named:  # read in full next tick
-            if kill.cgroup is not None:
-                self.changes.mark(kill.cgroup)
+        self.changes.mark(k.cgroup for k in named if k.cgroup is not None)  # read in full next tick
         if self.kills_outside_shown:
             self.kills = named  # a kill is worth saying wherever it happens
         else:

@@ -65,7 +65,7 @@ def test_marked_new_and_due_cgroups_are_read_in_full(tree):
     reader, cg, folder = tree
     reader.read(cg, 100.0, 1000.0)
     reader.end_tick()
-    reader.mark(cg.path)  # an event of its (a kill, memory.events)
+    reader.mark([cg.path])  # an event of its (a kill, memory.events)
     reader.read(cg, 100.5, 1000.5)
     reader.end_tick()
     reader.read(cg, 101.0, 1001.0)
