@@ -115,8 +115,9 @@ def test_an_unchanged_cgroups_record_is_known_to_equal_its_last(tree):
     reader, cg, folder = tree
     same = SameRecords()
     seen = []
-    for t, rates in ((1.0, NO_RATES), (2.0, NO_RATES._replace(interval_s=1.0)), (3.0, NO_RATES._replace(cpu_percent=5.0)),
-                     (4.0, NO_RATES._replace(cpu_percent=5.0, interval_s=2.0))):
+    busy = NO_RATES._replace(cpu_percent=5.0)
+    for t, rates in ((1.0, NO_RATES), (2.0, NO_RATES._replace(interval_s=1.0)), (3.0, busy),
+                     (4.0, busy._replace(interval_s=2.0))):
         if t == 4.0:
             _rewrite(folder, "cpu.stat", "usage_usec ", "usage_usec 9")
         sample = reader.read(cg, 100.0 + t, 1000.0 + t)
