@@ -4,10 +4,12 @@ lock, --log-state, report -o, the store): checked all the way down from `/`.
 cgstat runs as root with paths an administrator names, and other users may own or write
 folders on the way (/tmp, a home). A path is walked one component at a time, each folder
 opened relative to the one before (openat) with O_NOFOLLOW|O_DIRECTORY, and kept only when
-no other user can change what lies below it: not a link, owned by root or by the user
-cgstat runs as, and not writable by others unless the sticky bit keeps them from renaming
-what is not theirs (a root /tmp is fine; a user's folder inside it is not). OpenSSH's
-StrictModes and systemd's chase() with CHASE_SAFE make the same walk. A group may write a
+no other user can change what lies below it: owned by root or by the user cgstat runs as,
+and not writable by others unless the sticky bit keeps them from renaming what is not
+theirs (a root /tmp is fine; a user's folder inside it is not). A link on the way is
+followed only when root or that user made it, its target walked the same way; another
+user's link is refused. OpenSSH's StrictModes and systemd's chase() with CHASE_SAFE make
+the same walk. A group may write a
 folder only when it is a system group (gid below 1000, login.defs' SYS_GID_MAX): Ubuntu's
 /var/log is root:syslog 0775. The caller gets the last folder's descriptor and opens the
 file relative to it, so a folder swapped for a link after the check is never followed.
@@ -28,6 +30,7 @@ from cgstat.errors import CgstatError, file_kind, os_reason
 from cgstat.text import escape_controls
 
 SYSTEM_GID_MAX = 999  # login.defs' SYS_GID_MAX: groups below are the system's own
+MAX_LINKS = 40  # links followed on one walk (the kernel's own limit, MAXSYMLINKS)
 _WALK_FLAGS = getattr(os, "O_PATH", os.O_RDONLY) | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
@@ -116,21 +119,41 @@ class Place:
 def open_folder(path: str, what: str, create: bool = False, shown: Optional[str] = None) -> int:
     """A descriptor (O_PATH) of the folder `path`, reached from `/` one checked component at
     a time; missing levels made 0700 when `create`. UnsafePath (one line) when a folder on
-    the way is a link, not a folder, or one another user could change."""
+    the way is not a folder, or one another user could change, or a link another user owns.
+
+    A link of root's or the running user's, in a folder already checked, is followed (its
+    target walked the same way, at most MAX_LINKS of them, as the kernel's limit): systemd
+    makes /var/log/NAME a link to private/NAME for a DynamicUser= service, and only they
+    could have made it. chase() with CHASE_SAFE follows such links too."""
     path = os.path.abspath(path)
     shown = _shown(shown or path)
     fd = os.open("/", _WALK_FLAGS)
     walked = ""
+    todo = [part for part in path.split("/") if part]
+    links = 0
     try:
         _check_folder(fd, "/", shown, what)
-        for part in path.split("/"):
-            if not part:
+        while todo:
+            part = todo.pop(0)
+            if part == ".":
                 continue
-            walked += "/" + part
+            walked = os.path.normpath(walked + "/" + part) if walked else "/" + part
             nfd = _step(fd, part, walked, shown, what, create)
+            if nfd is None:  # a link of root's or ours: walk its target instead
+                links += 1
+                if links > MAX_LINKS:
+                    raise UnsafePath(f"cannot use {what} {shown}: {os.strerror(errno.ELOOP)}", errno.ELOOP)
+                target = os.readlink(part, dir_fd=fd)
+                walked = os.path.dirname(walked)
+                if target.startswith("/"):
+                    os.close(fd)
+                    fd = os.open("/", _WALK_FLAGS)
+                    walked = ""
+                todo[:0] = [p for p in target.split("/") if p]
+                continue
             os.close(fd)
             fd = nfd
-            _check_folder(fd, walked, shown, what)
+            _check_folder(fd, walked or "/", shown, what)
     except BaseException:
         os.close(fd)
         raise
@@ -146,7 +169,9 @@ def place(path: str, what: str, create: bool = False) -> Place:
     return Place(path, open_folder(folder, what, create, shown=full), name, what)
 
 
-def _step(fd: int, part: str, walked: str, shown: str, what: str, create: bool) -> int:
+def _step(fd: int, part: str, walked: str, shown: str, what: str, create: bool) -> Optional[int]:
+    """The folder `part` in `fd` opened (O_PATH, no link followed); None for a link root or
+    the running user owns, which the caller follows."""
     try:
         return os.open(part, _WALK_FLAGS, dir_fd=fd)
     except FileNotFoundError:
@@ -155,12 +180,15 @@ def _step(fd: int, part: str, walked: str, shown: str, what: str, create: bool) 
     except OSError as exc:
         if exc.errno in (errno.ELOOP, errno.ENOTDIR):
             try:
-                link = stat.S_ISLNK(os.stat(part, dir_fd=fd, follow_symlinks=False).st_mode)
+                st: Optional[os.stat_result] = os.stat(part, dir_fd=fd, follow_symlinks=False)
             except OSError:
-                link = False
-            if link:
-                raise UnsafePath(f"refusing {what} {shown}: {_shown(walked)} is a symbolic link (cgstat follows "
-                                 "no link on the way to a file it writes)") from None
+                st = None
+            if st is not None and stat.S_ISLNK(st.st_mode):
+                if _trusted(st.st_uid):
+                    return None
+                raise UnsafePath(f"refusing {what} {shown}: {_shown(walked)} is a symbolic link of uid "
+                                 f"{st.st_uid} (cgstat follows only root's or its own user's links on the way "
+                                 "to a file it writes)") from None
             raise UnsafePath(f"cannot use {what} {shown}: {os.strerror(errno.ENOTDIR)}", errno.ENOTDIR) from None
         raise UnsafePath(f"cannot use {what} {shown}: {_shown(walked)}: {os_reason(exc)}", exc.errno) from None
     try:

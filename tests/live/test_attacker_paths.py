@@ -270,3 +270,32 @@ def test_lock_holder_helper_really_holds(ground) -> None:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         os.close(fd)
         assert (shared / "x.lock").stat().st_uid == ATTACKER
+
+
+@pytest.mark.parametrize("writer", ["-o", "--state", "--log-state", "report -o", "record --store"])
+def test_a_link_root_made_is_followed(ground, writer: str) -> None:
+    """As systemd makes /var/log/NAME a link to private/NAME for a DynamicUser= service:
+    root's own link, in root's folder, to root's folder, is followed."""
+    _, _, private = ground
+    (private / "private" / "cgstat").mkdir(parents=True, mode=0o700)
+    os.symlink("private/cgstat", str(private / "cgstat"))
+    rc, err, _ = write_with(writer, private / "cgstat" / "out", private)
+    assert rc == 0, err
+    # (--log-state is written once the kernel log is read further: a recorded tree has none)
+    assert writer == "--log-state" or (private / "private" / "cgstat" / "out").exists()
+
+
+def test_a_link_root_made_into_another_users_folder_is_refused(ground) -> None:
+    """Following root's link, the walk goes on checking: the attacker's folder it leads to is refused."""
+    shared, _, private = ground
+    as_attacker(lambda: os.mkdir(str(shared / "theirs"), 0o755))
+    os.symlink(str(shared / "theirs"), str(private / "to-theirs"))
+    refused(*write_with("-o", private / "to-theirs" / "out", private), "uid 4242")
+    assert listing(shared / "theirs") == []
+
+
+def test_a_loop_of_links_is_one_line(ground) -> None:
+    _, _, private = ground
+    os.symlink("b", str(private / "a"))
+    os.symlink("a", str(private / "b"))
+    refused(*write_with("--state", private / "a" / "st", private), "Too many levels of symbolic links")
