@@ -82,7 +82,9 @@ def _rendered():
     records = [example(fields.RECORD), example(fields.GPU_RECORD)]
     records[0]["network"]["interfaces"][0]["name"] = "eth0"
     text = prom.render(records, prom.TEXT, {"version": "t", "ticks_total": 3, "tick_duration_seconds": 0.5,
-                                            "render_duration_seconds": 0.25, "last_tick_timestamp_seconds": 9.0},
+                                            "render_duration_seconds": 0.25, "last_tick_timestamp_seconds": 9.0,
+                                            "gpu_reads_late_total": 2,
+                                            "gpu_call_errors_total": {("GPU-1", "nvmlDeviceGetPowerUsage"): 3}},
                        fold=SeriesBudget(10 ** 6).tick())  # a budget not reached: its gauge, no fold
     return records, {f.name: f for f in parser.text_string_to_metric_families(text.decode())}
 
