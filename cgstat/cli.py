@@ -270,7 +270,8 @@ def _group_list(value: Optional[str]) -> Optional[List[str]]:
 def _metrics_option() -> Optional[str]:
     return typer.Option(None, "--metrics", metavar="GROUPS", callback=_groups,
                         help="Serve (and push over OTLP) only these metric groups, comma-separated "
-                             "(docs/prometheus.md lists them; default: all).")
+                             "(docs/prometheus.md lists them; default: all but procs); +GROUP: the default "
+                             "ones and GROUP (--metrics +procs with --processes N).")
 
 
 def _disable_metrics_option() -> Optional[str]:

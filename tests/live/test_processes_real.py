@@ -19,6 +19,7 @@ from tests.live.test_not_root import open_tmp  # noqa: F401 (a fixture: a copy o
 
 MIB = 1 << 20
 GIB = 1 << 30
+REALCG_V2 = True  # the same files on cgroup v2 (memory.stat anon + file_mapped)
 
 # ~210 MB of floats (24 bytes each, plus the list's 8-byte pointer); each worker walks them
 # with sum(), which takes a reference to each float: its page is written, and copied.
@@ -256,3 +257,20 @@ def test_the_recorder_keeps_what_the_stream_carries(make_group, tmp_path):
     (row,) = mine["processes"]["processes"]
     assert (row["pid"], row["name"], mine["processes"]["by"]) == (sleeper.pid, "sleep", "pss")
     assert row["pss_bytes"] > 0
+
+
+def test_a_hostile_command_line_stays_one_escaped_line(make_group):
+    g = make_group()
+    # sh's $0 and $1: a terminal escape, a newline that would forge a row, bytes not UTF-8
+    sh = g.start([b"sh", b"-c", b"sleep 1000; :", b"\x1b]0;owned\x07", b"x\nFAKE 1 R\xff\xfe"],
+                 stdout=subprocess.DEVNULL)
+    deadline = time.monotonic() + 10
+    while len(g.members()) < 2 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    out, _ = _procs("--all", g.cgroup, "--format", "jsonl", "--window", "0")
+    rows = {p["pid"]: p for p in json.loads(out)["processes"]["processes"]}
+    assert rows[sh.pid]["cmdline"] == "sh -c sleep 1000; : \\x1b]0;owned\\x07 x\\x0aFAKE 1 R\\xff\\xfe"
+    table, _ = _procs("--all", g.cgroup, "--window", "0")
+    assert "\x1b" not in table and "\nFAKE" not in table and "FAKE 1 R" in table
+    csv, _ = _procs("--all", g.cgroup, "--format", "csv", "--window", "0")
+    assert len(csv.strip("\r\n").split("\r\n")) == 3  # the header, sh and sleep: one line each

@@ -295,6 +295,8 @@ def test_process_series_only_when_the_procs_group_is_asked_for():
     records = [_record_with_processes(3)]
     default = prom.render(records, fold=SeriesBudget(0, groups_off(None, None)).tick()).decode()
     assert "cgstat_process_" not in default and "container_cpu_usage_seconds_total" in default
+    assert groups_off(["+procs"], None) == frozenset()  # the default groups and procs
+    assert groups_off(["+procs"], ["dcgm"]) == {"dcgm"} and "procs" in groups_off(["cpu"], None)
     asked = prom.render(records, fold=SeriesBudget(0, groups_off(["cpu", "procs"], None)).tick()).decode()
     samples = [s for f in text_string_to_metric_families(asked) for s in f.samples]
     pss = {s.labels["pid"]: (s.labels["process"], s.value) for s in samples if s.name == "cgstat_process_pss_bytes"}

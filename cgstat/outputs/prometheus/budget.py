@@ -52,15 +52,19 @@ _Key = Tuple[int, bytes]  # (family, the labels after the workload's: b',device=
 
 
 def groups_off(metrics: Optional[Iterable[str]], disable: Optional[Iterable[str]]) -> FrozenSet[str]:
-    """The groups turned off by `--metrics` (only these on) and `--disable-metrics`;
+    """The groups turned off by `--metrics` (only these on; `+GROUP`: the default groups and
+    this one, for the opt-in groups, fields.OPT_IN_GROUPS) and `--disable-metrics`;
     ValueError names an unknown group."""
     known = set(fields.METRIC_GROUPS)
-    chosen = [g for g in (metrics or ())] + [g for g in (disable or ())]
+    plus = [g[1:] for g in (metrics or ()) if g.startswith("+")]
+    only = [g for g in (metrics or ()) if not g.startswith("+")]
+    chosen = only + plus + [g for g in (disable or ())]
     unknown = [g for g in chosen if g not in known]
     if unknown:
         raise ValueError("unknown metric group %s (groups: %s)" % (", ".join(repr(g) for g in unknown),
                                                                    ", ".join(fields.METRIC_GROUPS)))
-    on = set(metrics) if metrics else set(known) - set(fields.OPT_IN_GROUPS)
+    on = set(only) if only else set(known) - set(fields.OPT_IN_GROUPS)
+    on |= set(plus)
     on -= set(disable or ())
     return frozenset(known - on)
 
