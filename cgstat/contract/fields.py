@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any, Dict, List, NamedTuple, Tuple, Union
 
 
-class M(NamedTuple):
+class Series(NamedTuple):
     """A Prometheus series a field gives: a family of its own (`kind` and `help` set), or one
     series of a family made of several fields (`kind` ""; the family in _SHARED)."""
     family: str
@@ -36,7 +36,7 @@ class Field(NamedTuple):
     closed: bool  # an object with no other keys (additionalProperties false)
     same_as: str  # an object with the children of this RECORD path (pod, container)
     schema: Tuple[Tuple[str, Any], ...]  # further JSON Schema keywords (minimum, pattern, enum)
-    metrics: Tuple[M, ...]  # its Prometheus series (a number's value as is; a bool as 0/1)
+    metrics: Tuple[Series, ...]  # its Prometheus series (a number's value as is; a bool as 0/1)
     csv: bool  # a column of `--format csv`
     as_is: bool  # a kernel counter read as the file writes it, by the keys v2 and v1 name ("FILE KEY")
 
@@ -56,7 +56,7 @@ def unit_of(name: str) -> str:
 
 
 def _f(path: str, type: str, doc: str = "", v2: str = "", v1: str = "", required: bool = True,
-       closed: bool = True, same_as: str = "", nvml: str = "", metric: Union[M, Tuple[M, ...]] = (),
+       closed: bool = True, same_as: str = "", nvml: str = "", metric: Union[Series, Tuple[Series, ...]] = (),
        csv: bool = False, as_is: bool = False, **schema: Any) -> Field:
     """A field; `type` ends in "?" when it may be null; `nvml`: the NVML call, on v1 and v2 alike;
     `metric`: its series (one, or a tuple); `csv`: a CSV column; `as_is`: read as the kernel
@@ -68,7 +68,7 @@ def _f(path: str, type: str, doc: str = "", v2: str = "", v1: str = "", required
         nullable = None in schema["enum"]
     leaf = path.rsplit(".", 1)[-1]
     return Field(path, base, nullable, unit_of(leaf), doc, nvml or v2, nvml or v1 or v2, required, closed, same_as,
-                 tuple(schema.items()), (metric,) if isinstance(metric, M) else metric, csv, as_is)
+                 tuple(schema.items()), (metric,) if isinstance(metric, Series) else metric, csv, as_is)
 
 
 TS_PATTERN = "^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}\\.[0-9]{3}Z$"
@@ -91,7 +91,7 @@ _NETDEV = "/proc/<pid>/net/dev of a member process's network namespace"
 _NET_COUNTERS = ("rx_bytes_total", "tx_bytes_total", "rx_packets_total", "tx_packets_total",
                  "rx_errors_total", "tx_errors_total", "rx_dropped_total", "tx_dropped_total")
 # cAdvisor's network series, per interface of the workload's network namespace (all but lo)
-_NET_METRICS = {key: M(name, "counter", help) for name, help, key in (
+_NET_METRICS = {key: Series(name, "counter", help) for name, help, key in (
     ("container_network_receive_bytes_total", "Cumulative count of bytes received", "rx_bytes_total"),
     ("container_network_transmit_bytes_total", "Cumulative count of bytes transmitted", "tx_bytes_total"),
     ("container_network_receive_packets_total", "Cumulative count of packets received", "rx_packets_total"),
@@ -118,13 +118,13 @@ _IO_V1 = "blkio.throttle.io_service_bytes_recursive"
 _IO_V1_OPS = "blkio.throttle.io_serviced_recursive"
 
 
-def _psi_metric(resource: str, key: str) -> Tuple[M, ...]:
+def _psi_metric(resource: str, key: str) -> Tuple[Series, ...]:
     """cAdvisor's PSI totals: some -> waiting, full -> stalled."""
     if key == "some_seconds_total":
-        return (M("container_pressure_%s_waiting_seconds_total" % resource, "counter",
+        return (Series("container_pressure_%s_waiting_seconds_total" % resource, "counter",
                   "Total time duration tasks in the container have waited due to %s congestion." % resource.upper()),)
     if key == "full_seconds_total":
-        return (M("container_pressure_%s_stalled_seconds_total" % resource, "counter",
+        return (Series("container_pressure_%s_stalled_seconds_total" % resource, "counter",
                   "Total time duration no tasks in the container could make progress due to %s congestion."
                   % resource.upper()),)
     return ()
@@ -143,20 +143,20 @@ _MEMORY_EVENTS = (("low", "reclaimed below memory.low: its protection was breach
                   ("oom_kill", "processes OOM-killed"), ("oom_group_kill", "whole-group OOM kills (memory.oom.group)"))
 
 
-def _memory_events(path: str, file: str, metrics: Dict[str, M]) -> Tuple[Field, ...]:
+def _memory_events(path: str, file: str, metrics: Dict[str, Series]) -> Tuple[Field, ...]:
     return tuple(_f("%s.%s" % (path, key), "int?", doc, v2="%s %s" % (file, key), v1="-", minimum=0,
                     metric=metrics.get(key, ())) for key, doc in _MEMORY_EVENTS)
 
 
-def _failures(failure_type: str) -> Tuple[M, ...]:
-    return tuple(M("container_memory_failures_total", labels='failure_type="%s",scope="%s"' % (failure_type, scope))
+def _failures(failure_type: str) -> Tuple[Series, ...]:
+    return tuple(Series("container_memory_failures_total", labels='failure_type="%s",scope="%s"' % (failure_type, scope))
                  for scope in ("container", "hierarchy"))
 
 
 # -- the cgroup and pod record (cgstat/contract/record.schema.json) -------------------------------------
 # Each field: its path (`memory.working_set_bytes`; `[]` an array's items, `{}` a map's
 # values), type and nullability, unit, meaning, the kernel file (or NVML call) it comes from
-# on cgroup v2 and v1, its Prometheus series (`metric=M(...)`) and whether it is a CSV
+# on cgroup v2 and v1, its Prometheus series (`metric=Series(...)`) and whether it is a CSV
 # column; in the record's order, which the record keeps.
 
 RECORD: Tuple[Field, ...] = (
@@ -201,14 +201,14 @@ RECORD: Tuple[Field, ...] = (
     _f("cpu", "object"),
     _f("cpu.usage_seconds_total", "float?", "cumulative CPU seconds", v2="cpu.stat usage_usec",
        v1="cpuacct.usage", minimum=0,
-       metric=M("container_cpu_usage_seconds_total", "counter",
+       metric=Series("container_cpu_usage_seconds_total", "counter",
                 "Cumulative cpu time consumed in seconds.", labels='cpu="total"')),
     _f("cpu.user_seconds_total", "float?", "cumulative user-mode CPU seconds", v2="cpu.stat user_usec",
        v1="cpuacct.stat user", minimum=0,
-       metric=M("container_cpu_user_seconds_total", "counter", "Cumulative user cpu time consumed in seconds.")),
+       metric=Series("container_cpu_user_seconds_total", "counter", "Cumulative user cpu time consumed in seconds.")),
     _f("cpu.system_seconds_total", "float?", "cumulative kernel-mode CPU seconds", v2="cpu.stat system_usec",
        v1="cpuacct.stat system", minimum=0,
-       metric=M("container_cpu_system_seconds_total", "counter", "Cumulative system cpu time consumed in seconds.")),
+       metric=Series("container_cpu_system_seconds_total", "counter", "Cumulative system cpu time consumed in seconds.")),
     _f("cpu.percent", "float?", "100 = one core busy, over the interval", minimum=0),
     _f("cpu.limit_cores", "float?", "CFS quota / period; null when unlimited", v2="cpu.max",
        v1="cpu.cfs_quota_us, cpu.cfs_period_us", minimum=0),
@@ -217,28 +217,28 @@ RECORD: Tuple[Field, ...] = (
     _f("cpu.period_us", "int?", "CFS period in microseconds (cpu.max, cpu.cfs_period_us)", v2="cpu.max",
        v1="cpu.cfs_period_us", minimum=1),
     _f("cpu.periods_total", "int?", "CFS enforcement periods elapsed", v2="cpu.stat nr_periods", minimum=0,
-       metric=M("container_cpu_cfs_periods_total", "counter", "Number of elapsed enforcement period intervals.")),
+       metric=Series("container_cpu_cfs_periods_total", "counter", "Number of elapsed enforcement period intervals.")),
     _f("cpu.throttled_periods_total", "int?", "periods in which the cgroup was throttled",
        v2="cpu.stat nr_throttled", minimum=0,
-       metric=M("container_cpu_cfs_throttled_periods_total", "counter", "Number of throttled period intervals.")),
+       metric=Series("container_cpu_cfs_throttled_periods_total", "counter", "Number of throttled period intervals.")),
     _f("cpu.throttled_seconds_total", "float?", "cumulative seconds throttled", v2="cpu.stat throttled_usec",
        v1="cpu.stat throttled_time", minimum=0,
-       metric=M("container_cpu_cfs_throttled_seconds_total", "counter",
+       metric=Series("container_cpu_cfs_throttled_seconds_total", "counter",
                 "Total time duration the container has been throttled.")),
     _f("cpu.throttled_percent", "float?", "throttled periods / periods over the interval, %", minimum=0),
     _f("cpu.weight", "int?", "the CPU share under contention, 1-10000 (100 = default); v1 cpu.shares "
                              "converted as the kernel does, shares x 100 / 1024 rounded", v2="cpu.weight",
        v1="cpu.shares", minimum=1, maximum=10000,
-       metric=M("cgstat_cpu_weight", "gauge", "CPU weight (1-10000, 100 = default; v1 cpu.shares converted).",
+       metric=Series("cgstat_cpu_weight", "gauge", "CPU weight (1-10000, 100 = default; v1 cpu.shares converted).",
                 source="cpu.weight (v1: cpu.shares × 100 / 1024)")),
     _f("cpu.shares", "int?", "v1 cpu.shares as written (1024 = default); null on v2 (see weight)", v2="-",
        v1="cpu.shares", minimum=0,
-       metric=M("container_spec_cpu_shares", "gauge", "CPU share of the container.", source="cpu.shares (v1 only)",
+       metric=Series("container_spec_cpu_shares", "gauge", "CPU share of the container.", source="cpu.shares (v1 only)",
          counterpart="same name; on v2 cAdvisor turns `cpu.weight` back into shares with runc's linear map, which is "
                      "not the kernel's: see `cgstat_cpu_weight`")),
     _f("cpu.max_burst_us", "int?", "CPU time a quota'd cgroup may bank and burst beyond its quota per period",
        v2="cpu.max.burst", v1="cpu.cfs_burst_us", minimum=0,
-       metric=M("cgstat_spec_cpu_max_burst", "gauge", "CPU burst of the container in microseconds per period.",
+       metric=Series("cgstat_spec_cpu_max_burst", "gauge", "CPU burst of the container in microseconds per period.",
                 source="cpu.max_burst_us (µs per period, as `container_spec_cpu_quota`)")),
     _f("cpu.cpuset_cpus", "str?", "CPUs the cgroup may run on (effective list, as the kernel writes it)",
        v2="cpuset.cpus.effective", v1="-"),
@@ -248,100 +248,100 @@ RECORD: Tuple[Field, ...] = (
     _f("memory", "object"),
     _f("memory.usage_bytes", "int?", "memory.current / memory.usage_in_bytes, page cache included",
        v2="memory.current", v1="memory.usage_in_bytes", minimum=0,
-       metric=M("container_memory_usage_bytes", "gauge",
+       metric=Series("container_memory_usage_bytes", "gauge",
                 "Current memory usage in bytes, including all memory regardless of when it was accessed.")),
     _f("memory.working_set_bytes", "int?", "usage - inactive_file, clamped at 0 (docker stats MEM USAGE)",
        v2="memory.current, memory.stat inactive_file", v1="memory.usage_in_bytes, memory.stat total_inactive_file",
-       minimum=0, metric=M("container_memory_working_set_bytes", "gauge", "Current working set in bytes.")),
+       minimum=0, metric=Series("container_memory_working_set_bytes", "gauge", "Current working set in bytes.")),
     _f("memory.limit_bytes", "int?", "null when unlimited", v2="memory.max", v1="memory.limit_in_bytes",
        minimum=0,
-       metric=M("container_spec_memory_limit_bytes", "gauge",
+       metric=Series("container_spec_memory_limit_bytes", "gauge",
                 "Memory limit for the container.", source="memory.limit_bytes (no sample without a limit)")),
     _f("memory.percent", "float?", "working set / limit (host MemTotal when unlimited) * 100", minimum=0),
     _f("memory.anon_bytes", "int?", "anonymous memory (v2 anon, v1 total_rss)", v2="memory.stat anon",
-       v1="memory.stat total_rss", minimum=0, metric=M("container_memory_rss", "gauge", "Size of RSS in bytes.")),
+       v1="memory.stat total_rss", minimum=0, metric=Series("container_memory_rss", "gauge", "Size of RSS in bytes.")),
     _f("memory.file_bytes", "int?", "page cache (v2 file, v1 total_cache)", v2="memory.stat file",
        v1="memory.stat total_cache", minimum=0,
-       metric=M("container_memory_cache", "gauge", "Number of bytes of page cache memory.")),
+       metric=Series("container_memory_cache", "gauge", "Number of bytes of page cache memory.")),
     _f("memory.inactive_file_bytes", "int?", "inactive page cache", v2="memory.stat inactive_file",
        v1="memory.stat total_inactive_file", minimum=0,
-       metric=M("container_memory_total_inactive_file_bytes", "gauge", "Current total inactive file in bytes.")),
+       metric=Series("container_memory_total_inactive_file_bytes", "gauge", "Current total inactive file in bytes.")),
     _f("memory.shmem_bytes", "int?", "shared memory and tmpfs", v2="memory.stat shmem",
        v1="memory.stat total_shmem", minimum=0,
-       metric=M("cgstat_memory_shmem_bytes", "gauge", "Shared memory (tmpfs, shm) in bytes.")),
+       metric=Series("cgstat_memory_shmem_bytes", "gauge", "Shared memory (tmpfs, shm) in bytes.")),
     _f("memory.swap_bytes", "int?", "swap in use; null without swap accounting", v2="memory.swap.current",
        v1="memory.stat total_swap", minimum=0,
-       metric=M("container_memory_swap", "gauge", "Container swap usage in bytes.")),
+       metric=Series("container_memory_swap", "gauge", "Container swap usage in bytes.")),
     _f("memory.oom_kills_total", "int?", "processes killed by the OOM killer in this cgroup (v2: and in its "
        "descendants, memory.events being hierarchical; events_local.oom_kill is its own; v1: its own)",
        v2="memory.events oom_kill", v1="memory.oom_control oom_kill", minimum=0,
-       metric=M("container_oom_events_total", "counter", "Count of out of memory events observed for the container.")),
+       metric=Series("container_oom_events_total", "counter", "Count of out of memory events observed for the container.")),
     _f("memory.oom_events_total", "int?", "v2 memory.events oom: times the limit was hit and reclaim failed",
        v2="memory.events oom", v1="-", minimum=0,
-       metric=M("cgstat_memory_oom_total", "counter",
+       metric=Series("cgstat_memory_oom_total", "counter",
                 "Times the cgroup hit its limit and the OOM killer was invoked (v2 memory.events oom).",
                 counterpart="— (cAdvisor's `container_memory_events_max_total` counts `max` events, not OOM "
                             "invocations)")),
     _f("memory.peak_bytes", "int?", "the most memory the cgroup ever used (what a job needs)",
        v2="memory.peak", v1="memory.max_usage_in_bytes", minimum=0,
-       metric=M("container_memory_max_usage_bytes", "gauge", "Maximum memory usage recorded in bytes.",
+       metric=Series("container_memory_max_usage_bytes", "gauge", "Maximum memory usage recorded in bytes.",
                 source="memory.peak_bytes (v2 `memory.peak`, v1 `memory.max_usage_in_bytes`)")),
     _f("memory.swap_peak_bytes", "int?", "the most swap it ever used (kernel 6.5+)", v2="memory.swap.peak",
        v1="-", minimum=0,
-       metric=M("cgstat_memory_swap_max_usage_bytes", "gauge", "Maximum swap usage recorded in bytes.")),
+       metric=Series("cgstat_memory_swap_max_usage_bytes", "gauge", "Maximum swap usage recorded in bytes.")),
     _f("memory.high_bytes", "int?", "memory.high, the throttle line; null when max", v2="memory.high", v1="-",
        minimum=0,
-       metric=M("cgstat_memory_high_bytes", "gauge", "memory.high: above it the kernel throttles the cgroup.")),
+       metric=Series("cgstat_memory_high_bytes", "gauge", "memory.high: above it the kernel throttles the cgroup.")),
     _f("memory.low_bytes", "int?", "best-effort protection from reclaim (v1: the soft limit, docker "
                                    "--memory-reservation); null when max", v2="memory.low",
        v1="memory.soft_limit_in_bytes", minimum=0,
-       metric=M("container_spec_memory_reservation_limit_bytes", "gauge",
+       metric=Series("container_spec_memory_reservation_limit_bytes", "gauge",
                 "Memory reservation limit for the container.",
                 source="memory.low_bytes (v2 `memory.low`, v1 `memory.soft_limit_in_bytes`: what "
                        "`docker run --memory-reservation` writes)",
                 counterpart="same name; on v1 the same file, on v2 cAdvisor reads `memory.min`")),
     _f("memory.min_bytes", "int?", "hard protection from reclaim; null when max", v2="memory.min", v1="-",
-       minimum=0, metric=M("cgstat_memory_min_bytes", "gauge", "memory.min: memory protected from reclaim.",
+       minimum=0, metric=Series("cgstat_memory_min_bytes", "gauge", "memory.min: memory protected from reclaim.",
                                    counterpart="— (cAdvisor's v2 reservation)")),
     _f("memory.swap_limit_bytes", "int?", "swap limit; null when max (v1 limits memory+swap together: none)",
        v2="memory.swap.max", v1="-", minimum=0,
-       metric=M("container_spec_memory_swap_limit_bytes", "gauge",
+       metric=Series("container_spec_memory_swap_limit_bytes", "gauge",
                 "Memory swap limit for the container.",
                 source="memory.swap_limit_bytes (v2 `memory.swap.max`; none on v1)",
                 counterpart="same name on v2; on v1 cAdvisor gives `memory.memsw.limit_in_bytes` (memory + swap), "
                             "not made here")),
     _f("memory.zswap_bytes", "int?", "compressed swap held in RAM by zswap", v2="memory.zswap.current", v1="-",
-       minimum=0, metric=M("cgstat_memory_zswap_bytes", "gauge", "Compressed swap held in RAM (zswap).")),
+       minimum=0, metric=Series("cgstat_memory_zswap_bytes", "gauge", "Compressed swap held in RAM (zswap).")),
     _f("memory.events", "object?", "memory.events counts of this cgroup and its descendants"),
 ) + _memory_events("memory.events", "memory.events", {
-    "low": M("cgstat_memory_events_total", labels='event="low"'),
-    "high": M("container_memory_events_high_total", "counter",
+    "low": Series("cgstat_memory_events_total", labels='event="low"'),
+    "high": Series("container_memory_events_high_total", "counter",
               "Times the container was throttled at memory.high (v2 memory.events high)."),
-    "max": M("container_memory_events_max_total", "counter",
+    "max": Series("container_memory_events_max_total", "counter",
              "Times the container's usage hit memory.max (v2 memory.events max)."),
-    "oom": M("cgstat_memory_events_total", labels='event="oom"'),
+    "oom": Series("cgstat_memory_events_total", labels='event="oom"'),
     # oom_kill: container_oom_events_total, from memory.oom_kills_total
-    "oom_group_kill": M("cgstat_memory_events_total", labels='event="oom_group_kill"')}) + (
+    "oom_group_kill": Series("cgstat_memory_events_total", labels='event="oom_group_kill"')}) + (
     _f("memory.events_local", "object?", "the same counts for this cgroup alone"),
 ) + _memory_events("memory.events_local", "memory.events.local", {
-    key: M("cgstat_memory_events_local_total", labels='event="%s"' % key) for key, _ in _MEMORY_EVENTS}) + (
+    key: Series("cgstat_memory_events_local_total", labels='event="%s"' % key) for key, _ in _MEMORY_EVENTS}) + (
     _f("memory.swap_events", "object?", "memory.swap.events counts"),
 ) + tuple(_f("memory.swap_events." + key, "int?", doc, v2="memory.swap.events " + key, v1="-", minimum=0,
-             metric=M("cgstat_memory_swap_events_total", labels='event="%s"' % key)) for key, doc in (
+             metric=Series("cgstat_memory_swap_events_total", labels='event="%s"' % key)) for key, doc in (
     ("high", "swap use went over memory.swap.high"),
     ("max", "swap use would have gone over memory.swap.max"),
     ("fail", "swap allocations that failed (the limit, or swap full)"))) + (
     _f("memory.failcnt", "int?", "charges refused at the memory limit (v1)", v2="-", v1="memory.failcnt",
        minimum=0,
-       metric=M("container_memory_failcnt", "gauge",
+       metric=Series("container_memory_failcnt", "gauge",
                 "Number of memory usage hits limits.", source="memory.failcnt (v1 only)",
                 counterpart="same name; cAdvisor types it a counter, here a gauge: promtool's lint wants a counter's "
                             "name to end in `_total`")),
     _f("memory.pgscan_total", "int?", "pages scanned by reclaim", v2="memory.stat pgscan", v1="-", as_is=True,
        minimum=0,
-       metric=M("cgstat_memory_pgscan_total", "counter", "Pages scanned by reclaim.")),
+       metric=Series("cgstat_memory_pgscan_total", "counter", "Pages scanned by reclaim.")),
     _f("memory.pgsteal_total", "int?", "pages reclaimed", v2="memory.stat pgsteal", v1="-", as_is=True, minimum=0,
-       metric=M("cgstat_memory_pgsteal_total", "counter", "Pages reclaimed.")),
+       metric=Series("cgstat_memory_pgsteal_total", "counter", "Pages reclaimed.")),
     # cAdvisor's failures: pgfault and pgmajfault, scope container and hierarchy. memory.stat
     # counts the subtree on v2 (and its total_ twins on v1): cAdvisor gives that one count
     # both scopes on v2, and so does cgstat on both layouts.
@@ -352,23 +352,23 @@ RECORD: Tuple[Field, ...] = (
        metric=_failures("pgmajfault")),
     _f("memory.workingset_refault_anon_total", "int?", "reclaimed anonymous pages faulted back in (thrashing)",
        v2="memory.stat workingset_refault_anon", v1="memory.stat total_workingset_refault_anon", as_is=True, minimum=0,
-       metric=M("cgstat_memory_workingset_refault_anon_total", "counter",
+       metric=Series("cgstat_memory_workingset_refault_anon_total", "counter",
                 "Reclaimed anonymous pages faulted back in.")),
     _f("memory.workingset_refault_file_total", "int?", "reclaimed page-cache pages read back in",
        v2="memory.stat workingset_refault_file", v1="memory.stat total_workingset_refault_file", as_is=True, minimum=0,
-       metric=M("cgstat_memory_workingset_refault_file_total", "counter", "Reclaimed page-cache pages read back in.")),
+       metric=Series("cgstat_memory_workingset_refault_file_total", "counter", "Reclaimed page-cache pages read back in.")),
     _f("memory.dirty_bytes", "int?", "page cache waiting to be written back", v2="memory.stat file_dirty",
        v1="memory.stat total_dirty", as_is=True, minimum=0,
-       metric=M("cgstat_memory_dirty_bytes", "gauge", "Page cache waiting to be written back.")),
+       metric=Series("cgstat_memory_dirty_bytes", "gauge", "Page cache waiting to be written back.")),
     _f("memory.writeback_bytes", "int?", "page cache being written back now", v2="memory.stat file_writeback",
        v1="memory.stat total_writeback", as_is=True, minimum=0,
-       metric=M("cgstat_memory_writeback_bytes", "gauge", "Page cache being written back.")),
+       metric=Series("cgstat_memory_writeback_bytes", "gauge", "Page cache being written back.")),
     _f("memory.hugetlb_bytes", "int?", "huge pages in use (all sizes; where the hugetlb controller is enabled)",
        v2="hugetlb.<size>.current", v1="-", minimum=0,
-       metric=M("cgstat_memory_hugetlb_bytes", "gauge", "Huge pages in use, all sizes.")),
+       metric=Series("cgstat_memory_hugetlb_bytes", "gauge", "Huge pages in use, all sizes.")),
     _f("memory.oom_group", "bool?", "an OOM kill takes the whole cgroup (memory.oom.group 1)",
        v2="memory.oom.group", v1="-",
-       metric=M("cgstat_memory_oom_group", "gauge", "1 when an OOM kill takes the whole cgroup (memory.oom.group).")),
+       metric=Series("cgstat_memory_oom_group", "gauge", "1 when an OOM kill takes the whole cgroup (memory.oom.group).")),
 
     _f("io", "object"),
     _f("io.read_bytes_total", "int?", "summed over devices", v2="io.stat rbytes", v1=_IO_V1 + " Read", minimum=0),
@@ -385,22 +385,22 @@ RECORD: Tuple[Field, ...] = (
     _f("io.devices[].name", "str?", "kernel device name (vda, nvme0n1), from /sys/dev/block or /proc/partitions",
        v2="/sys/dev/block/MAJ:MIN, /proc/partitions"),
     _f("io.devices[].read_bytes_total", "int?", "cumulative bytes read", v2="io.stat rbytes", v1=_IO_V1 + " Read",
-       minimum=0, metric=M("container_fs_reads_bytes_total", "counter", "Cumulative count of bytes read.")),
+       minimum=0, metric=Series("container_fs_reads_bytes_total", "counter", "Cumulative count of bytes read.")),
     _f("io.devices[].write_bytes_total", "int?", "cumulative bytes written", v2="io.stat wbytes",
        v1=_IO_V1 + " Write", minimum=0,
-       metric=M("container_fs_writes_bytes_total", "counter", "Cumulative count of bytes written.")),
+       metric=Series("container_fs_writes_bytes_total", "counter", "Cumulative count of bytes written.")),
     _f("io.devices[].read_ops_total", "int?", "cumulative read operations", v2="io.stat rios",
        v1=_IO_V1_OPS + " Read", minimum=0,
-       metric=M("container_fs_reads_total", "counter", "Cumulative count of reads completed.")),
+       metric=Series("container_fs_reads_total", "counter", "Cumulative count of reads completed.")),
     _f("io.devices[].write_ops_total", "int?", "cumulative write operations", v2="io.stat wios",
        v1=_IO_V1_OPS + " Write", minimum=0,
-       metric=M("container_fs_writes_total", "counter", "Cumulative count of writes completed.")),
+       metric=Series("container_fs_writes_total", "counter", "Cumulative count of writes completed.")),
     _f("io.devices[].discard_bytes_total", "int?", "cumulative bytes discarded (v2 dbytes, v1 Discard); "
                                                    "null where the kernel has no such counter",
        v2="io.stat dbytes", v1=_IO_V1 + " Discard", minimum=0),
     _f("io.devices[].discard_ops_total", "int?", "cumulative discard operations", v2="io.stat dios",
        v1=_IO_V1_OPS + " Discard", minimum=0,
-       metric=M("cgstat_fs_discards_total", "counter", "Cumulative count of discards completed.")),
+       metric=Series("cgstat_fs_discards_total", "counter", "Cumulative count of discards completed.")),
 ) + tuple(_f("io.devices[]." + key, "float?", doc, minimum=0) for key, doc in _IO_RATES) + (
     _f("io.limits", "array?", "throttle limits per device (only devices with a rule); null without the file"),
     _f("io.limits[]", "object"),
@@ -430,20 +430,20 @@ RECORD: Tuple[Field, ...] = (
 
     _f("pids", "object"),
     _f("pids.current", "int?", "tasks in the cgroup", v2="pids.current", minimum=0,
-       metric=M("container_threads", "gauge", "Number of threads running inside the container.")),
+       metric=Series("container_threads", "gauge", "Number of threads running inside the container.")),
     _f("pids.limit", "int?", "pids.max; null when max", v2="pids.max", minimum=0,
-       metric=M("container_threads_max", "gauge",
+       metric=Series("container_threads_max", "gauge",
                 "Maximum number of threads allowed inside the container.",
                 source="pids.limit (no sample without a limit)")),
     _f("pids.processes", "int?", "processes in the cgroup itself (the PIDs in its cgroup.procs)",
        v2="cgroup.procs", minimum=0,
-       metric=M("container_processes", "gauge", "Number of processes running inside the container.", 
+       metric=Series("container_processes", "gauge", "Number of processes running inside the container.", 
                 source="pids.processes")),
     _f("pids.peak", "int?", "the most tasks it ever had (kernels with pids.peak)", v2="pids.peak", minimum=0,
-       metric=M("cgstat_pids_max_usage", "gauge", "Maximum number of tasks recorded (pids.peak).")),
+       metric=Series("cgstat_pids_max_usage", "gauge", "Maximum number of tasks recorded (pids.peak).")),
     _f("pids.events_max_total", "int?", "forks refused because a pids.max was reached", v2="pids.events max",
        minimum=0,
-       metric=M("cgstat_pids_limit_hits_total", "counter", "Forks refused because a pids.max was reached.")),
+       metric=Series("cgstat_pids_limit_hits_total", "counter", "Forks refused because a pids.max was reached.")),
     _f("pressure", "object"),
 ) + _pressure("cpu") + _pressure("memory") + _pressure("io") + (
     _f("gpu", "object?", "GPU use of the cgroup's whole subtree (NVML processes joined through their PIDs); "
@@ -455,7 +455,7 @@ RECORD: Tuple[Field, ...] = (
        minimum=0),
     _f("gpu.energy_joules_total", "float", "GPU energy its processes drew since cgstat started, kept per cgroup "
                                            "while it exists (a process that exits leaves its share)", minimum=0,
-       metric=M("cgstat_container_gpu_energy_joules_total", "counter",
+       metric=Series("cgstat_container_gpu_energy_joules_total", "counter",
                 "GPU energy the container's processes drew since cgstat started (their share of active power).")),
     _f("gpu.devices", "array", "UUIDs of the GPUs (or MIG devices) its processes use"),
     _f("gpu.devices[]", "str"),
@@ -503,22 +503,22 @@ RECORD: Tuple[Field, ...] = (
     _f("processes.processes[].cpu_percent", "float?", "100 = one core, since the previous tick; null the first "
                                                       "time a process (a PID and start time) is seen", minimum=0),
     _f("processes.processes[].cpu_seconds_total", "float?", "utime + stime", v2="/proc/<pid>/stat", minimum=0,
-       metric=M("cgstat_process_cpu_seconds_total", "counter", "CPU seconds of one of the container's largest "
+       metric=Series("cgstat_process_cpu_seconds_total", "counter", "CPU seconds of one of the container's largest "
                                                                "processes (stream --processes N).")),
     _f("processes.processes[].rss_bytes", "int?", "resident, shared pages counted in full",
        v2="/proc/<pid>/smaps_rollup Rss (before the first read: stat)", minimum=0,
-       metric=M("cgstat_process_rss_bytes", "gauge", "Resident memory of one of the container's largest processes, "
+       metric=Series("cgstat_process_rss_bytes", "gauge", "Resident memory of one of the container's largest processes, "
                                                      "shared pages counted in full.")),
     _f("processes.processes[].pss_bytes", "int?", "its share: each page divided by the processes mapping it",
        v2="/proc/<pid>/smaps_rollup Pss", minimum=0,
-       metric=M("cgstat_process_pss_bytes", "gauge", "Proportional set size of one of the container's largest "
+       metric=Series("cgstat_process_pss_bytes", "gauge", "Proportional set size of one of the container's largest "
                                                      "processes: shared pages divided among their users.")),
     _f("processes.processes[].uss_bytes", "int?", "its own pages: what exiting would free",
        v2="/proc/<pid>/smaps_rollup Private_Clean + Private_Dirty", minimum=0,
-       metric=M("cgstat_process_uss_bytes", "gauge", "Unique set size of one of the container's largest processes: "
+       metric=Series("cgstat_process_uss_bytes", "gauge", "Unique set size of one of the container's largest processes: "
                                                      "what its exit would free.")),
     _f("processes.processes[].swap_bytes", "int?", v2="/proc/<pid>/smaps_rollup Swap", minimum=0,
-       metric=M("cgstat_process_swap_bytes", "gauge", "Swap of one of the container's largest processes.")),
+       metric=Series("cgstat_process_swap_bytes", "gauge", "Swap of one of the container's largest processes.")),
     _f("processes.processes[].memory_age_s", "float?", "how old the smaps figures are (read at most every 10 s)",
        minimum=0),
     _f("processes.processes[].fds", "int?", "open file descriptors", v2="/proc/<pid>/fd", minimum=0),
@@ -561,20 +561,20 @@ GPU_RECORD: Tuple[Field, ...] = (
     _f("gpu.name", "str?", nvml="nvmlDeviceGetName"),
     _f("gpu.utilization_percent", "float?", "nvmlDeviceGetUtilizationRates gpu; null on MIG", minimum=0,
        nvml="nvmlDeviceGetUtilizationRates gpu",
-       metric=M("cgstat_gpu_utilization_percent", "gauge", "GPU utilisation (NVML), percent.")),
+       metric=Series("cgstat_gpu_utilization_percent", "gauge", "GPU utilisation (NVML), percent.")),
     _f("gpu.memory_utilization_percent", "float?", minimum=0, nvml="nvmlDeviceGetUtilizationRates memory",
-       metric=M("cgstat_gpu_memory_utilization_percent", "gauge",
+       metric=Series("cgstat_gpu_memory_utilization_percent", "gauge",
                 "GPU memory controller utilisation (NVML), percent.")),
     _f("gpu.memory_total_bytes", "int?", minimum=0, nvml="nvmlDeviceGetMemoryInfo_v2 total",
-       metric=M("cgstat_gpu_memory_total_bytes", "gauge", "GPU memory size.")),
+       metric=Series("cgstat_gpu_memory_total_bytes", "gauge", "GPU memory size.")),
     _f("gpu.memory_used_bytes", "int?", "nvmlMemory_v2 used (without reserved memory)", minimum=0,
-       nvml="nvmlDeviceGetMemoryInfo_v2 used", metric=M("cgstat_gpu_memory_used_bytes", "gauge", "GPU memory used.")),
+       nvml="nvmlDeviceGetMemoryInfo_v2 used", metric=Series("cgstat_gpu_memory_used_bytes", "gauge", "GPU memory used.")),
     _f("gpu.memory_reserved_bytes", "int?", minimum=0, nvml="nvmlDeviceGetMemoryInfo_v2 reserved",
-       metric=M("cgstat_gpu_memory_reserved_bytes", "gauge", "GPU memory reserved by the driver.")),
+       metric=Series("cgstat_gpu_memory_reserved_bytes", "gauge", "GPU memory reserved by the driver.")),
     _f("gpu.temperature_celsius", "int?", nvml="nvmlDeviceGetTemperature",
-       metric=M("cgstat_gpu_temperature_celsius", "gauge", "GPU temperature.")),
+       metric=Series("cgstat_gpu_temperature_celsius", "gauge", "GPU temperature.")),
     _f("gpu.power_watts", "float?", minimum=0, nvml="nvmlDeviceGetPowerUsage",
-       metric=M("cgstat_gpu_power_watts", "gauge", "GPU power draw.")),
+       metric=Series("cgstat_gpu_power_watts", "gauge", "GPU power draw.")),
     _f("gpu.mig_mode", "bool?", nvml="nvmlDeviceGetMigMode"),
     _f("gpu.parent_uuid", "str?", "MIG devices: the GPU they are part of", nvml="nvmlDeviceGetUUID"),
     _f("gpu.gpu_instance_id", "int?", "MIG devices: the GPU instance ID (dcgm-exporter's GPU_I_ID)", minimum=0,
@@ -597,7 +597,7 @@ GPU_RECORD: Tuple[Field, ...] = (
        nvml="nvmlDeviceGetTotalEnergyConsumption mJ"),
     _f("gpu.idle_power_watts", "float?", "the lowest power seen with no process on the GPU (before one: the "
                                          "lowest seen at all); null on MIG devices", minimum=0,
-       metric=M("cgstat_gpu_idle_power_watts", "gauge",
+       metric=Series("cgstat_gpu_idle_power_watts", "gauge",
                 "The GPU's idle power as the energy split uses it (lowest power seen with no process).")),
     _f("gpu.idle_power_observed", "bool?", "true: idle_power_watts was measured with no process on the GPU"),
     _f("gpu.power_limit_watts", "float?", "enforced; read every 10 s", minimum=0,
@@ -633,7 +633,7 @@ GPU_RECORD: Tuple[Field, ...] = (
     _f("gpu.retired_pages.pending", "bool?"),
     _f("gpu.xid_errors_total", "int?", "XIDs the event set received since cgstat started; null where XIDs can't "
                                        "be watched", minimum=0, nvml="nvmlEventSetWait_v2 (timeout 0)",
-       metric=M("cgstat_gpu_xid_errors_total", "counter", "XIDs NVML reported for the GPU since cgstat started.")),
+       metric=Series("cgstat_gpu_xid_errors_total", "counter", "XIDs NVML reported for the GPU since cgstat started.")),
     _f("gpu.last_xid", "int?", "the code of the last of them", minimum=0),
     _f("gpu.recent_xids", "array", "the XID codes that arrived since the previous reading, oldest first"),
     _f("gpu.recent_xids[]", "int", minimum=0),
@@ -858,9 +858,9 @@ def keys(path: str, table: Tuple[Field, ...] = RECORD) -> Tuple[str, ...]:
 
 # -- Prometheus families (docs/prometheus.md) --------------------------------------------------
 #
-# A family made from one field is declared on the field (`metric=M(name, kind, help)`), and
+# A family made from one field is declared on the field (`metric=Series(name, kind, help)`), and
 # one made from several fields, each a series with its own fixed labels, in _SHARED (each
-# field then says `M(name, labels=...)`); FAMILIES lists them in the order the exporter
+# field then says `Series(name, labels=...)`); FAMILIES lists them in the order the exporter
 # writes them (the exporter's own, then each record's families in the order of its fields,
 # each one where its first field is, then those made otherwise), with docs/prometheus.md's
 # table made from it (cgstat/docs.py).
@@ -953,7 +953,7 @@ EXIT_SERIES = (
     ("cgstat_exited_lifetime_seconds", "lifetime_seconds", "How long cgstat saw a cgroup that is gone."),
 )
 
-# Families of several fields' series (the fields name them in M(name, labels=...))
+# Families of several fields' series (the fields name them in Series(name, labels=...))
 _SHARED = {f.name: f for f in (
     _family("container_memory_failures_total", "counter", "Cumulative count of memory allocation failures.",
             labels=("failure_type", "scope"),

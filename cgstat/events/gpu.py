@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Set, Tuple, Type
 
-from cgstat.contract.keys import Cgroup as C
+from cgstat.contract.keys import Cgroup
 from cgstat.contract.keys import Gpu as G
 from cgstat.gpu.xid import meaning
 from cgstat.kernel.xid_report import XidReport, same_pci_device
@@ -43,9 +43,9 @@ _P_PID, _P_NAME, _P_CGROUP, _P_CONTAINER = (G.PROCESSES_ITEM_PID[-1], G.PROCESSE
                                             G.PROCESSES_ITEM_CGROUP[-1], G.PROCESSES_ITEM_CONTAINER[-1])
 _P_MEMORY, _P_SM = G.PROCESSES_ITEM_MEMORY_BYTES, G.PROCESSES_ITEM_SM_PERCENT[-1]
 # a process's container is the cgroup record's container object
-_C_ID, _C_NAME, _C_SHORT_ID, _C_POD = (C.CONTAINER_ID[-1], C.CONTAINER_NAME[-1], C.CONTAINER_SHORT_ID[-1],
-                                       C.CONTAINER_POD[-1])
-_POD_NAME, _POD_NAMESPACE = C.POD_NAME[-1], C.POD_NAMESPACE[-1]
+_C_ID, _C_NAME, _C_SHORT_ID, _C_POD = (Cgroup.CONTAINER_ID[-1], Cgroup.CONTAINER_NAME[-1], Cgroup.CONTAINER_SHORT_ID[-1],
+                                       Cgroup.CONTAINER_POD[-1])
+_POD_NAME, _POD_NAMESPACE = Cgroup.POD_NAME[-1], Cgroup.POD_NAMESPACE[-1]
 
 
 def _gpu(r: Mapping[str, Any]) -> Mapping[str, Any]:

@@ -20,7 +20,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Tuple, Type
 
 from cgstat.contract.event_kinds import EVENT_KINDS, RESOLVED
-from cgstat.contract.keys import Cgroup as C
+from cgstat.contract.keys import Cgroup
 from cgstat.events.case import Case
 from cgstat.events.event import Episode, cap, duration, make_event, who
 from cgstat.events.gpu import GPU_RULES, GpuRule
@@ -294,7 +294,7 @@ class PidsLimitHit(CgroupRule):
         if now is not None and then is not None and now > then:
             failures = int(now - then)
             if ep is None:
-                limit = number_at(c.record, *C.PIDS_LIMIT)
+                limit = number_at(c.record, *Cgroup.PIDS_LIMIT)
                 msg = ("%s: %d fork%s refused because the cgroup reached its pids.max%s: new processes and "
                        "threads fail with EAGAIN (\"Resource temporarily unavailable\", \"can't start new "
                        "thread\"); raise the pids limit (docker --pids-limit, Kubernetes podPidsLimit) or find "
@@ -303,7 +303,7 @@ class PidsLimitHit(CgroupRule):
                            "" if limit is None else " (%d)" % limit))
                 ep = c.raise_(self.kind, "warning", cap(msg),
                               {"failures": failures, "pids_events_max_total": int(now), "limit": limit,
-                               "current": number_at(c.record, *C.PIDS_CURRENT)}, hierarchical=True)
+                               "current": number_at(c.record, *Cgroup.PIDS_CURRENT)}, hierarchical=True)
                 ep.extra["failures"] = failures
             else:
                 ep.extra["failures"] += failures

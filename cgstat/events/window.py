@@ -10,7 +10,7 @@ import math
 import operator
 from typing import Any, Dict, Iterable, Iterator, List, Mapping, NamedTuple, Optional, Tuple
 
-from cgstat.contract.keys import Cgroup as C
+from cgstat.contract.keys import Cgroup
 from cgstat.units import finite
 
 
@@ -40,14 +40,14 @@ class WindowSample(NamedTuple):
 
 
 # the keys sample_of reads (one lookup of each object: it runs once per cgroup per tick)
-_GPU, _SM, _GPU_PROCS = C.GPU[0], C.GPU_SM_PERCENT[-1], C.GPU_PROCESSES[-1]
-_MEM, _WS, _LIMIT, _KILLS = (C.MEMORY[0], C.MEMORY_WORKING_SET_BYTES[-1], C.MEMORY_LIMIT_BYTES[-1],
-                             C.MEMORY_OOM_KILLS_TOTAL[-1])
-_EVENTS_LOCAL, _EVENTS, _HIGH, _HIGH_BYTES = (C.MEMORY_EVENTS_LOCAL[-1], C.MEMORY_EVENTS[-1],
-                                              C.MEMORY_EVENTS_HIGH[-1], C.MEMORY_HIGH_BYTES[-1])
-_CPU, _USAGE_S, _PERIODS_N, _THROTTLED_N, _CORES = (C.CPU[0], C.CPU_USAGE_SECONDS_TOTAL[-1], C.CPU_PERIODS_TOTAL[-1],
-                                                    C.CPU_THROTTLED_PERIODS_TOTAL[-1], C.CPU_LIMIT_CORES[-1])
-_PIDS, _FORKS_REFUSED = C.PIDS[0], C.PIDS_EVENTS_MAX_TOTAL[-1]
+_GPU, _SM, _GPU_PROCS = Cgroup.GPU[0], Cgroup.GPU_SM_PERCENT[-1], Cgroup.GPU_PROCESSES[-1]
+_MEM, _WS, _LIMIT, _KILLS = (Cgroup.MEMORY[0], Cgroup.MEMORY_WORKING_SET_BYTES[-1], Cgroup.MEMORY_LIMIT_BYTES[-1],
+                             Cgroup.MEMORY_OOM_KILLS_TOTAL[-1])
+_EVENTS_LOCAL, _EVENTS, _HIGH, _HIGH_BYTES = (Cgroup.MEMORY_EVENTS_LOCAL[-1], Cgroup.MEMORY_EVENTS[-1],
+                                              Cgroup.MEMORY_EVENTS_HIGH[-1], Cgroup.MEMORY_HIGH_BYTES[-1])
+_CPU, _USAGE_S, _PERIODS_N, _THROTTLED_N, _CORES = (Cgroup.CPU[0], Cgroup.CPU_USAGE_SECONDS_TOTAL[-1], Cgroup.CPU_PERIODS_TOTAL[-1],
+                                                    Cgroup.CPU_THROTTLED_PERIODS_TOTAL[-1], Cgroup.CPU_LIMIT_CORES[-1])
+_PIDS, _FORKS_REFUSED = Cgroup.PIDS[0], Cgroup.PIDS_EVENTS_MAX_TOTAL[-1]
 
 
 def sample_of(r: Mapping[str, Any]) -> WindowSample:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, List, Mapping, Optional
 
-from cgstat.contract.keys import Cgroup as C
+from cgstat.contract.keys import Cgroup
 from cgstat.units import finite
 from cgstat.timestamps import parse_ts
 
@@ -29,19 +29,19 @@ if TYPE_CHECKING:  # the record types are for the type checker only
 _SIZE = 24
 _NONE: Dict[str, Any] = {}
 # the record's keys read here (cgstat/contract/keys.py): the object, then the key in it
-_CPU_OBJ, _K_CPU = C.CPU_USAGE_SECONDS_TOTAL
-_K_THR_S, _K_THR_N = C.CPU_THROTTLED_SECONDS_TOTAL[-1], C.CPU_THROTTLED_PERIODS_TOTAL[-1]
-_K_PERIODS = C.CPU_PERIODS_TOTAL[-1]
-_MEM_OBJ, _K_PEAK = C.MEMORY_PEAK_BYTES
-_K_USAGE, _K_OOM = C.MEMORY_USAGE_BYTES[-1], C.MEMORY_OOM_KILLS_TOTAL[-1]
-_IO_OBJ, _K_IO_R = C.IO_READ_BYTES_TOTAL
-_K_IO_W = C.IO_WRITE_BYTES_TOTAL[-1]
-_NET_OBJ, _K_RX = C.NETWORK_RX_BYTES_TOTAL
-_K_TX = C.NETWORK_TX_BYTES_TOTAL[-1]
-_GPU_OBJ, _K_SM = C.GPU_SM_PERCENT
-_K_GPU_MEM, _K_GPU_J = C.GPU_MEMORY_BYTES[-1], C.GPU_ENERGY_JOULES_TOTAL[-1]
-(_K_INTERVAL,) = C.INTERVAL_S
-_PIDS_OBJ, _K_PIDS = C.PIDS_CURRENT
+_CPU_OBJ, _K_CPU = Cgroup.CPU_USAGE_SECONDS_TOTAL
+_K_THR_S, _K_THR_N = Cgroup.CPU_THROTTLED_SECONDS_TOTAL[-1], Cgroup.CPU_THROTTLED_PERIODS_TOTAL[-1]
+_K_PERIODS = Cgroup.CPU_PERIODS_TOTAL[-1]
+_MEM_OBJ, _K_PEAK = Cgroup.MEMORY_PEAK_BYTES
+_K_USAGE, _K_OOM = Cgroup.MEMORY_USAGE_BYTES[-1], Cgroup.MEMORY_OOM_KILLS_TOTAL[-1]
+_IO_OBJ, _K_IO_R = Cgroup.IO_READ_BYTES_TOTAL
+_K_IO_W = Cgroup.IO_WRITE_BYTES_TOTAL[-1]
+_NET_OBJ, _K_RX = Cgroup.NETWORK_RX_BYTES_TOTAL
+_K_TX = Cgroup.NETWORK_TX_BYTES_TOTAL[-1]
+_GPU_OBJ, _K_SM = Cgroup.GPU_SM_PERCENT
+_K_GPU_MEM, _K_GPU_J = Cgroup.GPU_MEMORY_BYTES[-1], Cgroup.GPU_ENERGY_JOULES_TOTAL[-1]
+(_K_INTERVAL,) = Cgroup.INTERVAL_S
+_PIDS_OBJ, _K_PIDS = Cgroup.PIDS_CURRENT
 
 
 def _kept(new: Optional[float], old: Optional[float]) -> Optional[float]:

@@ -21,7 +21,7 @@ TREE = os.path.join(ROOT, "tests", "fixtures", "v2-fields", "t0")
 # pgactivate: in every v2 memory.stat, read by nothing before this declaration
 DECLARATION = '''    _f("memory.pgactivate_total", "int?", "pages moved to the active LRU lists", v2="memory.stat pgactivate",
        v1="memory.stat total_pgactivate", as_is=True, csv=True, minimum=0,
-       metric=M("cgstat_memory_pgactivate_total", "counter", "Pages moved to the active LRU lists.")),
+       metric=Series("cgstat_memory_pgactivate_total", "counter", "Pages moved to the active LRU lists.")),
 '''
 ANCHOR = '    _f("memory.hugetlb_bytes",'  # the declaration goes after the last memory.stat counter
 

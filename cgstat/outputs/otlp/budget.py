@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, Callable, Dict, FrozenSet, List, Optional
 
 from cgstat.outputs.otlp.names import Metric
 from cgstat.outputs.otlp.resource import Resource
-from cgstat.outputs.prometheus.budget import OTHER, carry, choose
+from cgstat.outputs.prometheus.budget import OTHER, carry_counters, choose_kept
 
 
 FOLDED = Metric("cgstat.folded_cgroups", "", "1", False, group="cgstat")
@@ -65,7 +65,7 @@ class OtlpBudget:
             self.count = 0
             return resources
         paths = [str(resources[i].path) for i in mine]
-        kept, folded, used = choose(paths, [counts[i] for i in mine], [resources[i].usage for i in mine],
+        kept, folded, used = choose_kept(paths, [counts[i] for i in mine], [resources[i].usage for i in mine],
                                     self.kept, self.max_series - fixed, self.other_series)
         sums: Dict[_Key, Any] = {}
         metrics: Dict[str, Metric] = {}
@@ -79,7 +79,7 @@ class OtlpBudget:
             folded.append(j)
             now[paths[j]] = _add(resources[mine[j]], sums, metrics)
             keys.update(sums)
-        carry(self.offsets, self.folded, now)
+        carry_counters(self.offsets, self.folded, now)
         self.folded = now
         self.last_keys = {key for key in sums if metrics[key[0]].monotonic}
         self.kept = {paths[j] for j in kept}

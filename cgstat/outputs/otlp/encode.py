@@ -25,7 +25,7 @@ from cgstat.errors import CgstatError
 from cgstat.outputs.otlp.budget import OtlpBudget
 from cgstat.outputs.otlp.resource import Attrs, Point, Resource
 from cgstat.outputs.otlp.names import CGROUP_METRICS, GPU_METRICS, ITEM_ATTRIBUTE, POD_METRICS, Metric
-from cgstat.outputs.prometheus.budget import usage
+from cgstat.outputs.prometheus.budget import record_usage
 from cgstat.timestamps import ts_millis
 
 if TYPE_CHECKING:  # the record types are for the type checker only
@@ -213,7 +213,7 @@ class Encoder:
         for key, now, record, table, point in made:
             res = Resource(key, key[:len(key) - len(point)] if point else key, now, starts[key])
             if not point:
-                res.path, res.usage = str(record.get("cgroup")), usage(record)
+                res.path, res.usage = str(record.get("cgroup")), record_usage(record)
             _fill(res, record, table, point)
             if res.metrics:
                 out.append(res)

@@ -165,7 +165,7 @@ class Fold:
         if fixed + sum(counts) <= budget.max_series and not budget.folded.paths and not budget.offsets:
             budget.kept = set(paths)
             return
-        kept, folded, used = choose(paths, counts, [usage(r) for r in records], budget.kept,
+        kept, folded, used = choose_kept(paths, counts, [record_usage(r) for r in records], budget.kept,
                                     budget.max_series - fixed, budget.other_series)
         # _other's own series: the label sets of the folded ones and the carried ones (at
         # most those carried and those folded last tick)
@@ -190,7 +190,7 @@ class Fold:
         offsets = budget.offsets
         before = budget.folded
         if not before.same_as(now):
-            carry(offsets, before.by_path(), now.by_path())
+            carry_counters(offsets, before.by_path(), now.by_path())
         budget.folded = now
         budget.last_keys = now.keys()
         budget.kept = {paths[i] for i in kept}
@@ -378,7 +378,7 @@ def _numbers(texts: List[bytes]) -> List[Any]:
     return [int(text) if text.lstrip(b"-").isdigit() else float(text) for text in texts]
 
 
-def choose(paths: Sequence[str], counts: Sequence[int], usages: Sequence[Tuple[float, float]], kept_before: Set[str],
+def choose_kept(paths: Sequence[str], counts: Sequence[int], usages: Sequence[Tuple[float, float]], kept_before: Set[str],
            room: int, other_before: int) -> Tuple[List[int], List[int], int]:
     """Which cgroups keep their own series (the rules of the budget, for /metrics and the
     OTLP push alike): those that had them last tick first, then the busiest (`usages`: CPU,
@@ -399,7 +399,7 @@ def choose(paths: Sequence[str], counts: Sequence[int], usages: Sequence[Tuple[f
     return kept, folded, used
 
 
-def carry(offsets: Dict[Any, Any], before: Dict[str, Dict[Any, Any]], now: Dict[str, Dict[Any, Any]]) -> None:
+def carry_counters(offsets: Dict[Any, Any], before: Dict[str, Dict[Any, Any]], now: Dict[str, Dict[Any, Any]]) -> None:
     """Add to `offsets` the counters that left _other since last tick (`before`, `now`:
     {cgroup: {series: counter}} of the folded ones): a cgroup gone or given its own series,
     a series gone, a counter lower (the cgroup made again). What it had counted stays counted."""
@@ -413,7 +413,7 @@ def carry(offsets: Dict[Any, Any], before: Dict[str, Dict[Any, Any]], now: Dict[
                 offsets[key] = offsets.get(key, 0) + value
 
 
-def usage(record: Any) -> Tuple[float, float]:
+def record_usage(record: Any) -> Tuple[float, float]:
     """How much a cgroup record used: CPU percent, then working set (0 for unknown)."""
     cpu: Any = record.get("cpu")
     memory: Any = record.get("memory")

@@ -98,13 +98,13 @@ IO_LIMITS = ((F_IO_LIMIT_BYTES, "read", Cgroup.IO_LIMITS_ITEM_READ_BYTES_PER_SEC
               (F_IO_LIMIT_OPS, "read", Cgroup.IO_LIMITS_ITEM_READ_OPS_PER_SECOND[-1]),
               (F_IO_LIMIT_OPS, "write", Cgroup.IO_LIMITS_ITEM_WRITE_OPS_PER_SECOND[-1]))
 
-Series = Tuple[int, str, str]  # (family, key in its object, fixed labels)
+SeriesSlot = Tuple[int, str, str]  # (family, key in its object, fixed labels)
 
 
-def series_of(table: Tuple[fields.Field, ...]) -> Tuple[Tuple[Tuple[str, ...], Tuple[Series, ...]], ...]:
+def series_of(table: Tuple[fields.Field, ...]) -> Tuple[Tuple[Tuple[str, ...], Tuple[SeriesSlot, ...]], ...]:
     """The field series of a record that are not in an array's items, by the object holding
     them: ((keys to the object, ((family, key, labels), ...)), ...)."""
-    by_object: Dict[Tuple[str, ...], List[Series]] = {}
+    by_object: Dict[Tuple[str, ...], List[SeriesSlot]] = {}
     for f in table:
         if f.metrics and "[]" not in f.path:
             *parent, key = f.path.split(".")
