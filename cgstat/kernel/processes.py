@@ -8,8 +8,8 @@ Reads, under the host root (HostFS), for a PID:
 - /proc/<pid>/smaps_rollup (kernel >= 4.14): Rss, Pss, Private_Clean + Private_Dirty (USS)
   and Swap, the sums smem(8) makes from /proc/<pid>/smaps. An older kernel has no rollup:
   its smaps is summed instead, the same keys per mapping, up to 16 MiB of it (hostfs's
-  bound: ~15,000 mappings; a process with more gets null and the reason). Either file is walked under the process's mm lock;
-  pipeline/processes.py decides how often;
+  bound: ~15,000 mappings; a process with more gets null and the reason). Either file is
+  walked under the process's mm lock; pipeline/processes.py decides how often;
 - /proc/<pid>/cmdline (bounded, NULs as spaces, undecodable bytes as \\xNN, controls
   escaped) and the number of entries of /proc/<pid>/fd;
 - cgroup.procs of a cgroup folder and of the folders below it (the processes, thread
@@ -24,9 +24,9 @@ the kernel does not write.
 from __future__ import annotations
 
 import os
-from typing import List, NamedTuple, Optional, Tuple
+from typing import Dict, List, NamedTuple, Optional, Tuple, cast
 
-from cgstat.kernel.hostfs import Gone, HostFS, Malformed, ReadError, read_bytes, read_error
+from cgstat.kernel.hostfs import Gone, HostFS, Malformed, ReadError, Unsupported, read_bytes, read_error
 from cgstat.text import decode_bytes, escape_controls
 
 
@@ -175,43 +175,73 @@ def count_fds(fs: HostFS, pid: int) -> int:
         raise read_error(exc, path) from None
 
 
-def subtree_pids(folder_local: str, max_pids: int) -> Tuple[List[int], bool]:
+Listed = Tuple[List[int], List[str], bool]  # a folder's own PIDs, the folders below it, listed in full
+
+
+def list_folder(folder: str) -> Listed:
+    """cgroup.procs of one cgroup folder (its own processes) and the folders below it.
+    Raises ReadError when cgroup.procs can't be read."""
+    data = read_bytes(os.path.join(folder, "cgroup.procs"))
+    pids = []
+    for word in data.split():
+        try:
+            pids.append(int(word))
+        except ValueError:
+            continue
+    try:
+        # a folder's link count is 2 + its subfolders on cgroupfs (kernfs sets it so) and the
+        # usual file systems: 2 means no child to look for, one stat for a listing of its ~35
+        # files (btrfs says 1 for every folder: listed)
+        if os.stat(folder).st_nlink == 2:
+            return pids, [], True
+        below = sorted(e.path for e in os.scandir(folder) if e.is_dir(follow_symlinks=False))
+    except OSError:
+        return pids, [], False
+    return pids, below, True
+
+
+def subtree_pids(folder_local: str, max_pids: int,
+                 listed: Optional[Dict[str, object]] = None) -> Tuple[List[int], bool]:
     """The processes (thread group IDs: cgroup.procs) of a cgroup folder and every folder below
     it, in the order met, at most `max_pids`; and whether all were listed (False: cut at the
-    bound, or a folder below could not be read). Raises ReadError when the folder itself is
-    gone or unreadable."""
+    bound, or a folder below could not be read). `listed`: each folder's list_folder (or the
+    ReadError it raised), kept by the caller for a tick, so that a pod and its containers, or
+    --all's slices, list a folder once. Raises ReadError when the folder itself is gone or
+    unreadable."""
     pids: List[int] = []
     seen = set()
     complete = True
     stack = [folder_local]
     first = True
+    cache: Dict[str, object] = listed if listed is not None else {}
     while stack:
         folder = stack.pop()
-        try:
-            data = read_bytes(os.path.join(folder, "cgroup.procs"))
-        except ReadError as exc:
-            if first:
-                raise
-            # a folder below removed meanwhile took its processes with it; any other
-            # failure leaves the list short
-            complete = complete and isinstance(exc, Gone)
-            continue
-        try:
-            below = [e.path for e in os.scandir(folder) if e.is_dir(follow_symlinks=False)]
-        except OSError:
-            below, complete = [], False
-        first = False
-        for word in data.split():
+        got = cache.get(folder)
+        if got is None:
             try:
-                pid = int(word)
-            except ValueError:
-                continue
+                got = list_folder(folder)
+            except ReadError as exc:
+                got = exc
+            cache[folder] = got
+        if isinstance(got, ReadError):
+            if first:
+                raise got
+            # a folder below removed meanwhile took its processes with it; a v2 threaded
+            # cgroup refuses cgroup.procs (EOPNOTSUPP), its threads' processes being listed by
+            # its threaded domain above (cgroup-v2.rst, "Threads"); any other failure leaves
+            # the list short
+            complete = complete and isinstance(got, (Gone, Unsupported))
+            continue
+        own, below, whole = cast(Listed, got)
+        complete = complete and whole
+        first = False
+        for pid in own:
             if pid not in seen:
                 if len(pids) >= max_pids:
                     return pids, False
                 seen.add(pid)
                 pids.append(pid)
-        stack.extend(sorted(below, reverse=True))
+        stack.extend(reversed(below))
     return pids, complete
 
 

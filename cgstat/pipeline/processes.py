@@ -90,6 +90,7 @@ class ProcessWatcher:
         self._known: Dict[int, _Known] = {}
         self._seen: Dict[int, _Known] = {}
         self._rows: Dict[int, Optional[Dict[str, Any]]] = {}
+        self._listed: Dict[str, object] = {}  # this tick's cgroup folders listed (kernel/processes.subtree_pids)
         self._spent = 0.0
         self._hidepid = hidepid(fs)
 
@@ -97,6 +98,7 @@ class ProcessWatcher:
         self._seen = {}
         # this tick's rows: a pod and its containers, --all's slices list the same processes
         self._rows = {}
+        self._listed = {}
         self._spent = 0.0
 
     def end_tick(self) -> None:
@@ -109,7 +111,7 @@ class ProcessWatcher:
         record's `gpu` object (its processes joined by PID); `memory`: read smaps_rollup
         when due (False: CPU and stat only, a first sample)."""
         try:
-            pids, complete = subtree_pids(folder_local, self.options.max_processes)
+            pids, complete = subtree_pids(folder_local, self.options.max_processes, self._listed)
         except ReadError as exc:
             return Listing([], [], 0, False, {"source": "cgroup.procs", "error": exc.code, "detail": exc.detail})
         gpus = _gpu_by_pid(gpu)

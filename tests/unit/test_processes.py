@@ -256,6 +256,12 @@ def test_ten_thousand_processes_in_one_cgroup(fast_tmp):
     assert cut.listed == 500 and not cut.complete
     top = listing_object(listing, 5, "pss")
     assert len(top["processes"]) == 5 and top["count"] == n
+    # and end to end: `cgstat procs` finds the workload by its path and prints every process
+    from cgstat.app.procs import collect
+    from cgstat.pipeline.sampler import Sampler
+
+    (item,) = collect(Sampler(root, all=True), "/big", 0)
+    assert item["processes"]["count"] == n and item["processes"]["groups"][0]["processes"] == n
 
 
 def test_ranked_uses_rss_until_pss_is_known():
