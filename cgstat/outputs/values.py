@@ -98,6 +98,8 @@ def span_or_none(value: Any) -> Optional[float]:
     """A length of time (7d, 90min); 0 or none: None (no bound)."""
     from cgstat.store.times import parse_span
 
+    if isinstance(value, (int, float)):  # a default given as seconds
+        return float(value)
     text = str(value)
     return None if text in ("0", "none") else parse_span(text)
 
@@ -109,7 +111,7 @@ def store_size(value: Any) -> Optional[int]:
     text = str(value)
     if text in ("0", "none"):
         return None
-    size = parse_size(text)
+    size = value if isinstance(value, int) else parse_size(text)
     if size < 1 << 20:
         raise ValueError(f"{text!r} is less than 1M: a store needs room for a few shards")
     return size
@@ -117,7 +119,7 @@ def store_size(value: Any) -> Optional[int]:
 
 def file_mode(value: Any) -> int:
     """An octal mode for a file of records: no execute bits, no world write."""
-    text = str(value)
+    text = str(value) if not isinstance(value, int) else f"{value:o}"
     try:
         mode = int(text, 8)
     except ValueError:
@@ -136,7 +138,7 @@ def file_mode(value: Any) -> int:
 def gpu_memory(value: Any) -> int:
     from cgstat.units import parse_size
 
-    size = parse_size(str(value))
+    size = value if isinstance(value, int) else parse_size(str(value))
     if size is None or size < 1:
         raise ValueError(f"{value!r} is not a size (e.g. 1GiB, 512M, 1073741824)")
     return size

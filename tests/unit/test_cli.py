@@ -260,3 +260,27 @@ def test_agent_raises_a_systemd_soft_fd_limit_and_sizes_its_kept_descriptors():
     finally:
         proc.terminate()
         proc.communicate(timeout=30)
+
+
+@pytest.mark.parametrize("args", [["--version"], ["--help"], ["stream", "--help"]])
+def test_version_and_help_import_neither_the_store_nor_the_sampler(args):
+    probe = ("import runpy, sys\n"
+             f"sys.argv = ['cgstat'] + {args!r}\n"
+             "try:\n"
+             "    runpy.run_module('cgstat', run_name='__main__')\n"
+             "except SystemExit as exc:\n"
+             "    assert exc.code == 0, exc.code\n"
+             "print(' '.join(sorted(m for m in sys.modules if m.startswith(('cgstat.store', 'cgstat.outputs.store', "
+             "'cgstat.pipeline.sampler', 'cgstat.kernel.discover')))))")
+    proc = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True, universal_newlines=True)
+    assert proc.returncode == 0, proc.stderr
+    loaded = proc.stdout.splitlines()[-1].split()
+    if args == ["stream", "--help"]:  # the store's sink kind is registered: its options, not the store
+        assert "cgstat.outputs.store" in loaded
+        loaded.remove("cgstat.outputs.store")
+    assert loaded == []
+
+
+def test_events_format_offers_exactly_what_works():
+    _, err, rc = run_cgstat("events", "--format", "html", check=False)
+    assert rc == 2 and "'html' is not one of jsonl, csv, table" in err, err
