@@ -9,7 +9,7 @@ when its name changes (an exec); smaps_rollup and the fd count at most every
 `memory_every_s` per process, while the tick's `budget_s` lasts: a process not due, or left
 over when the budget ran out, keeps its last figures and says how old they are
 (`memory_age_s`). smaps_rollup walks every mapping under the process's mm lock: ~0.1 ms for
-a small process, 5-20 ms for one holding 200 MB of Python objects (bench/README.md), and the
+a small process, 3-20 ms for one holding 200 MB of Python objects (bench/README.md), and the
 process waits for it.
 
 A process that exits mid-read is dropped from the tick's list (it is gone); one that can't
@@ -32,7 +32,7 @@ from cgstat.kernel.processes import (CLOCK_TICKS, PAGE_BYTES, Memory, Status, co
                                      read_memory, read_stat, read_status, subtree_pids)
 
 # smaps_rollup of one process at most this often. Measured (bench/processes_cost.py): ~0.1 ms
-# for a small process, 5-20 ms for one holding 200 MB of Python objects; every 10 s keeps the
+# for a small process, 3-20 ms for one holding 200 MB of Python objects; every 10 s keeps the
 # walk at 100 containers x 10 small processes near 1 % of a core on average, while a
 # DataLoader worker's PSS, which moves as pages are touched over seconds, is at most 10 s old.
 MEMORY_EVERY_S = 10.0
