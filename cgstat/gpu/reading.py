@@ -187,6 +187,8 @@ def _read_mig(gw: Gateway, health: HealthReader, gpu: Gpu, slot: int, h, devices
     health_errors = list(MIG_HEALTH.errors)
     instance = gw.read("nvmlDeviceGetGpuInstanceId", health_errors, h)
     gpm = health.mig_gpm(gpu, gpu.handle, instance, health_errors)
+    if errors:
+        gw.count_errors(uuid or f"{gpu.uuid or gpu.index}/{slot}", errors)
     devices.append(GpuDevice(gpu.index, uuid, name, None, None, total, used, reserved, None, None, True,
                              parent_uuid=gpu.uuid, mig_index=slot, errors=tuple(errors),
                              health=DeviceHealth(gpm=gpm, errors=tuple(health_errors)),

@@ -58,6 +58,13 @@ def test_mig_reads_per_instance_never_the_parent_list(tmp_path):
         assert sorted((p["pid"], p["gpu_uuid"], p["memory_bytes"]) for p in snap["processes"]) == [
             (700, M0, GiB), (701, M2, 2 * GiB)]
     assert r["error_counts"] == {}
+    # a MIG device's own failing list is that device's error, counted for it
+    s = Scenario().gpu(0, uuid=U0, mig=1, util_gpu="unsupported", util_mem="unsupported", parent_list="noperm",
+                       mig_empty="invalid", mig_max=4, compute="unknown")
+    s.mig(0, 0, uuid=M0, gi=1, ci=0).mig(0, 2, uuid=M2, gi=2, ci=0)
+    r = run_reads(tmp_path, [{"scenario": s}, {"advance": 1}])
+    assert r["error_counts"] == {f"{M0} nvmlDeviceGetComputeRunningProcesses_v3": 2,
+                                 f"{M2} nvmlDeviceGetComputeRunningProcesses_v3": 2}
 
 
 def test_xid_matched_by_uuid_with_its_instance_and_a_stranger_said_once(tmp_path):
