@@ -73,10 +73,26 @@ class Memory(NamedTuple):
     source: str  # "smaps_rollup" or "smaps"
 
 
+def _read_once(path: str, max_bytes: int) -> bytes:
+    """At most `max_bytes` of a file, in one read. Raises ReadError."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError as exc:
+        raise read_error(exc, path) from None
+    try:
+        return os.read(fd, max_bytes)
+    except OSError as exc:
+        raise read_error(exc, path) from None
+    finally:
+        os.close(fd)
+
+
 def read_stat(fs: HostFS, pid: int) -> Stat:
     """Raises ReadError; Malformed when the line is not what proc(5) documents."""
     path = fs.path(f"/proc/{pid}/stat")
-    data = read_bytes(path)
+    # one read: the line is one seq_file record (proc_pid_stat, ~300 bytes; comm at most 64),
+    # so no read to the end (read_bytes's second call): a tick reads this for every process
+    data = _read_once(path, 4096)
     # comm is in parentheses and may hold anything, ')' and spaces included: the last ')'
     # ends it (what procps does).
     open_at, close_at = data.find(b"("), data.rfind(b")")
@@ -151,16 +167,7 @@ def read_cmdline(fs: HostFS, pid: int, max_bytes: int = CMDLINE_BYTES) -> str:
     (newline, ESC) escaped, so a hostile argv can't forge a table row or drive a terminal.
     "" for a kernel thread or a zombie. Raises ReadError."""
     path = fs.path(f"/proc/{pid}/cmdline")
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-    except OSError as exc:
-        raise read_error(exc, path) from None
-    try:
-        data = os.read(fd, max_bytes + 1)
-    except OSError as exc:
-        raise read_error(exc, path) from None
-    finally:
-        os.close(fd)
+    data = _read_once(path, max_bytes + 1)
     cut = len(data) > max_bytes
     data = data[:max_bytes].rstrip(b"\0").replace(b"\0", b" ")
     return escape_controls(decode_bytes(data)) + ("..." if cut else "")
