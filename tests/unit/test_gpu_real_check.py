@@ -182,3 +182,18 @@ def test_the_nvcc_workload_builds_and_says_when_it_cannot_run(tmp_path):
     assert "workload: nvcc kernel" in proc.stderr
     if proc.returncode != 0:  # no GPU for the CUDA runtime (this machine)
         assert proc.returncode == 1 and "the workload exited" in proc.stderr
+
+
+@pytest.mark.skipif(shutil.which("ptxas") is None, reason="no ptxas here")
+@pytest.mark.parametrize("arch", ["sm_75", "sm_90"])
+def test_the_ctypes_workloads_ptx_assembles(tmp_path, arch):
+    """The kernel bench/gpu_cuda_workload.py hands the driver's JIT (cuModuleLoadData) is
+    valid PTX for a Turing and a Hopper GPU, as CUDA's own assembler judges it."""
+    import gpu_cuda_workload as W
+
+    ptx = tmp_path / "spin.ptx"
+    ptx.write_bytes(W.PTX)
+    proc = subprocess.run(["ptxas", "-arch=" + arch, str(ptx), "-o", str(tmp_path / "spin.cubin")],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert (tmp_path / "spin.cubin").stat().st_size > 0
