@@ -54,6 +54,7 @@ class Beside(Generic[T]):
         self._asked = False  # a read is asked for and not done
         self._started = 0.0  # when it was asked (clock s)
         self._done: List[Tuple[T]] = []  # the finished read, until taken
+        self._failed: Optional[BaseException] = None  # what the read raised, raised again by take()
         self._leftover: Optional[T] = None  # a late read's result, for what it must pass on
         self._late_run = False  # the previous tick was late
         self.late_total = 0  # ticks that went on without the GPU read
@@ -78,6 +79,9 @@ class Beside(Generic[T]):
                 if left <= 0:
                     break
                 cond.wait(left)
+            if self._failed is not None:  # raised on the tick's thread, as a read made there would
+                failed, self._failed = self._failed, None
+                raise failed
             if not self._asked and self._done:
                 result = self._done.pop()[0]
                 if self._leftover is not None:
@@ -102,7 +106,15 @@ class Beside(Generic[T]):
                     cond.wait()
                 if self.closed:
                     return
-            result = self._read()
+            try:
+                result = self._read()
+            except BaseException as exc:  # a bug, not a driver's answer: the tick says it
+                with cond:
+                    self._failed = exc
+                    self._done[:] = []
+                    self._asked = False
+                    cond.notify_all()
+                continue
             with cond:
                 self._done[:] = [(result,)]
                 self._asked = False

@@ -79,3 +79,23 @@ def test_the_stream_waits_half_its_interval_at_least_a_quarter_second():
     from cgstat.gpu.beside import deadline_s
 
     assert (deadline_s(1.0), deadline_s(30.0), deadline_s(0.2)) == (0.5, 15.0, 0.25)
+
+
+def test_what_the_read_raises_is_raised_on_the_ticks_thread_and_the_next_read_is_made():
+    calls = []
+
+    def read():
+        calls.append(1)
+        if len(calls) == 1:
+            raise RuntimeError("a bug in the reading")
+        return "fine"
+
+    beside = Beside(read, lambda running_s: "late", lambda late, after: after)
+    try:
+        beside.take(5.0)
+    except RuntimeError as exc:
+        assert str(exc) == "a bug in the reading"
+    else:
+        raise AssertionError("the read's exception was swallowed")
+    assert beside.take(5.0) == "fine"
+    assert beside.close(1.0) is True
