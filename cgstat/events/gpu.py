@@ -1,7 +1,7 @@
-"""The rules on a GPU's own health, judged on each tick's `type: "gpu"` records: XIDs,
-hardware throttling held over the window, uncorrected ECC errors, rows waiting for a
-remap and remaps that failed. Each is raised once per episode per GPU and ends with one
-`resolved` notice, as the cgroup rules do.
+"""The GPU rules judged on each tick's `type: "gpu"` records: the base every GPU rule
+derives from (GpuRule, DeviceRule), a GPU process outside any container, a GPU held idle,
+and XIDs; the device's other health rules are gpu_health.py. Each is raised once per
+episode per GPU and ends with one `resolved` notice, as the cgroup rules do.
 
 The containers an XID concerns are those whose processes were on that GPU (or on one of
 its MIG devices) in the tick the XID arrived: the device records list every process with
@@ -26,10 +26,6 @@ from cgstat.timestamps import parse_ts
 if TYPE_CHECKING:  # the record types are for the type checker only
     from cgstat.contract.types import EventRecord
 
-# the clock-event reasons that are the hardware (or its thermal protection) slowing the GPU,
-# not a setting or idleness
-HARDWARE_REASONS = ("hw_slowdown", "hw_thermal_slowdown", "hw_power_brake_slowdown", "sw_thermal_slowdown")
-
 # the GPU record's keys read here (cgstat/contract/keys.py); a device's are in its `gpu` object
 _GPU, _PROCESSES, _TS = G.GPU[0], G.PROCESSES[0], G.TS[0]
 _INDEX, _UUID, _PARENT, _PCI = G.GPU_INDEX[-1], G.GPU_UUID[-1], G.GPU_PARENT_UUID[-1], G.GPU_PCI_BUS_ID[-1]
@@ -37,8 +33,6 @@ _XIDS, _REASONS = G.GPU_RECENT_XIDS[-1], G.GPU_CLOCKS_EVENT_REASONS[-1]
 _XID_AT, _AT_XID = G.GPU_RECENT_XID_INSTANCES[-1], G.GPU_RECENT_XID_INSTANCES_ITEM_XID[-1]
 _AT_GI, _AT_CI = G.GPU_RECENT_XID_INSTANCES_ITEM_GPU_INSTANCE_ID[-1], G.GPU_RECENT_XID_INSTANCES_ITEM_COMPUTE_INSTANCE_ID[-1]
 _GI = G.GPU_GPU_INSTANCE_ID[-1]
-_SM_MHZ, _SM_MAX_MHZ, _TEMPERATURE = G.GPU_SM_CLOCK_MHZ[-1], G.GPU_SM_CLOCK_MAX_MHZ[-1], G.GPU_TEMPERATURE_CELSIUS[-1]
-_POWER, _POWER_LIMIT = G.GPU_POWER_WATTS[-1], G.GPU_POWER_LIMIT_WATTS[-1]
 _P_PID, _P_NAME, _P_CGROUP, _P_CONTAINER = (G.PROCESSES_ITEM_PID[-1], G.PROCESSES_ITEM_NAME[-1],
                                             G.PROCESSES_ITEM_CGROUP[-1], G.PROCESSES_ITEM_CONTAINER[-1])
 _P_MEMORY, _P_SM = G.PROCESSES_ITEM_MEMORY_BYTES, G.PROCESSES_ITEM_SM_PERCENT[-1]
@@ -48,17 +42,17 @@ _C_ID, _C_NAME, _C_SHORT_ID, _C_POD = (Cgroup.CONTAINER_ID[-1], Cgroup.CONTAINER
 _POD_NAME, _POD_NAMESPACE = Cgroup.POD_NAME[-1], Cgroup.POD_NAMESPACE[-1]
 
 
-def _gpu(r: Mapping[str, Any]) -> Mapping[str, Any]:
+def device_of(r: Mapping[str, Any]) -> Mapping[str, Any]:
     g = r.get(_GPU)
     return g if isinstance(g, dict) else {}
 
 
-def _key(r: Mapping[str, Any]) -> str:
-    g = _gpu(r)
+def device_key(r: Mapping[str, Any]) -> str:
+    g = device_of(r)
     return str(g.get(_UUID) or g.get(_INDEX))
 
 
-def _int(value: Any) -> Optional[int]:
+def int_or_none(value: Any) -> Optional[int]:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
@@ -68,7 +62,7 @@ def _since(ts: Any, r: Mapping[str, Any]) -> float:
     return 0.0 if start is None or now is None else round(max(now - start, 0.0), 3)
 
 
-def _name(g: Mapping[str, Any]) -> str:
+def device_name(g: Mapping[str, Any]) -> str:
     return "GPU %s (%s)" % (g.get(_INDEX), g.get(_UUID) or "no UUID")
 
 
@@ -257,7 +251,7 @@ def _holder(h: Holding) -> str:
     return ("container %s" % name) if name else ("cgroup %s" % h.cgroup)
 
 
-class _DeviceRule(GpuRule):
+class DeviceRule(GpuRule):
     """A GPU rule whose episodes are per GPU (the record's UUID)."""
 
     def __init__(self, th: Thresholds):
@@ -267,18 +261,18 @@ class _DeviceRule(GpuRule):
     def _raise(self, r: Mapping[str, Any], severity: str, message: str, evidence: Dict[str, Any],
                events: List[EventRecord], cgroup: Any = None, container: Any = None) -> None:
         ev = make_event(r, self.kind, severity, cap(message), evidence, cgroup=cgroup, container=container)
-        self.open[_key(r)] = {"ts": r.get(_TS), "evidence": evidence}
+        self.open[device_key(r)] = {"ts": r.get(_TS), "evidence": evidence}
         events.append(ev)
 
     def _resolve(self, r: Mapping[str, Any], message: str, evidence: Dict[str, Any],
                  events: List[EventRecord]) -> None:
-        ep = self.open.pop(_key(r))
+        ep = self.open.pop(device_key(r))
         evidence["duration_s"] = _since(ep["ts"], r)
         events.append(make_event(r, "resolved", "info", cap(message), evidence, cgroup=None, container=None,
                                  resolves=self.kind, since=ep["ts"]))
 
     def _forget_gone(self, gpu_records: List[Mapping[str, Any]]) -> None:
-        present = {_key(r) for r in gpu_records}
+        present = {device_key(r) for r in gpu_records}
         for key in [k for k in self.open if k not in present]:
             del self.open[key]  # the GPU left the list (lost, driver unloaded): silently
 
@@ -287,7 +281,7 @@ def _processes_by_gpu(gpu_records: List[Mapping[str, Any]]) -> Dict[str, List[Ma
     """The processes on each GPU (its UUID or index), its MIG devices' included."""
     on_gpu: Dict[str, List[Mapping[str, Any]]] = {}
     for r in gpu_records:
-        g = _gpu(r)
+        g = device_of(r)
         parent = g.get(_PARENT) or g.get(_UUID)
         on_gpu.setdefault(str(parent or g.get(_INDEX)), []).extend(
             p for p in r.get(_PROCESSES) or () if isinstance(p, dict))
@@ -298,8 +292,8 @@ def _instance_of(g: Mapping[str, Any], code: int) -> Optional[Tuple[int, Optiona
     """(GPU instance, compute instance) the first XID `code` of this reading names (NVML's
     event data on MIG), or None."""
     for e in g.get(_XID_AT) or ():
-        if isinstance(e, dict) and e.get(_AT_XID) == code and _int(e.get(_AT_GI)) is not None:
-            return e[_AT_GI], _int(e.get(_AT_CI))
+        if isinstance(e, dict) and e.get(_AT_XID) == code and int_or_none(e.get(_AT_GI)) is not None:
+            return e[_AT_GI], int_or_none(e.get(_AT_CI))
     return None
 
 
@@ -308,7 +302,7 @@ def _on_instance(gpu_records: List[Mapping[str, Any]], g: Mapping[str, Any], gi:
     parent = g.get(_UUID)
     out: List[Mapping[str, Any]] = []
     for r in gpu_records:
-        d = _gpu(r)
+        d = device_of(r)
         if d.get(_PARENT) is not None and d.get(_PARENT) == parent and d.get(_GI) == gi:
             out.extend(p for p in r.get(_PROCESSES) or () if isinstance(p, dict))
     return out
@@ -319,12 +313,12 @@ def _devices(gpu_records: List[Mapping[str, Any]]) -> Dict[str, Mapping[str, Any
     out: one pass, not a search of the list per episode."""
     devices: Dict[str, Mapping[str, Any]] = {}
     for r in gpu_records:
-        if _gpu(r).get(_PARENT) is None:
-            devices.setdefault(_key(r), r)
+        if device_of(r).get(_PARENT) is None:
+            devices.setdefault(device_key(r), r)
     return devices
 
 
-class GpuXid(_DeviceRule):
+class GpuXid(DeviceRule):
     """XIDs from the driver's event API (gpu.recent_xids). One episode per GPU and code:
     the same code again within window_s belongs to it (counted, not said again); it ends
     window_s after the last one with the total."""
@@ -335,15 +329,15 @@ class GpuXid(_DeviceRule):
         on_gpu: Optional[Dict[str, List[Mapping[str, Any]]]] = None  # made when an XID is new
         seen_now = set()
         for r in gpu_records:
-            g = _gpu(r)
+            g = device_of(r)
             if g.get(_PARENT) is not None:
                 continue  # XIDs arrive on the GPU, never on one of its MIG devices
-            codes = [c for c in g.get(_XIDS) or () if _int(c) is not None]
+            codes = [c for c in g.get(_XIDS) or () if int_or_none(c) is not None]
             if not codes:
                 continue  # most ticks: no XID, and no time stamp to parse
             t = parse_ts(r.get(_TS))
             for code in dict.fromkeys(codes):  # each code once, in the order they came
-                key = "%s/%d" % (_key(r), code)
+                key = "%s/%d" % (device_key(r), code)
                 seen_now.add(key)
                 count = codes.count(code)
                 ep = self.open.get(key)
@@ -354,7 +348,7 @@ class GpuXid(_DeviceRule):
                 if on_gpu is None:
                     on_gpu = _processes_by_gpu(gpu_records)
                 at = _instance_of(g, code)
-                processes = on_gpu.get(_key(r), []) if at is None else _on_instance(gpu_records, g, at[0])
+                processes = on_gpu.get(device_key(r), []) if at is None else _on_instance(gpu_records, g, at[0])
                 self._raise_xid(r, g, code, count, processes, t, key, events, at)
         devices: Optional[Dict[str, Mapping[str, Any]]] = None  # made for the first quiet episode
         for key in list(self.open):
@@ -373,8 +367,8 @@ class GpuXid(_DeviceRule):
                 r = rec
                 events.append(make_event(
                     r, "resolved", "info", "XID %d on %s: none for %s (%d in all)." % (
-                        ep["code"], _name(_gpu(r)), duration(self.th.window_s), ep["count"]),
-                    {"gpu_index": _gpu(r).get(_INDEX), "gpu_uuid": _gpu(r).get(_UUID), "xid": ep["code"],
+                        ep["code"], device_name(device_of(r)), duration(self.th.window_s), ep["count"]),
+                    {"gpu_index": device_of(r).get(_INDEX), "gpu_uuid": device_of(r).get(_UUID), "xid": ep["code"],
                      "count": ep["count"], "duration_s": _since(ep["ts"], r)}, cgroup=None, container=None, resolves=self.kind, since=ep["ts"]))
 
     def judge_runs(self, gpu_records: List[Mapping[str, Any]], xids: List[XidReport], stamp: Mapping[str, Any],
@@ -386,13 +380,13 @@ class GpuXid(_DeviceRule):
         for x in xids:
             by.setdefault((x.pci_bus_id, x.xid), []).append(x)
         for (pci, code), seen in by.items():
-            rec = next((r for r in gpu_records if _gpu(r).get(_PARENT) is None
-                        and same_pci_device(pci, _gpu(r).get(_PCI))), None)
-            g = _gpu(rec) if rec is not None else {"index": None, "uuid": None}
+            rec = next((r for r in gpu_records if device_of(r).get(_PARENT) is None
+                        and same_pci_device(pci, device_of(r).get(_PCI))), None)
+            g = device_of(rec) if rec is not None else {"index": None, "uuid": None}
             m = meaning(code)
             pids = sorted({x.pid for x in seen if x.pid is not None})
             names = sorted({x.process for x in seen if x.process})
-            where = _name(g) if rec is not None else "the GPU at PCI %s" % pci
+            where = device_name(g) if rec is not None else "the GPU at PCI %s" % pci
             blamed = ""
             if pids:
                 blamed = " The driver named process%s %s." % ("es" if len(pids) > 1 else "", ", ".join(
@@ -414,7 +408,7 @@ class GpuXid(_DeviceRule):
         containers: List[Dict[str, Any]] = []
         pids: List[int] = []
         for p in processes:
-            pid = _int(p.get(_P_PID))
+            pid = int_or_none(p.get(_P_PID))
             if pid is not None:
                 pids.append(pid)
             cg = p.get(_P_CGROUP)
@@ -433,7 +427,7 @@ class GpuXid(_DeviceRule):
         else:
             whose = "no process"
         msg = "XID %d on %s: %s. On the GPU: %s%s. %s." % (
-            code, _name(g), m.meaning, whose, (" (pods %s)" % ", ".join(pods)) if pods else "",
+            code, device_name(g), m.meaning, whose, (" (pods %s)" % ", ".join(pods)) if pods else "",
             m.action[0].upper() + m.action[1:])
         evidence = {"gpu_index": g.get(_INDEX), "gpu_uuid": g.get(_UUID), "xid": code, "meaning": m.meaning,
                     "count": count, "pids": sorted(set(pids)), "cgroups": cgroups,
@@ -445,107 +439,5 @@ class GpuXid(_DeviceRule):
         one = len(cgroups) == 1
         ev = make_event(r, self.kind, m.severity, cap(msg), evidence, cgroup=cgroups[0] if one else None,
                         container=containers[0] if one and containers else None)
-        self.open[key] = {"ts": r.get(_TS), "gpu": _key(r), "code": code, "count": count, "last": t}
+        self.open[key] = {"ts": r.get(_TS), "gpu": device_key(r), "code": code, "count": count, "last": t}
         events.append(ev)
-
-
-class GpuThrottled(_DeviceRule):
-    """A hardware or thermal slowdown, or the power brake, among the clock-event reasons in
-    every reading for window_s; resolved at the first reading without one."""
-
-    kind = "gpu_throttled"
-
-    def __init__(self, th: Thresholds):
-        super().__init__(th)
-        self.since: Dict[str, Tuple[float, Set[str]]] = {}  # GPU -> since when, and the reasons seen
-
-    def judge(self, gpu_records: List[Mapping[str, Any]], events: List[EventRecord]) -> None:
-        for r in gpu_records:
-            g = _gpu(r)
-            if g.get(_PARENT) is not None:
-                continue
-            key = _key(r)
-            t = parse_ts(r.get(_TS))
-            reasons = g.get(_REASONS)
-            if t is None or not isinstance(reasons, list):
-                continue  # unknown: neither raises nor ends anything
-            hard = [x for x in reasons if x in HARDWARE_REASONS]
-            if not hard:
-                self.since.pop(key, None)
-                if key in self.open:
-                    self._resolve(r, "%s: the hardware slowdown is over (SM clock %s MHz)." % (
-                        _name(g), g.get(_SM_MHZ)), {"gpu_index": g.get(_INDEX), "gpu_uuid": g.get(_UUID),
-                                                           "reasons": reasons}, events)
-                continue
-            since, seen = self.since.setdefault(key, (t, set()))
-            seen.update(hard)
-            if key in self.open or t - since < self.th.coverage * self.th.window_s:
-                continue
-            held = t - since
-            msg = ("%s has been slowed by %s for %s (SM clock %s of %s MHz, %s °C, %s W of %s W): the hardware "
-                   "protects itself from heat or a power excursion; check cooling, airflow and the power "
-                   "supply, and whether jobs on it run slower." % (
-                       _name(g), " and ".join(sorted(seen)), duration(held), g.get(_SM_MHZ),
-                       g.get(_SM_MAX_MHZ), g.get(_TEMPERATURE), g.get(_POWER),
-                       g.get(_POWER_LIMIT)))
-            self._raise(r, "warning", msg, {
-                "gpu_index": g.get(_INDEX), "gpu_uuid": g.get(_UUID), "reasons": sorted(seen),
-                "duration_s": round(held, 3), "sm_clock_mhz": g.get(_SM_MHZ),
-                "temperature_celsius": g.get(_TEMPERATURE), "power_watts": g.get(_POWER)}, events)
-        present = {_key(r) for r in gpu_records}
-        for key in [k for k in self.since if k not in present]:
-            del self.since[key]
-        self._forget_gone(gpu_records)
-
-
-class _CounterRule(_DeviceRule):
-    """An error figure of the GPU record (`path`) above 0: raised when it first is, resolved
-    when it is back at 0 (a reset, a driver reload). `text` is the message (GPU, count)."""
-
-    severity = "critical"
-    path: Tuple[str, str] = ("", "")
-    text = ""
-
-    def judge(self, gpu_records: List[Mapping[str, Any]], events: List[EventRecord]) -> None:
-        for r in gpu_records:
-            g = _gpu(r)
-            obj = g.get(self.path[0])
-            value = _int(obj.get(self.path[1])) if isinstance(obj, dict) else None
-            if value is None:
-                continue
-            opened = _key(r) in self.open
-            if value > 0 and not opened:
-                self._raise(r, self.severity, self.text % {"gpu": _name(g), "count": value},
-                            _count_evidence(g, value), events)
-            elif value == 0 and opened:
-                self._resolve(r, "%s: %s.%s is back at 0." % (_name(g), self.path[0], self.path[1]),
-                              _count_evidence(g, value), events)
-        self._forget_gone(gpu_records)
-
-
-def _count_evidence(g: Mapping[str, Any], value: int) -> Dict[str, Any]:
-    """A counter rule's evidence (made only for an event: most ticks raise none)."""
-    return {"gpu_index": g.get(_INDEX), "gpu_uuid": g.get(_UUID), "count": value}
-
-
-class GpuEccUncorrected(_CounterRule):
-    kind = "gpu_ecc_uncorrected"
-    path = ("ecc_errors_total", "uncorrected")
-    text = ("%(gpu)s has had %(count)d uncorrected ECC error(s) since the driver loaded: a process using that "
-            "memory gets wrong data or is killed (XID 48/94/95); drain the GPU if the count grows.")
-
-
-class GpuRowRemapPending(_CounterRule):
-    kind = "gpu_row_remap_pending"
-    severity = "warning"
-    path = ("remapped_rows", "pending")
-    text = ("%(gpu)s has memory rows waiting to be remapped: the repair takes effect at the next GPU reset "
-            "(nvidia-smi -r, or a reboot) once its jobs are drained.")
-
-
-class GpuRowRemapFailure(_CounterRule):
-    kind = "gpu_row_remap_failure"
-    path = ("remapped_rows", "failure")
-    text = ("%(gpu)s failed to remap a memory row (XID 64): its memory can no longer be repaired; drain it and "
-            "have it replaced (RMA).")
-

@@ -24,6 +24,7 @@ from cgstat.contract.keys import Cgroup
 from cgstat.events.case import Case
 from cgstat.events.event import Episode, cap, duration, make_event, who
 from cgstat.events.gpu import GPU_RULES, GpuRule
+from cgstat.events.gpu_health import GpuThrottled  # noqa: F401  (defining the health rules registers them, after gpu.py's)
 from cgstat.events.kills import Rise
 from cgstat.events.thresholds import Thresholds
 from cgstat.events.window import fit_line
