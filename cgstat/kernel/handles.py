@@ -191,6 +191,7 @@ class KeptFiles:
     # -- reading ---------------------------------------------------------------------
 
     def _lookup(self, folder: Folder) -> Optional[Kept]:
+        """What is kept for this life of the folder (its inode), or None."""
         tree = self._mounts.get(folder.hierarchy.mount_dir)
         if tree is None:
             return None
@@ -243,11 +244,8 @@ class KeptFiles:
         """(its entry, the name's place in it, the file's bytes) read through the descriptor
         kept for it, or None when none is kept (a slow file never has one); raises ReadError
         like read_bytes."""
-        tree = self._mounts.get(folder.hierarchy.mount_dir)
-        if tree is None:
-            return None
-        entry = tree.get(folder.path)
-        if entry is None or entry.inode != folder.inode:
+        entry = self._lookup(folder)
+        if entry is None:
             return None
         names = entry.names
         if name not in names or name in SLOW:
