@@ -54,7 +54,7 @@ class _Last:
     """What is kept of a cgroup: the Cgroup it was read as, its signal files, the signal
     read before its last full read, that read's Sample, and when its next full read is due."""
 
-    __slots__ = ("cg", "files", "signal", "sample", "due")
+    __slots__ = ("cg", "files", "signal", "sample", "due", "now")
 
     def __init__(self, cg: Cgroup, files: _Files, signal: int, sample: Sample, due: float):
         self.cg = cg
@@ -62,6 +62,7 @@ class _Last:
         self.signal = signal
         self.sample = sample
         self.due = due
+        self.now: Optional[int] = None  # this tick's signal, read by still() before read()
 
 
 class ChangeReader:
@@ -100,6 +101,15 @@ class ChangeReader:
         """The tick's cgroups are read: forget those it did not read (gone, or no longer shown)."""
         self._state, self._seen = self._seen, {}
 
+    def still(self, cg: Cgroup) -> bool:
+        """Whether the cgroup's signal reads as before its last full read: nothing ran in it,
+        none of its tasks came or went (read now, and kept for this tick's read())."""
+        state = self._state.get(cg.path)
+        if state is None or state.cg is not cg or self.full_every_s <= 0:
+            return False
+        state.now = self._signal(state.files)
+        return state.now is not None and state.now == state.signal
+
     def read(self, cg: Cgroup, time_s: float, wall_s: float) -> Sample:
         """The cgroup's Sample at this time: read in full, or its last one when its signal
         did not move (with this time)."""
@@ -110,7 +120,7 @@ class ChangeReader:
         state = self._state.get(path)
         files: Optional[_Files]
         if state is not None and state.cg is cg and time_s < state.due:
-            signal = self._signal(state.files)
+            signal, state.now = (self._signal(state.files) if state.now is None else state.now), None
             if signal is not None and signal == state.signal and path not in self._marked:
                 self._seen[path] = state
                 self.reused += 1

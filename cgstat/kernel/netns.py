@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import os
 import time
-from typing import Callable, Dict, Hashable, Iterable, List, Mapping, NamedTuple, Optional, Tuple, TypeVar, Union
+from typing import Callable, Collection, Dict, Hashable, Iterable, List, Mapping, NamedTuple, Optional, Tuple, TypeVar, Union
 
 from cgstat.kernel.hostfs import Denied, Gone, HostFS, Malformed, ReadError, read_bytes, read_error
 from cgstat.kernel.netdev import InterfaceCounters, parse_net_dev
@@ -188,6 +188,7 @@ class NetnsReader:
         self.clock = clock
         self._host = host
         self.last = TickStats()
+        self._key_ns: Dict = {}  # key -> the namespace its first live PID was in, last read
 
     @property
     def host(self) -> HostNetns:
@@ -195,7 +196,7 @@ class NetnsReader:
             self._host = detect_host_netns(self.fs)
         return self._host
 
-    def read(self, members: Members, subtrees: Optional[Mapping] = None) -> Dict:
+    def read(self, members: Members, subtrees: Optional[Mapping] = None, still: Collection = ()) -> Dict:
         """key -> NetworkResult for every key of `members`.
 
         `members`: {key: [pid, ...]} or an iterable of (key, pid). A key's namespace is
@@ -208,6 +209,10 @@ class NetnsReader:
         not every cgroup below was looked at, `complete` False) it has no reading, with a
         reason: one child's traffic is not the parent's, and a sum would count a
         namespace shared with workloads outside the subtree.
+
+        `still`: keys none of whose processes ran, came or went since the last read (a
+        process changes its namespace only by a call of its own, and a PID is reused only
+        after an exit): their namespace is the one found then, without a stat.
         """
         groups = _group(members)
         spread = self._spread(groups, subtrees or {})
@@ -217,8 +222,16 @@ class NetnsReader:
         key_ns: Dict = {}
         key_fail: Dict = {}
         ns_pids: Dict[int, List[int]] = {}  # namespace -> live candidate PIDs to read through
+        last_ns = self._key_ns
         for key, pids in groups.items():
             failure: Optional[ReadError] = None
+            known = last_ns.get(key) if pids and key in still and key not in spread else None
+            if known is not None:
+                key_ns[key] = known
+                cands = ns_pids.setdefault(known, [])
+                if pids[0] not in cands:
+                    cands.append(pids[0])
+                continue
             for pid in pids:
                 got = pid_ns.get(pid)
                 if got is None:
@@ -282,6 +295,7 @@ class NetnsReader:
                 NetworkSample(netns=ino, shared=users[ino] > 1, time_s=time_s, totals=totals, interfaces=own),
                 ino)
         self.last = TickStats(len(groups), len(readings), reads, ns_stats)
+        self._key_ns = key_ns
         return out
 
     def _spread(self, groups: Dict, subtrees: Mapping) -> Dict:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import os
 import time
-from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, List, NamedTuple, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Collection, Dict, Iterable, List, NamedTuple, Optional, Tuple
 
 from cgstat.kernel.hierarchy import Layout
 from cgstat.kernel.hostfs import Gone, HostFS, ReadError
@@ -193,7 +193,7 @@ class Namer:
         self.runtimes.close()
         self.pids.close()
 
-    def member_pids(self, cgroups: Iterable[Cgroup]) -> Dict[str, List[int]]:
+    def member_pids(self, cgroups: Iterable[Cgroup], still: Collection[str] = ()) -> Dict[str, List[int]]:
         """Processes of each cgroup to find its network namespace by, by cgroup path.
 
         A cgroup's own first member; a cgroup without any (a pod, a slice, rootless
@@ -203,7 +203,8 @@ class Namer:
         that a parent over containers in several namespaces is not given one child's
         traffic (kernel/netns.NetnsReader.read). The choice is kept per folder inode
         while its processes live, so a steady host reads one `stat` per chosen process
-        per tick, not cgroup.procs files.
+        per tick, not cgroup.procs files. `still`: paths of cgroups none of whose tasks came
+        or went since the last call (kernel/changes.py): their choice is kept unchecked.
         """
         out: Dict[str, List[int]] = {}
         kept: Dict[int, Tuple[Tuple[int, ...], Optional[bool]]] = {}
@@ -213,7 +214,8 @@ class Namer:
         for cg in cgroups:
             folder = cg.folders[0]
             choice = self._members.get(folder.inode)
-            if choice is None or not all(os.path.exists(self.fs.path(f"/proc/{pid}")) for pid in choice[0]):
+            if choice is None or (cg.path not in still
+                                  and not all(os.path.exists(self.fs.path(f"/proc/{pid}")) for pid in choice[0])):
                 due = self._empty.get(folder.inode)
                 if due is not None and now < due:
                     # found empty a moment ago (a slice stays empty for ever): not every tick

@@ -14,6 +14,8 @@ Cheap at 1,000 cgroups: a few dict reads per record and one list per cgroup.
 
 from __future__ import annotations
 
+import os
+
 from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, List, Mapping, Optional
 
 from cgstat.contract.keys import Cgroup
@@ -52,6 +54,15 @@ def _max(a: Optional[float], b: Optional[float]) -> Optional[float]:
     if a is None:
         return b
     return a if b is None or a >= b else b
+
+
+def folders_there(mounts: Dict[str, str], paths: Any) -> bool:
+    """Whether any folder of a record's `paths` (hierarchy -> path) still exists, by the
+    hierarchies' mount points (`mounts`: name -> mount point)."""
+    if not isinstance(paths, dict):
+        return False
+    return any(isinstance(p, str) and k in mounts and os.path.isdir(mounts[k] + p.rstrip("/"))
+               for k, p in paths.items())
 
 
 class ExitLedger:

@@ -77,10 +77,8 @@ class Sampler:
     when given (--docker-data-root, --docker-host), else found (naming/runtimes/daemons.py).
     `warner`: where notices go (what is shown, what can't be read, each once): a
     `Warner()` writes them to stderr as the CLI does, `Warner(handler=f)` passes each to f
-    as a Diagnostic(key, message); by default they are dropped. `full_read_every_s`: a
-    cgroup whose CPU, memory and task counts stand still keeps its last read's other
-    values for at most this long (kernel/changes.py); 0 reads every file every tick
-    (--full-read).
+    as a Diagnostic(key, message); by default they are dropped. `full_read_every_s`: how
+    long an idle cgroup keeps its last full read's values (kernel/changes.py; 0: --full-read).
     Raises CgstatError (one line) when the host can't be read.
     """
 
@@ -208,14 +206,6 @@ class Sampler:
         if self._gpus is not None:
             self._gpus.gateway.restore_utilization_marks(marks)
 
-    def _folders_there(self, paths: Any) -> bool:
-        """Whether any folder of a record's `paths` (hierarchy -> path) still exists."""
-        if not isinstance(paths, dict):
-            return False
-        mounts = {h.name: h.mount_dir for h in self.layout.hierarchies}
-        return any(isinstance(p, str) and k in mounts and os.path.isdir(mounts[k] + p.rstrip("/"))
-                   for k, p in paths.items())
-
     def track_exits(self) -> None:
         """From now on, an exit record (pipeline/exits.py) in the tick after a cgroup goes."""
         if self.exits is None:
@@ -277,7 +267,9 @@ class Sampler:
         # own files are then read one by one as the records are made.
         network: Dict[str, NetworkResult] = {}
         if self._netns is not None:
-            network = self._netns.read(namer.member_pids(cg for cg, _ in selected), namer.subtrees)
+            still = {cg.path for cg, _ in selected if self.changes.still(cg)}  # last tick's netns
+            members = namer.member_pids((cg for cg, _ in selected), still)
+            network = self._netns.read(members, namer.subtrees, still)
             if self._netns.host.note:
                 self.warner.once("netns-host", self._netns.host.note)
         gpu = self._read_gpus()
@@ -399,7 +391,11 @@ class Sampler:
         if exits is not None:
             # the cgroups gone since the last tick (no longer discovered), after this tick's
             # records: their totals as of their last record
-            yield from exits.end_tick(self._classified, self.kills, rfc3339(time.time()), self._folders_there)
+            from cgstat.pipeline.exits import folders_there  # loaded with the ledger
+
+            mounts = {h.name: h.mount_dir for h in self.layout.hierarchies}
+            yield from exits.end_tick(self._classified, self.kills, rfc3339(time.time()),
+                                      lambda paths: folders_there(mounts, paths))
 
     def _read_kills(self) -> None:
         """The kernel log since the last tick: this tick's OOM kills, named (after the

@@ -292,3 +292,19 @@ def test_a_parent_over_several_namespaces_has_none_of_them(fake):
     fake.exit(200)
     again = reader.read({"/ci": [100, 200]}, subtrees={"/ci": True})
     assert again["/ci"].network.total("rx_bytes_total") == 1000
+
+
+def test_a_still_key_keeps_its_namespace_without_a_stat(fake):
+    """A key none of whose processes ran or changed (kernel/changes.py says so) keeps the
+    namespace found last time, unchecked: no stat of /proc/PID/ns/net; its counters are
+    still read, once per namespace."""
+    a = fake.netns("a", dev(veth0=(11, 2, 33, 4)))
+    fake.process(100, "a")
+    fake.process(101, "a")
+    reader = NetnsReader(HostFS(fake.root))
+    first = reader.read({"/k": [100], "/m": [101]})
+    stats = reader.last.ns_stats  # each key's PID, and the namespace checked around its read
+    again = reader.read({"/k": [100], "/m": [101]}, still={"/k"})
+    assert again["/k"].netns == a and again["/k"].network.total("rx_bytes_total") == 11
+    assert reader.last.ns_stats == stats - 1 and reader.last.net_dev_reads == 1  # /k's PID not looked up
+    assert reader.read({"/new": [100]}, still={"/new"})["/new"].netns == a  # never read before: looked up
