@@ -33,9 +33,10 @@ from typing import TYPE_CHECKING, Callable, Deque, Iterable, Iterator, List, Opt
 
 from cgstat.errors import file_kind, os_reason
 from cgstat.kernel.hostfs import close_quietly
-from cgstat.pipeline.sinks import NO_INFO, Chunker, ChunkSink, LineOf, ReaderGone, SinkError, TickInfo
+from cgstat.pipeline.sinks import (NO_INFO, Chunker, ChunkSink, LineOf, ReaderGone, SinkError, TickInfo,
+                                   line_or_say)
 from cgstat.safepath import UnsafePath, place
-from cgstat.text import batch_lines, dumps_record, quote
+from cgstat.text import batch_lines, dumps_record
 
 if TYPE_CHECKING:  # the record types are for the type checker only
     from cgstat.contract.types import JsonObject
@@ -95,11 +96,8 @@ class _Lines(Chunker):
         self.size = 0
 
     def add(self, record: JsonObject) -> Optional[bytes]:
-        line = self.line_of(record)
+        line = line_or_say(self.line_of, record, self.warn)
         if line is None:
-            if self.warn is not None:
-                self.warn("unserialisable", f"{quote(str(record.get('cgroup')))}: record dropped: "
-                                            "it cannot be written as JSON")
             return None
         self.lines.append(line)
         self.size += len(line) + 1

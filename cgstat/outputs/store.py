@@ -18,8 +18,8 @@ from typing import TYPE_CHECKING, Any, Dict, Hashable, Iterable, Iterator, List,
 
 from cgstat.outputs import values
 from cgstat.pipeline.sinks import (NO_INFO, Chunker, ChunkSink, LineOf, SinkContext, SinkError, SinkKind, SinkOption,
-                                   TickInfo, register)
-from cgstat.text import dumps_record, quote
+                                   TickInfo, line_or_say, register)
+from cgstat.text import dumps_record
 from cgstat.timestamps import parse_ts
 
 if TYPE_CHECKING:
@@ -60,11 +60,8 @@ class _Lines(Chunker):
         self.size = 0
 
     def add(self, record: JsonObject) -> Optional[_Piece]:
-        line = self.line_of(record)
+        line = line_or_say(self.line_of, record, self.warn)
         if line is None:
-            if self.warn is not None:
-                self.warn("unserialisable", f"{quote(str(record.get('cgroup')))}: record dropped: "
-                                            "it cannot be written as JSON")
             return None
         if self.wall_s is None:
             wall_s = parse_ts(record.get("ts"))

@@ -41,7 +41,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, Iterator, List, Mapping, NamedTuple, Optional, Sequence, Tuple
 
 from cgstat.errors import CgstatError
-from cgstat.text import batch_lines
+from cgstat.text import batch_lines, quote
 
 if TYPE_CHECKING:  # the record types are for the type checker only
     from cgstat.contract.types import JsonObject
@@ -68,6 +68,15 @@ class TickInfo(NamedTuple):
 
 
 NO_INFO = TickInfo()
+
+
+def line_or_say(line_of: LineOf, record: JsonObject, warn: Optional[Callable[[str, str], None]]) -> Optional[bytes]:
+    """The record's JSON line; None, said through `warn`, for one that can't be serialised
+    (a name nobody decoded, an integer past 64 bits: the tick goes on without it)."""
+    line = line_of(record)
+    if line is None and warn is not None:
+        warn("unserialisable", f"{quote(str(record.get('cgroup')))}: record dropped: it cannot be written as JSON")
+    return line
 
 
 class TickLines:
