@@ -15,8 +15,8 @@ FIXTURE = os.path.join(ROOT, "tests", "fixtures", "v2-systemd", "t1")
 HELPERS = os.path.join(ROOT, "tests", "helpers")
 
 
-def _cgstat(*args, plugins="tapsink"):
-    env = dict(os.environ, CGSTAT_PLUGINS=plugins, PYTHONPATH=HELPERS + os.pathsep + ROOT)
+def _cgstat(*args, plugins="tapsink", path=()):
+    env = dict(os.environ, CGSTAT_PLUGINS=plugins, PYTHONPATH=os.pathsep.join([*path, HELPERS, ROOT]))
     return subprocess.run([sys.executable, "-m", "cgstat", *args], capture_output=True, env=env, cwd=ROOT,
                           timeout=120)
 
@@ -72,3 +72,11 @@ def test_a_kind_whose_option_another_kind_has_is_refused():
     with pytest.raises(ValueError, match="--store taken by another kind"):
         sinks.register(sinks.SinkKind("copy", (store_flag,), lambda given, context: sinks.Sink()))
     assert "copy" not in [kind.name for kind in sinks.registered()]
+
+
+def test_a_plugin_from_an_installed_distributions_entry_point(tmp_path):
+    dist = tmp_path / "cgstat_tap-1.0.dist-info"
+    dist.mkdir()
+    (dist / "entry_points.txt").write_text("[console_scripts]\ntap = nothing:here\n\n[cgstat.sinks]\ntap = tapsink\n")
+    assert b"--tap FILE" in _cgstat("stream", "--help", plugins="", path=[str(tmp_path)]).stdout
+    assert b"--tap" not in _cgstat("stream", "--help", plugins="").stdout
