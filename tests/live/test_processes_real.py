@@ -274,3 +274,30 @@ def test_a_hostile_command_line_stays_one_escaped_line(make_group):
     assert "\x1b" not in table and "\nFAKE" not in table and "FAKE 1 R" in table
     csv, _ = _procs("--all", g.cgroup, "--format", "csv", "--window", "0")
     assert len(csv.strip("\r\n").split("\r\n")) == 3  # the header, sh and sleep: one line each
+
+
+def test_a_containers_processes_by_its_id_with_the_pids_it_sees(make_container):
+    """A runc container in its own PID namespace: found by an ID prefix, each process with its
+    host PID and the PID the container sees (NSpid), the shell the top of the tree."""
+    c = make_container(["/bin/busybox", "sh", "-c", "sleep 1000 & sleep 1000 & wait"])
+    c.run()
+    deadline = time.monotonic() + 20
+    item = None
+    while time.monotonic() < deadline:
+        out, _ = _procs(c.id[:12], "--format", "jsonl", "--window", "0")
+        item = json.loads(out)
+        if item["processes"]["count"] == 3:
+            break
+        time.sleep(0.2)
+    assert item is not None and item["container"]["id"] == c.id
+    rows = item["processes"]["processes"]
+    assert item["processes"]["count"] == 3
+    shell = rows[0]
+    assert (shell["pid"], shell["ns_pid"], shell["depth"]) == (c.pid, 1, 0)  # the container's init
+    sleeps = rows[1:]
+    assert all(r["name"] == "sleep" and r["ppid"] == c.pid and r["depth"] == 1 for r in sleeps)
+    # their own namespace's numbers (runc's init took a few first), not the host's
+    assert len({r["ns_pid"] for r in sleeps}) == 2 and all(1 < r["ns_pid"] < 100 for r in sleeps)
+    assert all(r["ns_pid"] != r["pid"] for r in sleeps)
+    (tree,) = item["processes"]["groups"]
+    assert (tree["pid"], tree["processes"]) == (c.pid, 3)
