@@ -1,15 +1,9 @@
 """cgstat: what every container on a Linux host consumes, read from the kernel's cgroup files.
 
-The Python API, in the spirit of psutil:
-
-    import cgstat
-    sampler = cgstat.Sampler(match="docker")   # host_root="/", all=False, match=None
-    sampler.tick()                             # first tick: counters, rates null
-    records = sampler.tick()                   # the same dicts `cgstat stream` writes
-    sampler.close()
-
-It prints nothing: `cgstat.Sampler(warner=cgstat.Warner())` writes its notices (what it
-shows, what it can't read) to stderr as the CLI does.
+The Python API, in the spirit of psutil (docs/usage.md, "From Python"):
+`cgstat.Sampler(match="docker")`, whose `tick()` returns the dicts `cgstat stream` writes
+(the first tick: counters, rates null), then `close()`. It prints nothing:
+`cgstat.Sampler(warner=cgstat.Warner())` writes its notices to stderr as the CLI does.
 """
 
 __version__ = "0.2.0"

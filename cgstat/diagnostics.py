@@ -1,15 +1,8 @@
 """Warnings on stderr: one line each, prefixed 'cgstat:', rate-limited per distinct problem.
 
 Messages carry names other users control (cgroup folders in delegated subtrees, files in
-their homes), so every line is escaped before it is written (`text.escape_controls`: no
-raw newline to forge a `cgstat: ...` line, no ESC/CSI or bidi control to drive the
-terminal or reorder the journal), and names in messages go through `quote()`.
-
-Memory is bounded: keys often hold such names (one per hostile path), so the rate-limit
-memory and the once-only memory are separate, least-recently-used dictionaries with a cap.
-A key pushed out of the once-only memory may be said again; to keep that (and a flood of
-distinct problems) from filling the journal, at most `burst` lines are written per
-`repeat_s` window; the rest are counted and the count is said when the window ends.
+their homes), so every line is escaped before it is written (`text.escape_controls`) and
+names in messages go through `quote()`. Memory and output are bounded (see the constants).
 """
 
 from __future__ import annotations
@@ -21,6 +14,11 @@ from typing import Callable, Dict, NamedTuple, Optional
 
 from cgstat.text import escape_controls, quote  # noqa: F401  (quote: for callers)
 
+# Keys often hold names other users control (one per hostile path), so the rate-limit
+# memory and the once-only memory are separate, least-recently-used dictionaries with a cap
+# (_MAX_KEYS). A key pushed out of the once-only memory may be said again; to keep that (and
+# a flood of distinct problems) from filling the journal, at most `burst` lines are written
+# per `repeat_s` window; the rest are counted and the count is said when the window ends.
 _REPEAT_S = 300.0  # the same problem is repeated at most every 5 minutes
 _MAX_KEYS = 4096  # distinct keys remembered, per memory
 _BURST = 100  # lines per repeat window; a start-up says a handful
@@ -109,6 +107,8 @@ def say(message: str, stream=None) -> None:
     """Write one line 'cgstat: MESSAGE' with every control character escaped."""
     stream = stream or sys.stderr
     try:
+        # escaped: no raw newline to forge a `cgstat: ...` line, no ESC/CSI or bidi control
+        # to drive the terminal or reorder the journal
         stream.write(f"cgstat: {escape_controls(message)}\n")
         stream.flush()
     except (OSError, ValueError):

@@ -1,22 +1,9 @@
 """The way to every file cgstat creates, appends to or replaces (--output, --state and its
 lock, --log-state, report -o, the store): checked all the way down from `/`.
 
-cgstat runs as root with paths an administrator names, and other users may own or write
-folders on the way (/tmp, a home). A path is walked one component at a time, each folder
-opened relative to the one before (openat) with O_NOFOLLOW|O_DIRECTORY, and kept only when
-no other user can change what lies below it: owned by root or by the user cgstat runs as,
-and not writable by others unless the sticky bit keeps them from renaming what is not
-theirs (a root /tmp is fine; a user's folder inside it is not). A link on the way is
-followed only when root or that user made it, its target walked the same way; another
-user's link is refused. OpenSSH's StrictModes and systemd's chase() with CHASE_SAFE make
-the same walk. A group may write a
-folder only when it is a system group (gid below 1000, login.defs' SYS_GID_MAX): Ubuntu's
-/var/log is root:syslog 0775. The caller gets the last folder's descriptor and opens the
-file relative to it, so a folder swapped for a link after the check is never followed.
-
-An existing file is used only when it is the running user's and no one else may write it
-(beyond the mode cgstat was asked to create it with). When cgstat is not root, the same
-rules hold with that user in root's place: a user's own paths work as before.
+A path is walked one component at a time (openat, O_NOFOLLOW|O_DIRECTORY), each folder kept
+only when no other user can change what lies below it (see `open_folder`); the caller opens
+the file relative to the last folder's descriptor (`Place`). Reads no kernel files.
 """
 
 from __future__ import annotations
@@ -51,6 +38,14 @@ def _trusted(uid: int) -> bool:
     return uid == 0 or uid == os.geteuid()
 
 
+# cgstat runs as root with paths an administrator names, and other users may own or write
+# folders on the way (/tmp, a home). A folder is kept when owned by root or by the user
+# cgstat runs as, and not writable by others unless the sticky bit keeps them from renaming
+# what is not theirs (a root /tmp is fine; a user's folder inside it is not). A group may
+# write a folder only when it is a system group (gid below 1000, login.defs' SYS_GID_MAX):
+# Ubuntu's /var/log is root:syslog 0775. OpenSSH's StrictModes and systemd's chase() with
+# CHASE_SAFE make the same walk. When cgstat is not root, the same rules hold with that
+# user in root's place: a user's own paths work as before.
 def folder_problem(st: os.stat_result) -> Optional[str]:
     """Why another user could change what lies in this folder, or None."""
     if not stat.S_ISDIR(st.st_mode):
@@ -67,6 +62,10 @@ def folder_problem(st: os.stat_result) -> Optional[str]:
     return None
 
 
+# The caller opens the file relative to the last folder's descriptor, so a folder swapped
+# for a link after the check is never followed. An existing file is used only when it is the
+# running user's and no one else may write it, beyond the mode cgstat was asked to create it
+# with (`check_owned`).
 class Place:
     """A checked folder's descriptor (`fd`) and a name in it (`name`); every use of the file
     is relative to the descriptor. Close it (or use it as a context manager)."""

@@ -1,23 +1,9 @@
-"""Names from the kernel and from users are bytes until proven text.
+"""Names from the kernel and from users are bytes until proven text. Three small jobs, no I/O:
 
-Three small jobs, no I/O:
-
-- `decode_name` / `decode_bytes`: a cgroup folder name (or a path from /proc/<pid>/cgroup)
-  as printable text. The kernel accepts any byte but '/' and NUL in a cgroup name
-  (`mkdir $'app\\xff.service'` works), so a name need not be UTF-8. Every byte that is not
-  part of valid UTF-8 becomes the four characters `\\xNN` (lower-case hex), the convention
-  systemd uses for unit-name escapes (systemd.unit(5), "String Escaping for Inclusion in
-  Unit Names"). The one ambiguity: a folder whose name holds the literal text `\\xff`
-  (backslash, x, f, f; systemd itself creates names such as `dev-disk-by\\x2duuid-….swap`)
-  reads the same as one holding the raw byte 0xff. Escaping the backslash too would make
-  it lossless but would change every systemd-escaped path cgstat has always reported.
-  Reading is not affected: the walk keeps the real (surrogate-escaped) local path.
-- `escape_json` / `dumps_record`: orjson writes valid JSON but leaves DEL, the C1 controls
-  (U+0080-U+009F; U+009B is a one-character CSI on many terminals) and the bidi controls
-  (U+202A-U+202E, U+2066-U+2069, U+200E, U+200F, U+061C) raw; `escape_json` rewrites them
-  as \\uXXXX escapes: still valid JSON, the same decoded value.
-- `escape_controls` / `quote`: text for stderr and the journal, where a raw newline forges
-  a `cgstat: ...` line and ESC/CSI drive the admin's terminal.
+- `decode_name` / `decode_bytes`: a cgroup folder name (or a /proc/<pid>/cgroup path) as
+  printable text, each byte that is not valid UTF-8 as `\\xNN`;
+- `escape_json` / `dumps_record`: JSON lines with the controls orjson leaves raw escaped;
+- `escape_controls` / `quote`: text for stderr and the journal.
 """
 
 from __future__ import annotations
@@ -27,6 +13,15 @@ from typing import Any, Callable, Dict, Optional, Tuple
 
 import orjson
 
+# The kernel accepts any byte but '/' and NUL in a cgroup name (`mkdir $'app\xff.service'`
+# works), so a name need not be UTF-8. Every byte that is not part of valid UTF-8 becomes the
+# four characters `\xNN` (lower-case hex), the convention systemd uses for unit-name escapes
+# (systemd.unit(5), "String Escaping for Inclusion in Unit Names"). The one ambiguity: a
+# folder whose name holds the literal text `\xff` (backslash, x, f, f; systemd itself creates
+# names such as `dev-disk-by\x2duuid-….swap`) reads the same as one holding the raw byte
+# 0xff. Escaping the backslash too would make it lossless but would change every
+# systemd-escaped path cgstat has always reported. Reading is not affected: the walk keeps
+# the real (surrogate-escaped) local path.
 # Python's os functions give undecodable bytes of a str path as lone surrogates
 # U+DC80-U+DCFF (PEP 383, "surrogateescape"); bytes below 0x80 always decode.
 _ESCAPED_BYTE = re.compile("[\udc80-\udcff]")
@@ -57,6 +52,9 @@ def decode_bytes(data: bytes) -> str:
 
 # -- JSON output ---------------------------------------------------------------------------
 
+# orjson writes valid JSON but leaves DEL, the C1 controls (U+0080-U+009F; U+009B is a
+# one-character CSI on many terminals) and the bidi controls (U+202A-U+202E, U+2066-U+2069,
+# U+200E, U+200F, U+061C) raw; `escape_json` rewrites them as \uXXXX escapes.
 # The UTF-8 forms of what orjson leaves raw: DEL; C1 (c2 80-c2 9f); U+200E/U+200F
 # (e2 80 8e/8f); U+202A-U+202E (e2 80 aa-ae); U+2066-U+2069 (e2 81 a6-a9); U+061C (d8 9c).
 # UTF-8 lead bytes never occur as continuation bytes, so a match is always a whole character.
@@ -127,6 +125,8 @@ def batch_lines() -> Callable[[Any], Optional[bytes]]:
 
 # -- terminals and the journal ---------------------------------------------------------------
 
+# On stderr and in the journal a raw newline forges a `cgstat: ...` line and ESC/CSI drive
+# the admin's terminal.
 # C0 (newline and tab included: a message is one line), DEL, C1, the bidi controls, the
 # Unicode line and paragraph separators, and surrogates (undecoded bytes; they would also
 # make writing to a strict stderr fail).

@@ -1,22 +1,6 @@
 """What the descriptor cache (kernel/handles.py) keeps as a parsed value instead of a
-descriptor, each declared by the controller module that reads it (kernel/controllers/).
-
-- A slow file, by its file name: a value only a write changes (limits, protections,
-  weights), and a write shows as IN_MODIFY on a watched folder; v2 event counters the
-  kernel notifies on every change (cgroup_file_notify: "a value change in this file
-  generates a file modified event", cgroup-v2.rst); the effective cpusets, which a
-  parent's write or CPU hotplug changes without an event on the file, kept until the
-  folder's rescan (a minute at most).
-- `Derived`: one value made from several slow files of one folder, kept as one (one lookup
-  a tick, not one per file); a write to any file it is made from drops it.
-- `Frozen`: a counter's value kept while the cgroup's state keeps it from changing
-  (pids.events and pids.peak with no task, v1 memory.failcnt with no limit), which v1 does
-  not notify.
-
-A Derived or Frozen key is an object the reader and the cache share (no name to spell the
-same in two modules), hashed by identity: the readers look one up every tick. The keys are
-registered when the controller modules are imported; kernel/cgroups.py imports them all,
-before anything is read. Reads no files.
+descriptor: slow files by name, `Derived` and `Frozen` keys, each declared by the
+controller module that reads it (kernel/controllers/). Reads no files.
 """
 
 from __future__ import annotations
@@ -24,6 +8,19 @@ from __future__ import annotations
 from typing import Any, Dict, Iterable, List, Set, Tuple, Union
 
 
+# - A slow file, by its file name: a value only a write changes (limits, protections,
+#   weights), and a write shows as IN_MODIFY on a watched folder; v2 event counters the
+#   kernel notifies on every change (cgroup_file_notify: "a value change in this file
+#   generates a file modified event", cgroup-v2.rst); the effective cpusets, which a
+#   parent's write or CPU hotplug changes without an event on the file, kept until the
+#   folder's rescan (a minute at most).
+# - `Derived`: one value made from several slow files of one folder, kept as one (one lookup
+#   a tick, not one per file); a write to any file it is made from drops it.
+# - `Frozen`: a counter's value kept while the cgroup's state keeps it from changing
+#   (pids.events and pids.peak with no task, v1 memory.failcnt with no limit), which v1 does
+#   not notify.
+# A Derived or Frozen key is an object the reader and the cache share (no name to spell the
+# same in two modules), hashed by identity: the readers look one up every tick.
 class Derived:
     """The key of a value made from the slow files `files` of one folder."""
 
@@ -93,6 +90,7 @@ class Registry:
 Key = Union[str, Derived, Frozen]  # what KeptFiles keeps per folder: file names and these
 
 # The one registry of the process: its keys are declared once, at import, by the code that
-# reads the files, and never change after.
+# reads the files, and never change after: the controller modules register theirs when
+# imported, and kernel/cgroups.py imports them all before anything is read.
 KEYS = Registry()
 SLOW = KEYS.slow  # the set handles.KeptFiles and the readers test membership in

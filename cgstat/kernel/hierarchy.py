@@ -1,15 +1,8 @@
-"""Which cgroup layout the host has, and where each hierarchy is mounted.
+"""Which cgroup layout the host has (v2, v1 or hybrid), and where each hierarchy is mounted.
 
 Reads /proc/self/mountinfo (or, for a recorded or mounted host root, the root's own
 proc/self/mountinfo and proc/1/mountinfo), falling back to looking at the folders under
 /sys/fs/cgroup when no mount table names a cgroup filesystem.
-
-Layouts (Documentation/admin-guide/cgroup-v2.rst, "Mounting"; systemd's "hybrid" mode):
-- v2:     one cgroup2 hierarchy, usually at /sys/fs/cgroup.
-- v1:     one cgroup hierarchy per controller or per co-mounted set ("cpu,cpuacct", with
-          "cpu" and "cpuacct" as links), plus named ones like name=systemd.
-- hybrid: v1 controllers plus a cgroup2 hierarchy at /sys/fs/cgroup/unified, which holds
-          no controllers but always has cpu.stat and the pressure files.
 """
 
 from __future__ import annotations
@@ -47,6 +40,12 @@ class Hierarchy(NamedTuple):
         return controller in self.controllers
 
 
+# Layouts (Documentation/admin-guide/cgroup-v2.rst, "Mounting"; systemd's "hybrid" mode):
+# - v2:     one cgroup2 hierarchy, usually at /sys/fs/cgroup.
+# - v1:     one cgroup hierarchy per controller or per co-mounted set ("cpu,cpuacct", with
+#           "cpu" and "cpuacct" as links), plus named ones like name=systemd.
+# - hybrid: v1 controllers plus a cgroup2 hierarchy at /sys/fs/cgroup/unified, which holds
+#           no controllers but always has cpu.stat and the pressure files.
 class Layout(NamedTuple):
     kind: str  # "v2", "v1" or "hybrid"
     hierarchies: Tuple[Hierarchy, ...]

@@ -1,16 +1,9 @@
-"""Reading host files under a root folder (`--host-root`), with typed outcomes.
+"""Reading host files under a root folder (`--host-root`), with typed outcomes (`ReadError`).
 
 Every host path the agent touches (/sys, /proc, /var/lib, /home, /etc) goes through
 `HostFS.path()`, as node_exporter's `--path.rootfs` and psutil's PROCFS_PATH do, so the
 same code reads the live host, a host mounted at /host inside a container, or a tree
-recorded into tests/fixtures/.
-
-A failed read is a ReadError of one of a few kinds (see ReadError), kept apart because
-they mean different things to the user.
-
-Files the agent does not own (runtime state, users' container stores) are opened only
-through `read_untrusted` / `open_dir_under`: never following a link, never blocking on a
-FIFO or a device, size-capped before reading.
+recorded into tests/fixtures/. Files the agent does not own: see `read_untrusted`.
 """
 
 from __future__ import annotations
@@ -143,6 +136,9 @@ def read_text(path: str) -> str:
         raise Malformed(path, "not UTF-8 text") from None
 
 
+# Files the agent does not own (runtime state, users' container stores) are opened only
+# through `read_untrusted` / `open_dir_under`: never following a link, never blocking on a
+# FIFO or a device, size-capped before reading.
 # open(2) flags for a file someone else may have planted:
 # - O_NOFOLLOW: a symlink as the last component fails (ELOOP) instead of leading root to
 #   /dev/sda, /etc/shadow or another user's store;

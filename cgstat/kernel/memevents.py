@@ -1,12 +1,5 @@
-"""cgroup v2 `memory.events`, read the moment the kernel says it changed.
-
-The kernel notifies a change of memory.events (cgroup_file_notify, mm/memcontrol.c
-memcg_memory_event) as IN_MODIFY on the file. A container whose init is OOM-killed is
-removed ~0.15 s later (runc), before the next tick can read its counter; a watch on its
-memory.events lets a thread read the file within milliseconds of the kill, so the count
-is known before the cgroup goes (what counts the kill when the kernel log can't be read).
-memory.events counts the cgroup's descendants' events too (memory.events.local is its
-own): a pod's count moves with its containers'.
+"""cgroup v2 `memory.events`, read the moment the kernel says it changed, so an OOM kill is
+counted before a container removed right after it goes (when the kernel log can't be read).
 
 `MemoryEventsWatcher.follow({cgroup path: local folder})` once per tick sets the watched
 cgroups; `take()` returns the oom_kill counts read since the last take. One inotify
@@ -25,6 +18,12 @@ from cgstat.kernel import parse
 from cgstat.kernel.inotify import IN_IGNORED, IN_MODIFY, Inotify
 
 
+# The kernel notifies a change of memory.events (cgroup_file_notify, mm/memcontrol.c
+# memcg_memory_event) as IN_MODIFY on the file. A container whose init is OOM-killed is
+# removed ~0.15 s later (runc), before the next tick can read its counter; a watch on its
+# memory.events lets a thread read the file within milliseconds of the kill, so the count
+# is known before the cgroup goes. memory.events counts the cgroup's descendants' events
+# too (memory.events.local is its own): a pod's count moves with its containers'.
 class MemoryEventsWatcher:
     """Watches memory.events of the followed cgroups; a thread reads each one that changes."""
 

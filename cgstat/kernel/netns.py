@@ -3,22 +3,8 @@
 The kernel does not account network traffic per cgroup; it counts per interface, and an
 interface belongs to one network namespace. So, as docker stats and cAdvisor do, a
 workload's traffic is the traffic of the interfaces of the namespace its processes are in.
-
-Files read (all under --host-root, through HostFS.path):
-
-- /proc/<pid>/ns/net     stat() follows the magic link to the namespace's nsfs inode: its
-                         identity (two processes are in one namespace iff the inodes match).
-                         One stat per workload (its first live PID); more only when PIDs vanish.
-- /proc/<pid>/net/dev    the interface counters of <pid>'s namespace. Read ONCE per namespace
-                         per tick, through one member (never once per process). It is opened
-                         relative to an open /proc/<pid> folder, whose namespace inode is
-                         checked before and after the read: a PID that exits and is reused by
-                         another process in between can't lend us the wrong namespace.
-- /proc/1/ns/net, /proc/2/stat + /proc/2/ns/net, /proc/self/ns/pid + /proc/self/ns/net
-                         once per reader, to find the host's namespace (see detect_host_netns).
-
-A workload in the host's namespace (host networking, plain systemd services) gets no
-network reading, with a reason: the host's interfaces are not its own traffic.
+Reads /proc/<pid>/ns/net and /proc/<pid>/net/dev (see NetnsReader), and the host's
+namespace once (see detect_host_netns).
 """
 
 from __future__ import annotations
@@ -175,6 +161,19 @@ def _problem(error: str, detail: str) -> Problem:
     return Problem(SOURCE, error, detail)
 
 
+# Files read (all under --host-root, through HostFS.path):
+# - /proc/<pid>/ns/net     stat() follows the magic link to the namespace's nsfs inode: its
+#                          identity (two processes are in one namespace iff the inodes match).
+#                          One stat per workload (its first live PID); more only when PIDs vanish.
+# - /proc/<pid>/net/dev    the interface counters of <pid>'s namespace. Read ONCE per namespace
+#                          per tick, through one member (never once per process). It is opened
+#                          relative to an open /proc/<pid> folder, whose namespace inode is
+#                          checked before and after the read: a PID that exits and is reused by
+#                          another process in between can't lend us the wrong namespace.
+# - /proc/1/ns/net, /proc/2/stat + /proc/2/ns/net, /proc/self/ns/pid + /proc/self/ns/net
+#                          once per reader, to find the host's namespace (see detect_host_netns).
+# A workload in the host's namespace (host networking, plain systemd services) gets no
+# network reading, with a reason (HOST_REASON): the host's interfaces are not its own traffic.
 class NetnsReader:
     """Reads each workload's network namespace counters, once per namespace per tick.
 
