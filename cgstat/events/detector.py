@@ -41,7 +41,11 @@ class _Tick:
 
 
 class EventDetector(TickEvents):
-    """Raises diagnostics events from the records of successive ticks (see the package doc)."""
+    """Raises diagnostics events from the records of successive ticks (cgroup, pod and
+    `type: "gpu"`). Each condition is raised once per episode and ended by one
+    `kind: "resolved"` notice. Each cgroup keeps its own clock, advanced by the record's
+    `interval_s` (a null one starts its history afresh), and a bounded window of named
+    samples; vanished cgroups are forgotten."""
 
     def __init__(self, thresholds: Optional[Thresholds] = None, **overrides: Any):
         if thresholds is None:

@@ -1,23 +1,7 @@
 """The oom_kill events of a tick: one per process the kernel killed, from the kernel log's
-reports (cgstat/naming/oom_victims.py) and the cgroups' OOM-kill counters together.
-
-Two witnesses of the same kill: the log (process, PID, limit and usage at the kill, also
-for a cgroup gone before any tick read it) and the counter (`memory.events` oom_kill on
-v2, hierarchical; `memory.oom_control` oom_kill on v1, the cgroup's own). A kill seen by
-both is one event. The kernel raises the counter just before it prints `Killed process`,
-and the sampler reads the log after the cgroups, so a kill's two witnesses come in the
-same tick or the log one tick before the counter: each side keeps what it reported for
-`CREDIT_TICKS` ticks, and what the other side then sees of the same cgroup is taken off.
-
-- A log kill is one event (`source: "kernel_log"`), unless its cgroup's counter already
-  raised one for it; it credits its cgroup and that cgroup's ancestors (v2 counts a kill
-  in every ancestor).
-- A counter rise (deepest cgroup only, as the v2 counters are hierarchical) that no credit
-  covers: first paired with the log's kills that have no cgroup (a storm, where the
-  rate-limited report naming the cgroup is missing: `source: "kernel_log+counter"`,
-  `cgroup_by: "counter"`), then what is left is one event for that many kills
-  (`source: "counter"`: no readable log, or the log lost them).
-- Log kills with no cgroup and no counter to pair with: one event each, cgroup null.
+reports (cgstat/naming/oom_victims.py) and the cgroups' OOM-kill counters (`memory.events`
+oom_kill on v2, `memory.oom_control` oom_kill on v1) together: a kill seen by both is one
+event (see OomLedger).
 """
 
 from __future__ import annotations
@@ -34,6 +18,13 @@ from cgstat.units import mib
 if TYPE_CHECKING:  # the record types are for the type checker only
     from cgstat.contract.types import EventRecord
 
+# Two witnesses of the same kill: the log (process, PID, limit and usage at the kill, also
+# for a cgroup gone before any tick read it) and the counter (`memory.events` oom_kill on
+# v2, hierarchical; `memory.oom_control` oom_kill on v1, the cgroup's own). The kernel
+# raises the counter just before it prints `Killed process`, and the sampler reads the log
+# after the cgroups, so a kill's two witnesses come in the same tick or the log one tick
+# before the counter: each side keeps what it reported for `CREDIT_TICKS` ticks, and what
+# the other side then sees of the same cgroup is taken off.
 CREDIT_TICKS = 2
 
 
@@ -71,6 +62,15 @@ def _ancestors(path: str) -> List[str]:
     return out
 
 
+# - A log kill is one event (`source: "kernel_log"`), unless its cgroup's counter already
+#   raised one for it; it credits its cgroup and that cgroup's ancestors (v2 counts a kill
+#   in every ancestor).
+# - A counter rise (deepest cgroup only, as the v2 counters are hierarchical) that no credit
+#   covers: first paired with the log's kills that have no cgroup (a storm, where the
+#   rate-limited report naming the cgroup is missing: `source: "kernel_log+counter"`,
+#   `cgroup_by: "counter"`), then what is left is one event for that many kills
+#   (`source: "counter"`: no readable log, or the log lost them).
+# - Log kills with no cgroup and no counter to pair with: one event each, cgroup null.
 class OomLedger:
     """Per tick: the rises of the counters and the log's kills in, the oom_kill events out."""
 

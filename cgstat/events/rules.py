@@ -1,18 +1,7 @@
-"""The event rules, one small class each: a cgroup rule judges a stream's window and a pair
-of `once --state` runs, a GPU rule a tick's GPU records (and the kernel log between runs).
-
-A cgroup rule's `judge(case)` is called for every cgroup record of every tick of a stream;
-its `judge_runs(case)` for every cgroup record of a `once --state` run, the case holding
-the previous run's sample (`before`), a window of the two and no open episode (nothing is
-kept between cron runs but the samples). A GPU rule's `judge(gpu_records, events)` runs
-once per tick with that tick's `type: "gpu"` records, keeping its own state;
-`judge_runs(gpu_records, xids, events)` once per cron run with the kernel log's XIDs.
-
-A new rule is one class: defining a subclass with a `kind` registers it (CGROUP_RULES,
-GPU_RULES, in the order they are defined, which is the order a cgroup's events come in);
-its thresholds go in thresholds.py, its kind in cgstat/contract/event_kinds.py (from which the event
-schema is made) and docs/events.md. The rules on a GPU's own health
-(XIDs, throttling, ECC, row remapping) and the GPU rules' base class are in gpu.py.
+"""The event rules on cgroups, one small class each (CgroupRule): each judges a stream's
+window and a pair of `once --state` runs. The GPU rules' base class (GpuRule) and the GPU
+rules on processes, held memory and XIDs are in gpu.py, those on a GPU's own health
+(throttling, ECC, row remapping) in gpu_health.py; KINDS lists every event kind.
 """
 
 from __future__ import annotations
@@ -35,6 +24,16 @@ if TYPE_CHECKING:  # the record types are for the type checker only
     from cgstat.contract.types import EventRecord
 
 
+# A cgroup rule's `judge(case)` is called for every cgroup record of every tick of a stream;
+# its `judge_runs(case)` for every cgroup record of a `once --state` run, the case holding
+# the previous run's sample (`before`), a window of the two and no open episode (nothing is
+# kept between cron runs but the samples). A GPU rule's `judge(gpu_records, events)` runs
+# once per tick with that tick's `type: "gpu"` records, keeping its own state;
+# `judge_runs(gpu_records, xids, events)` once per cron run with the kernel log's XIDs.
+# A new rule is one class: defining a subclass with a `kind` registers it (CGROUP_RULES,
+# GPU_RULES, in the order they are defined, which is the order a cgroup's events come in);
+# its thresholds go in thresholds.py, its kind in cgstat/contract/event_kinds.py (from which
+# the event schema is made) and docs/events.md.
 CGROUP_RULES: List[Type["CgroupRule"]] = []
 """Every cgroup rule, in the order they were defined (a cgroup's events come in this order)."""
 

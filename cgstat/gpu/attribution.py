@@ -1,17 +1,5 @@
-"""The GPU join: which cgroup and container each GPU process is in, and the GPU use of every
-cgroup's whole subtree.
-
-NVML lists host PIDs (the driver ignores PID namespaces, nvidia-docker#1483); the naming
-stage maps each to its cgroup through /proc/<pid>/cgroup, checked against the process's
-start time so a reused PID is never attributed from a cache (dcgm-exporter's PID -> pod
-cache has that flaw). A process that exits between NVML and /proc, or lives in another PID
-namespace, stays in the GPU records with cgroup and container null, claimed by no cgroup.
-
-A cgroup's figures sum the GPU processes of its whole subtree, as every cgroup counter
-does: a rootless Podman container's nested leaf, a pod's containers, a parent slice with
---all. `sm_percent` is on the scale of `cpu.percent`: 100 = one whole GPU, summed over
-the GPUs used; it is null when any of its processes can't be measured (MIG), since a
-partial sum would understate.
+"""The GPU join: which cgroup and container each GPU process is in (its host PID through
+/proc/<pid>/cgroup, from the naming stage), and the GPU use of every cgroup's whole subtree.
 """
 
 from __future__ import annotations
@@ -29,6 +17,11 @@ if TYPE_CHECKING:  # the record types are for the type checker only
     from cgstat.contract.types import GpuProcessUse, GpuUse
 
 
+# NVML lists host PIDs (the driver ignores PID namespaces, nvidia-docker#1483); the naming
+# stage maps each to its cgroup through /proc/<pid>/cgroup, checked against the process's
+# start time so a reused PID is never attributed from a cache (dcgm-exporter's PID -> pod
+# cache has that flaw). A process that exits between NVML and /proc, or lives in another PID
+# namespace, stays in the GPU records with cgroup and container null, claimed by no cgroup.
 class Attributed(NamedTuple):
     """A GPU process and who it is (a NamedTuple: one per GPU process per tick)."""
 
@@ -117,6 +110,11 @@ def _entry(a: Attributed, made: Dict[int, Any]) -> GpuProcessUse:
     return entry
 
 
+# A cgroup's figures sum the GPU processes of its whole subtree, as every cgroup counter
+# does: a rootless Podman container's nested leaf, a pod's containers, a parent slice with
+# --all. `sm_percent` is on the scale of `cpu.percent`: 100 = one whole GPU, summed over
+# the GPUs used; it is null when any of its processes can't be measured (MIG), since a
+# partial sum would understate.
 def cgroup_gpu(processes: Tuple[Attributed, ...], energy_joules: float = 0.0,
                made: Optional[Dict[int, Any]] = None) -> GpuUse:
     """The `gpu` object of a cgroup record (no process: zeros and empty lists).

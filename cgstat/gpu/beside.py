@@ -1,17 +1,6 @@
 """The GPU read beside the tick: NVML read on a thread of its own, the tick waiting for it
-at most a deadline (the stream gives half its interval, at least 0.25 s).
-
-NVML calls can block: DCGM #313 saw calls blocked over 45 s under ECC error storms,
-dcgm-exporter #227 scrape jitter, nvidia-container-toolkit #1053 an init of 24 s. On the
-tick's own thread one such call would hold every cgroup record, every sink and the
-watchdog. Here a tick whose read is not done by the deadline goes on without it: the GPU
-devices last read are given with every figure null and a `gpu_read_late` problem, no
-process and no cgroup `gpu` object (null, never the figures of an older read passed off as
-this tick's). The read goes on; a tick finding it still running starts none (NVML is never
-called from two threads at once), a tick finding it done late throws its figures away
-(they are of an older moment) but keeps its XIDs, and starts a new one. Each run of late
-ticks is said once (the warner repeats it at most every 5 minutes however long a call
-stays stuck) and counted (`late_total`).
+at most a deadline (the stream gives half its interval, at least 0.25 s); a late read gives
+the devices last read with every figure null and a `gpu_read_late` problem (see Beside).
 """
 
 from __future__ import annotations
@@ -36,6 +25,17 @@ def deadline_s(interval_s: float) -> float:
     return max(interval_s / 2, FLOOR_S)
 
 
+# NVML calls can block: DCGM #313 saw calls blocked over 45 s under ECC error storms,
+# dcgm-exporter #227 scrape jitter, nvidia-container-toolkit #1053 an init of 24 s. On the
+# tick's own thread one such call would hold every cgroup record, every sink and the
+# watchdog. Here a tick whose read is not done by the deadline goes on without it: the GPU
+# devices last read are given with every figure null and a `gpu_read_late` problem, no
+# process and no cgroup `gpu` object (null, never the figures of an older read passed off as
+# this tick's). The read goes on; a tick finding it still running starts none (NVML is never
+# called from two threads at once), a tick finding it done late throws its figures away
+# (they are of an older moment) but keeps its XIDs, and starts a new one. Each run of late
+# ticks is said once (the warner repeats it at most every 5 minutes however long a call
+# stays stuck) and counted (`late_total`).
 class Beside(Generic[T]):
     """Runs `read` on a daemon thread when a tick asks (`take`), waiting at most a deadline.
     `late(seconds running)` makes what a late tick gets; `keep(late result, next)` carries

@@ -1,21 +1,7 @@
-"""GPU power and energy per process and per cgroup, the way Kepler splits a GPU's power.
-
-Each reading, per GPU:
-- idle power is the lowest power seen on that GPU while NVML listed no process on it.
-  Until such a reading, the lowest power seen at all is used (the GPU has only been seen
-  busy: what it draws at the least busy moment is the best bound, and it never gives
-  processes more than the GPU drew); `idle_observed` says which.
-- active power = power - idle power (never below 0). It is split between the GPU's
-  processes by their SM share (`sm_percent` over the sum of all of theirs), evenly when
-  none has a sample (all idle, or MIG: NVML has no per-process SM there, so the GPU's
-  active power is split evenly between the processes of all its MIG instances). With MPS
-  clients on the GPU, the split is between the clients: the MPS server runs their work.
-- each process's energy grows by its power times the time since the previous reading
-  (monotonic); the first reading of a process adds nothing. Idle power stays on the device.
-
-Per cgroup, the energy of the processes that ran in it is kept (by the cgroup they were
-in) while that cgroup exists, so a container's total does not drop when one of its
-processes exits; a record sums its whole subtree, as the other GPU figures do.
+"""GPU power and energy per process and per cgroup, the way Kepler splits a GPU's power:
+idle power stays on the device, active power is split between the GPU's processes by their
+SM share, and each process's and cgroup's energy is its power integrated over time (see
+EnergyModel). Reads nothing itself: NVML's readings are handed in.
 """
 
 from __future__ import annotations
@@ -49,6 +35,21 @@ class Idle(NamedTuple):
     observed: bool  # True: measured with no process on the GPU; False: the lowest seen so far
 
 
+# Each reading, per GPU:
+# - idle power is the lowest power seen on that GPU while NVML listed no process on it.
+#   Until such a reading, the lowest power seen at all is used (the GPU has only been seen
+#   busy: what it draws at the least busy moment is the best bound, and it never gives
+#   processes more than the GPU drew); `idle_observed` says which.
+# - active power = power - idle power (never below 0). It is split between the GPU's
+#   processes by their SM share (`sm_percent` over the sum of all of theirs), evenly when
+#   none has a sample (all idle, or MIG: NVML has no per-process SM there, so the GPU's
+#   active power is split evenly between the processes of all its MIG instances). With MPS
+#   clients on the GPU, the split is between the clients: the MPS server runs their work.
+# - each process's energy grows by its power times the time since the previous reading
+#   (monotonic); the first reading of a process adds nothing. Idle power stays on the device.
+# Per cgroup, the energy of the processes that ran in it is kept (by the cgroup they were
+# in) while that cgroup exists, so a container's total does not drop when one of its
+# processes exits; a record sums its whole subtree, as the other GPU figures do.
 class EnergyModel:
     """Keeps idle power per GPU, energy per process and per cgroup between readings."""
 

@@ -4,20 +4,7 @@ remapping, XIDs, modes and identity; GPM metrics on Hopper and later.
 
 `HealthReader.read(gpu, errors)` gives one `DeviceHealth` per GPU per tick. Each value is
 None where NVML says NOT_SUPPORTED (with an "unsupported" problem in `errors`) or fails
-(the problem says why). Not everything is read every tick:
-
-- once per NVML initialisation (fixed by the board and the driver): serial, PCI bus ID,
-  minor number, maximum clocks, GPM support;
-- every `slow_s` (10 s; they change only when an administrator or the memory's own repair
-  acts): enforced power limit, compute and persistence modes, remapped rows, retired
-  pages, and `nvmlDeviceGetPcieThroughput` where the PCIe byte counters are missing (that
-  call samples the link for 20 ms: never on every tick);
-- every tick: clocks, clock-event reasons, violation times, energy, ECC totals, PCIe
-  replays, encoder and decoder use, one nvmlDeviceGetFieldValues (memory temperature,
-  NVLink and PCIe byte counters), GPM, and the XIDs the event set received.
-
-The reader keeps, per GPU, the slow values and when they are due, the previous PCIe byte
-counters (the rate is their difference over the time between reads), and the XIDs seen.
+(the problem says why). Not everything is read every tick (see HealthReader).
 """
 
 from __future__ import annotations
@@ -121,6 +108,18 @@ class _Kept:
         self.last_xid: Optional[int] = None
 
 
+# What is read when:
+# - once per NVML initialisation (fixed by the board and the driver): serial, PCI bus ID,
+#   minor number, maximum clocks, GPM support;
+# - every `slow_s` (10 s; they change only when an administrator or the memory's own repair
+#   acts): enforced power limit, compute and persistence modes, remapped rows, retired
+#   pages, and `nvmlDeviceGetPcieThroughput` where the PCIe byte counters are missing (that
+#   call samples the link for 20 ms: never on every tick);
+# - every tick: clocks, clock-event reasons, violation times, energy, ECC totals, PCIe
+#   replays, encoder and decoder use, one nvmlDeviceGetFieldValues (memory temperature,
+#   NVLink and PCIe byte counters), GPM, and the XIDs the event set received.
+# The reader keeps, per GPU, the slow values and when they are due, the previous PCIe byte
+# counters (the rate is their difference over the time between reads), and the XIDs seen.
 class HealthReader:
     """Reads device health through `gateway`, keeping what is read less often (see above)."""
 

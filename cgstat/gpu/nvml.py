@@ -1,33 +1,9 @@
-"""The one NVML gateway: whether a driver is loaded, loading pynvml and the driver library,
-initialisation and the symbols this driver has, opening the GPUs (again, after one was
-lost), and the per-tick process lists and utilization samples. Every call goes through the
-call wrapper it inherits (nvml_calls.py says what each error costs).
-
-`pynvml` (nvidia-ml-py) is imported, and NVML initialised (`nvmlInit`), on first use only:
-importing cgstat never loads it. Nothing is loaded at all where the kernel says no NVIDIA
-driver runs (`/proc/driver/nvidia/version` under the host root is absent): Debian's
-libnvidia-ml 535 run as root without the kernel module creates `/dev/nvidiactl`
-(`mknodat`) and looks for `nvidia-modprobe` in `nvmlInit`; a monitoring agent must not.
-
-Versioned symbols are probed once per initialisation, never per call:
-- process lists: `_v3` -> `_v2` -> unversioned (16-byte struct; drivers 430/440), the
-  way nvitop and gpustat fall back;
-- per-process utilization: `nvmlDeviceGetProcessesUtilizationInfo` (drivers >= 550; on
-  some recent GPUs the older call returns 0 for everything, Project-HAMi #2015), else
-  `nvmlDeviceGetProcessUtilization`;
-- memory: `nvmlDeviceGetMemoryInfo_v2` (its `used` excludes the reserved memory that v1
-  `used` includes on drivers >= 510, gpustat #141), else v1;
-- clock-event reasons: `nvmlDeviceGetCurrentClocksEventReasons` (drivers >= 535), else the
-  older name `nvmlDeviceGetCurrentClocksThrottleReasons` (the same bit mask);
-- MPS clients: `nvmlDeviceGetMPSComputeRunningProcesses_v3`, else `_v2`;
-- GPM (`nvmlGpm*`, drivers >= 520): present or not.
-
-A lost GPU (GPU_IS_LOST, RESET_REQUIRED) is opened again by index after `reinit_backoff_s`,
-the others untouched; a driver gone or changed (DRIVER_NOT_LOADED, LIB_RM_VERSION_MISMATCH)
-re-initialises the library after the same back-off; no library, driver, GPU or permission:
-unavailable, `reason` says why, tried again every `retry_s`. `clock` (monotonic, back-offs) and `wallclock` (NVML's lastSeen)
-can be replaced in tests. Device reads: nvml_device; direct per-tick calls: nvml_direct;
-XIDs: nvml_xid; GPM: nvml_gpm.
+"""The one NVML gateway: whether a driver is loaded (/proc/driver/nvidia/version under the
+host root), loading pynvml and libnvidia-ml, initialisation and the symbols this driver has,
+opening the GPUs (again, after one was lost), and the per-tick process lists and utilization
+samples. Every call goes through the call wrapper it inherits (nvml_calls.py says what each
+error costs). Device reads: nvml_device; direct per-tick calls: nvml_direct; XIDs: nvml_xid;
+GPM: nvml_gpm.
 """
 
 from __future__ import annotations
@@ -46,6 +22,11 @@ from cgstat.gpu.utilization import UtilizationMark, average
 from cgstat.gpu.nvml_xid import XidEvent, XidEvents
 from cgstat.kernel.sample import Problem
 
+# `pynvml` (nvidia-ml-py) is imported, and NVML initialised (`nvmlInit`), on first use only:
+# importing cgstat never loads it. Nothing is loaded at all where the kernel says no NVIDIA
+# driver runs (`/proc/driver/nvidia/version` under the host root is absent): Debian's
+# libnvidia-ml 535 run as root without the kernel module creates `/dev/nvidiactl`
+# (`mknodat`) and looks for `nvidia-modprobe` in `nvmlInit`; a monitoring agent must not.
 LIBRARY = "libnvidia-ml.so.1"
 # Where the kernel says the NVIDIA driver runs (present only while the module is loaded);
 # CGSTAT_NVIDIA_VERSION_FILE names another file (the NVML test double's tests)
@@ -56,6 +37,18 @@ DRIVER_FILE = "proc/driver/nvidia/version"
 BAD_RELEASES = frozenset(("12.535.77",))
 _PROCESS_STRUCT_BYTES = 24  # nvmlProcessInfo_v2_t / _v3_t on every driver outside 535.43-535.86
 
+# Versioned symbols are probed once per initialisation, never per call:
+# - process lists: `_v3` -> `_v2` -> unversioned (16-byte struct; drivers 430/440), the
+#   way nvitop and gpustat fall back;
+# - per-process utilization: `nvmlDeviceGetProcessesUtilizationInfo` (drivers >= 550; on
+#   some recent GPUs the older call returns 0 for everything, Project-HAMi #2015), else
+#   `nvmlDeviceGetProcessUtilization`;
+# - memory: `nvmlDeviceGetMemoryInfo_v2` (its `used` excludes the reserved memory that v1
+#   `used` includes on drivers >= 510, gpustat #141), else v1;
+# - clock-event reasons: `nvmlDeviceGetCurrentClocksEventReasons` (drivers >= 535), else the
+#   older name `nvmlDeviceGetCurrentClocksThrottleReasons` (the same bit mask);
+# - MPS clients: `nvmlDeviceGetMPSComputeRunningProcesses_v3`, else `_v2`;
+# - GPM (`nvmlGpm*`, drivers >= 520): present or not.
 _PROCESS_SYMBOLS = {
     "compute": ("nvmlDeviceGetComputeRunningProcesses_v3", "nvmlDeviceGetComputeRunningProcesses_v2",
                 "nvmlDeviceGetComputeRunningProcesses"),
@@ -92,6 +85,11 @@ def _distribution_version() -> Optional[str]:
         return None  # a vendored or renamed copy: the struct-size check still applies
 
 
+# A lost GPU (GPU_IS_LOST, RESET_REQUIRED) is opened again by index after `reinit_backoff_s`,
+# the others untouched; a driver gone or changed (DRIVER_NOT_LOADED, LIB_RM_VERSION_MISMATCH)
+# re-initialises the library after the same back-off; no library, driver, GPU or permission:
+# unavailable, `reason` says why, tried again every `retry_s`. `clock` (monotonic, back-offs)
+# and `wallclock` (NVML's lastSeen) can be replaced in tests.
 class Gateway(Calls):
     def __init__(self, warn: Optional[Callable[[str, str], None]] = None,
                  reinit_backoff_s: float = 30.0, retry_s: float = 60.0,

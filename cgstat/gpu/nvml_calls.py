@@ -1,21 +1,7 @@
-"""The one call wrapper every NVML call goes through (`Calls`), and what an error costs.
-
-An error costs the value it was asked for, nothing more (nvitop's `api/libnvml.py` and
-dcgm-exporter's `nvmlprovider/provider.go` treat errors per device and per call the same
-way): the value is None and the device's problem list says why. Scope by return code:
-
-- NOT_SUPPORTED, NOT_FOUND: no value, no problem (`read` remembers NOT_SUPPORTED per device
-  until the next initialisation: a board that lacks a counter lacks it for good);
-- FUNCTION_NOT_FOUND (an older driver; also `NVMLLibraryMismatchError`, which is not an
-  `NVMLError`): no value, one warning for the life of the process;
-- GPU_IS_LOST, RESET_REQUIRED: that GPU only (a "gpu_lost" problem; the reader stops
-  calling it and opens it again after the back-off, nvml.py);
-- DRIVER_NOT_LOADED, LIB_RM_VERSION_MISMATCH (the driver went or changed under us), and
-  UNINITIALIZED (NVML was shut down under us): the library, re-initialised after the back-off;
-- anything else (UNKNOWN, NO_PERMISSION, INVALID_ARGUMENT...): that value only.
-
-Every problem is also counted per device and call (`error_counts`). Nothing here imports
-pynvml: the gateway (nvml.py) loads it and sets `_nv` and `_errors`.
+"""The one call wrapper every NVML call goes through (`Calls`), and what an error costs: the
+value it was asked for, nothing more (the value is None and the device's problem list says
+why), as nvitop's `api/libnvml.py` and dcgm-exporter's `nvmlprovider/provider.go` do.
+Nothing here imports pynvml: the gateway (nvml.py) loads it and sets `_nv` and `_errors`.
 """
 
 from __future__ import annotations
@@ -30,6 +16,17 @@ from cgstat.gpu.nvml_codes import (DRIVER_NOT_LOADED, FUNCTION_NOT_FOUND, GPU_IS
 from cgstat.gpu.nvml_direct import NATIVE, native_call
 from cgstat.kernel.sample import Problem
 
+# Scope by return code:
+# - NOT_SUPPORTED, NOT_FOUND: no value, no problem (`read` remembers NOT_SUPPORTED per device
+#   until the next initialisation: a board that lacks a counter lacks it for good);
+# - FUNCTION_NOT_FOUND (an older driver; also `NVMLLibraryMismatchError`, which is not an
+#   `NVMLError`): no value, one warning for the life of the process;
+# - GPU_IS_LOST, RESET_REQUIRED: that GPU only (a "gpu_lost" problem; the reader stops
+#   calling it and opens it again after the back-off, nvml.py);
+# - DRIVER_NOT_LOADED, LIB_RM_VERSION_MISMATCH (the driver went or changed under us), and
+#   UNINITIALIZED (NVML was shut down under us): the library, re-initialised after the back-off;
+# - anything else (UNKNOWN, NO_PERMISSION, INVALID_ARGUMENT...): that value only.
+# Every problem is also counted per device and call (`error_counts`).
 # errors after which the library is shut down and initialised again (after the back-off)
 LIBRARY_CODES = frozenset((UNINITIALIZED, DRIVER_NOT_LOADED, LIB_RM_VERSION_MISMATCH))
 # errors that put one GPU out until it is opened again

@@ -1,18 +1,8 @@
 """What NVML says about each GPU and each GPU process at one moment: `GpuReader(gateway).read()`
-(or `read_gpus(gateway)` for one reading without kept state).
-
-Gauges, not counters (NVML keeps its own sample window), so nothing here needs a previous
-snapshot apart from the lastSeen timestamps the gateway keeps. None means unknown or not
-measurable (NVML says NOT_SUPPORTED, or the call failed: then `errors` says why), never a
-fake 0; the one 0 that is not read is a process with no utilization sample in the period
-(NVML only samples busy processes: idle, 0 %).
-
-Each device carries its health (gpu/health.py: clocks, reasons, energy, ECC, XIDs, GPM),
-and the snapshot the XIDs that arrived since the previous reading. MPS clients
-(`nvmlDeviceGetMPSComputeRunningProcesses_v3`) are processes of type "mps"; a PID in both
-the MPS and the compute list is an MPS client.
-
-PIDs are host PIDs as the driver reports them; nothing here reads /proc.
+(or `read_gpus(gateway)` for one reading without kept state). Each device carries its
+health (gpu/health.py: clocks, reasons, energy, ECC, XIDs, GPM), the snapshot the XIDs that
+arrived since the previous reading. PIDs are host PIDs as the driver reports them; nothing
+here reads /proc.
 """
 
 from __future__ import annotations
@@ -27,6 +17,11 @@ from cgstat.gpu.nvml_device import Gpu
 from cgstat.kernel.sample import Problem
 
 
+# Gauges, not counters (NVML keeps its own sample window), so nothing here needs a previous
+# snapshot apart from the lastSeen timestamps the gateway keeps. None means unknown or not
+# measurable (NVML says NOT_SUPPORTED, or the call failed: then `errors` says why), never a
+# fake 0; the one 0 that is not read is a process with no utilization sample in the period
+# (NVML only samples busy processes: idle, 0 %).
 @dataclass(frozen=True)
 class GpuDevice:
     index: int  # NVML index of the GPU (for a MIG device: of its parent GPU)
@@ -202,6 +197,8 @@ def _one_lost(errors: List[Problem]) -> List[Problem]:
 
 
 _Rows = List[Tuple[int, Optional[int]]]
+# MPS clients (`nvmlDeviceGetMPSComputeRunningProcesses_v3`) are processes of type "mps"; a
+# PID in both the MPS and the compute list is an MPS client.
 _KINDS = ("mps", "compute", "graphics")
 
 

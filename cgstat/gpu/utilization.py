@@ -1,18 +1,6 @@
 """Per-process GPU utilization averaged over the time between two readings, from NVML's
 samples (`nvmlDeviceGetProcessUtilization` / `nvmlDeviceGetProcessesUtilizationInfo` with
 the newest timestamp seen before as lastSeen). Reads no file; the gateway makes the calls.
-
-The driver samples each busy process every sampling period (nvidia-smi documents 1/6 s to
-1 s) into a ring buffer and hands back the samples newer than lastSeen; an idle period
-leaves no sample. So a process's use over an interval is the sum of its samples, each
-weighted by the period it stands for, divided by the interval: a GPU busy 30 % of the time
-reads 30 % whether the readings are 1 s or a cron minute apart, not whatever the last
-period happened to be. The period is the median gap between one process's consecutive
-samples (each sample is capped at it, so a burst after an idle stretch does not count the
-stretch); where no process has two samples (a driver that answers one sample per process,
-as NVML's reference describes), that one sample is the driver's own figure for the
-interval and is taken as it is. Past the buffer's depth the oldest samples are gone:
-docs/gpu.md says what that means for long intervals.
 """
 
 from __future__ import annotations
@@ -74,6 +62,17 @@ def trusted(samples: Sequence[Tuple[int, ...]], pids: Container[int], last_seen_
             and s[2] <= 100 and s[3] <= 100 and s[4] <= 100 and s[5] <= 100]
 
 
+# The driver samples each busy process every sampling period (nvidia-smi documents 1/6 s to
+# 1 s) into a ring buffer and hands back the samples newer than lastSeen; an idle period
+# leaves no sample. So a process's use over an interval is the sum of its samples, each
+# weighted by the period it stands for, divided by the interval: a GPU busy 30 % of the time
+# reads 30 % whether the readings are 1 s or a cron minute apart, not whatever the last
+# period happened to be. The period is the median gap between one process's consecutive
+# samples (each sample is capped at it, so a burst after an idle stretch does not count the
+# stretch); where no process has two samples (a driver that answers one sample per process,
+# as NVML's reference describes), that one sample is the driver's own figure for the
+# interval and is taken as it is. Past the buffer's depth the oldest samples are gone:
+# docs/gpu.md says what that means for long intervals.
 def average(samples: Sequence[Tuple[int, ...]], mark: UtilizationMark, now_us: int,
             pids: Container[int]) -> Tuple[Dict[int, Tuple[Any, Any, Any, Any]], UtilizationMark]:
     """pid -> (sm, mem, enc, dec) % over (mark.called_us, now_us], and the next mark.
