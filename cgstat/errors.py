@@ -31,3 +31,19 @@ def os_reason(exc: OSError) -> str:
     import os
 
     return os.strerror(exc.errno) if exc.errno is not None else str(exc)
+
+
+
+def require_regular(path: str, what: str) -> None:
+    """CgstatError (one line, `what` naming the file as the user gave it) unless `path`, its
+    links followed, is a regular file: for files a library opens itself (ssl's certificates
+    and keys), where a FIFO blocks the open for ever and a device is read without end."""
+    import os
+    import stat
+
+    try:
+        mode = os.stat(path).st_mode
+    except OSError as exc:
+        raise CgstatError(f"cannot read {what}: {os_reason(exc)}") from None
+    if not stat.S_ISREG(mode):
+        raise CgstatError(f"refusing {what}: {file_kind(mode)}, not a regular file")

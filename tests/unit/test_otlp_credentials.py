@@ -276,3 +276,14 @@ def test_mtls_with_opentelemetrys_certificate_variables(tmp_path: Path, monkeypa
     assert known.ticks_sent == 1
     peer = receiver.peers[0]
     assert isinstance(peer, dict) and ((("commonName", "cgstat-client"),),) == peer["subject"]
+
+
+@pytest.mark.parametrize("option", ["ca_file", "client_certificate", "client_key"])
+def test_a_tls_file_that_is_a_fifo_is_refused_not_waited_on(tmp_path: Path, option: str) -> None:
+    fifo = str(tmp_path / "fifo")
+    os.mkfifo(fifo)
+    pem = private(tmp_path / "pem", "not read")
+    files = {"ca_file": pem, "client_certificate": pem, "client_key": pem, option: fifo}
+    options = OtlpOptions("https://127.0.0.1:9/", "json")._replace(**files)
+    with pytest.raises(CgstatError, match=f"refusing OTLP .*{fifo}: a FIFO, not a regular file"):
+        OtlpSink(options)

@@ -94,7 +94,7 @@ def write(folder: Path, text: str) -> str:
     ("tls_server_config:\n  cert_file: x\n  key_file: y\n  cipher_suites: z\n",
      "tls_server_config.cipher_suites is not supported by cgstat"),
     ("http_server_config:\n  http2: 'false'\n", "'http_server_config' is not supported by cgstat"),
-    ("tls_server_config:\n  cert_file: nope.crt\n  key_file: nope.key\n", "tls_server_config: No such file"),
+    ("tls_server_config:\n  cert_file: nope.crt\n  key_file: nope.key\n", "nope.crt: No such file"),
     ("tls_server_config:\n  cert_file: a\n  key_file: b\n  client_auth_type: RequireAnyClientCert\n",
      "client_auth_type 'RequireAnyClientCert' is not one cgstat can do"),
     ("tls_server_config:\n  cert_file: a\n  key_file: b\n  client_auth_type: RequireAndVerifyClientCert\n",
@@ -331,3 +331,14 @@ scrape_configs:
     assert series, "Prometheus got no series through TLS and basic auth"
     assert [s["value"][1] for s in up] == ["1"]
     assert [s["value"][1] for s in refused] == ["0"]  # 401 without the password
+
+
+def test_a_fifo_or_device_is_refused_not_waited_on(tmp_path: Path) -> None:
+    fifo = tmp_path / "fifo"
+    os.mkfifo(str(fifo))
+    for path in (str(fifo), "/dev/null"):
+        with pytest.raises(CgstatError, match="not a regular file"):
+            webconfig.load(path)
+    web = write(tmp_path, "tls_server_config:\n  cert_file: fifo\n  key_file: fifo\n")
+    with pytest.raises(CgstatError, match="tls_server_config.cert_file .*fifo: a FIFO, not a regular file"):
+        webconfig.load(web)

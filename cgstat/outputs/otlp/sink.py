@@ -28,13 +28,14 @@ import threading
 import time
 from typing import TYPE_CHECKING, Callable, Deque, Iterable, List, NamedTuple, Optional, Sequence, Tuple
 
-from cgstat.errors import CgstatError
+from cgstat.errors import CgstatError, require_regular
 from cgstat.outputs.labelallow import LabelAllow
 from cgstat.outputs.otlp.auth import gather, redact
 from cgstat.outputs.otlp.budget import OtlpBudget
 from cgstat.outputs.otlp.encode import Encoder, rejected
 from cgstat.outputs.otlp.transport import Receiver
 from cgstat.pipeline.sinks import NO_INFO, Sink, SinkError, TickInfo
+from cgstat.text import escape_controls
 
 if TYPE_CHECKING:  # the record types are for the type checker only
     from cgstat.contract.types import JsonObject
@@ -89,6 +90,9 @@ class OtlpSink(Sink):
                            options.client_key, options.endpoint, os.environ)
             for n, note in enumerate(creds.notes):
                 self._warn(f"otlp-secret-{n}", note)
+            for what, path in zip(("CA file", "client certificate", "client key"), creds.tls):
+                if path is not None:  # ssl would wait for ever on a FIFO's open
+                    require_regular(path, f"OTLP {what} {escape_controls(path)}")
             try:
                 receiver = Receiver(options.endpoint, creds.headers, options.timeout_s, *creds.tls)
             except (ValueError, OSError) as exc:  # a bad URL, an unreadable CA file or client certificate

@@ -26,9 +26,10 @@ import hashlib
 import hmac
 import os
 import ssl
+import stat
 from typing import Any, Dict, Optional, Set
 
-from cgstat.errors import CgstatError, os_reason
+from cgstat.errors import CgstatError, file_kind, os_reason, require_regular
 from cgstat.outputs.prometheus.yamlsubset import YamlError, loads
 from cgstat.text import escape_controls
 
@@ -91,11 +92,19 @@ def load(path: str) -> WebConfig:
     """The web config at `path`; CgstatError (one line) when it can't be read or used."""
     shown = escape_controls(path)
     what = f"--web-config-file {shown}"
-    try:
-        with open(path, "rb") as f:
-            data = f.read(_MAX_BYTES + 1)
+    try:  # O_NONBLOCK: a FIFO given by mistake is refused below instead of waited on for ever
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
     except OSError as exc:
         raise CgstatError(f"cannot read {what}: {os_reason(exc)}") from None
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            raise CgstatError(f"refusing {what}: {file_kind(mode)}, not a regular file")
+        data = os.read(fd, _MAX_BYTES + 1)
+    except OSError as exc:
+        raise CgstatError(f"cannot read {what}: {os_reason(exc)}") from None
+    finally:
+        os.close(fd)
     if len(data) > _MAX_BYTES:
         raise CgstatError(f"{what}: over 1 MiB, not a web config")
     try:
@@ -146,6 +155,9 @@ def _tls(section: Any, folder: str, what: str) -> Optional[ssl.SSLContext]:
                           f"({', '.join(_CLIENT_AUTH)})")
     if _CLIENT_AUTH[auth] != ssl.CERT_NONE and not ca:
         raise CgstatError(f"{what}: client_auth_type {auth} needs client_ca_file")
+    for name in ("cert_file", "key_file", "client_ca_file"):
+        if conf.get(name):
+            require_regular(where(name), f"{what}: tls_server_config.{name} {escape_controls(where(name))}")
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     try:
         context.minimum_version = _version(conf.get("min_version") or "TLS12", what)
