@@ -15,10 +15,11 @@ class CgstatError(Exception):
 
 
 def file_kind(mode: int) -> str:
-    """What a non-regular file is, in words, for a refusal message (from st_mode)."""
+    """What a file is, in words, for a refusal message (from st_mode): "a FIFO", "a regular
+    file" (where a folder was wanted)."""
     import stat
 
-    for test, name in ((stat.S_ISLNK, "a symbolic link"), (stat.S_ISDIR, "a directory"),
+    for test, name in ((stat.S_ISREG, "a regular file"), (stat.S_ISLNK, "a symbolic link"), (stat.S_ISDIR, "a directory"),
                        (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
                        (stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket")):
         if test(mode):

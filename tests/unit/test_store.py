@@ -320,6 +320,8 @@ def test_a_folder_that_is_not_a_store_of_ours_is_refused(tmp_path, kind):
     with pytest.raises(StoreError) as exc:
         StoreFolder.open(str(path), writing=True)
     assert "refusing --store" in str(exc.value)
+    if kind == "file":
+        assert "it is a regular file, not a folder" in str(exc.value)
     assert sorted(os.listdir(tmp_path)) == before
     if kind == "not-a-store":
         assert os.listdir(path) == ["passwd"]
