@@ -292,11 +292,13 @@ def compose(model: Model, height: int, width: int, interval_s: float, view: Opti
         extra_n = max(0, min(len(extra), avail - min(want_rows, _MIN_ROWS)))
         rows_n = min(want_rows, avail - extra_n)
         hidden = want_rows - rows_n
-        offset = max(0, min(offset, hidden))
+        # down to the last row, not only to the last screenful: Enter opens the row at the
+        # top, so every row must be able to get there, also when all of them fit the screen
+        offset = max(0, min(offset, want_rows - 1))
         shown = list(zip(body, styles))[offset:offset + rows_n]
         where = ""
-        if hidden:
-            where += " | rows %d-%d of %d" % (offset + 1, offset + rows_n, want_rows)
+        if hidden or offset:
+            where += " | rows %d-%d of %d" % (offset + 1, offset + len(shown), want_rows)
         if skip:
             where += " | %d columns scrolled" % skip
         foot_text = footer(model.sort, where)

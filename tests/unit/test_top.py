@@ -182,6 +182,19 @@ def test_small_terminals_show_what_fits():
     assert "12.50%" in row and "~" in row
 
 
+def test_every_row_can_be_scrolled_to_the_top_for_enter():
+    # Enter opens the row at the top of the screen: with every row on screen, scrolling
+    # down must still bring the second and third there
+    m = _model(_records())
+    names = [r.cells[0] for r in m.sorted_rows()]
+    for offset in range(len(names)):
+        lines, view = T.compose(m, 40, 200, 1.0, T.View(offset=offset))
+        assert view.offset == offset and lines[2][0].startswith(names[offset])
+    lines, view = T.compose(m, 40, 200, 1.0, T.View(offset=1000))
+    assert view.offset == len(names) - 1
+    assert "rows 3-3 of 3" in lines[-1][0]
+
+
 def test_sorting_and_formatting():
     m = _model(_records())
     def order():
