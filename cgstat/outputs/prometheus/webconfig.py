@@ -80,7 +80,10 @@ class WebConfig:
             return True
         if digest in self._bad:
             return False
-        ok = bool(self._bcrypt.checkpw(password.encode("utf-8"), hashed))
+        try:
+            ok = bool(self._bcrypt.checkpw(password.encode("utf-8"), hashed))
+        except ValueError:  # bcrypt >= 5 refuses a password over 72 bytes (older ones cut it): wrong
+            ok = False
         remembered = self._good if ok else self._bad
         if len(remembered) >= _REMEMBERED:
             remembered.clear()
