@@ -1,16 +1,5 @@
-"""Who an OOM kill from the kernel log (kernel/kmsg.py) hit: its cgroup, container and pod,
-named by the same join and naming stage the records use.
-
-The log names the killed task's memory-hierarchy path (`task_memcg`). In order:
-1. a cgroup of this tick whose memory folder is at that path: the record's cgroup path
-   (on v1 the CPU hierarchy's, through the join) and its container, as its record says;
-2. a cgroup seen alive in an earlier tick and gone since: what it was called then (the
-   naming stage forgets a gone container; this keeps `keep_s` of them, at most `max_gone`);
-3. else what its runtime's state still says (naming/runtimes.py), else the runtime and ID
-   the path says (naming/paths.py); the cgroup is then the memory path itself (on v1 the
-   CPU hierarchy's path of a cgroup never seen can't be known).
-Whether the cgroup still exists is one stat of its memory folder when the log is read.
-
+"""Who an OOM kill from the kernel log (kernel/oom_report.py's reports, read by kernel/kmsg.py)
+hit: its cgroup, container and pod, named by the same join and naming stage the records use.
 Reads: the memory folder of a killed task's cgroup (a stat), runtime state (through Namer).
 """
 
@@ -72,6 +61,15 @@ def memory_hierarchy(layout: Layout) -> Optional[Hierarchy]:
     return layout.find("memory") or layout.unified
 
 
+# The log names the killed task's memory-hierarchy path (`task_memcg`). In order:
+# 1. a cgroup of this tick whose memory folder is at that path: the record's cgroup path
+#    (on v1 the CPU hierarchy's, through the join) and its container, as its record says;
+# 2. a cgroup seen alive in an earlier tick and gone since: what it was called then (the
+#    naming stage forgets a gone container; this keeps `keep_s` of them, at most `max_gone`);
+# 3. else what its runtime's state still says (naming/runtimes/), else the runtime and ID
+#    the path says (naming/paths.py); the cgroup is then the memory path itself (on v1 the
+#    CPU hierarchy's path of a cgroup never seen can't be known).
+# Whether the cgroup still exists is one stat of its memory folder when the log is read.
 class KillNamer:
     """Names the kills of each tick; remembers the names of cgroups that went."""
 

@@ -1,24 +1,8 @@
-"""Where the running Docker and containerd daemons keep their state, and Docker's socket.
-
-Docker's data root is /var/lib/docker unless /etc/docker/daemon.json says "data-root",
-or dockerd was started with --data-root (often in a systemd drop-in, on GPU nodes with a
-big NVMe disk); a dockerd managed by hand or by CI may also have its own socket (-H) and
-containerd (whose --config names its state folder). So, besides the fixed places, the
-command lines of the running daemons are read:
-
-- /proc/<pid>/comm of every process, for "dockerd" and "containerd";
-- /proc/<pid>/status: only a process whose real, effective, saved and filesystem uids
-  are all 0 counts (any user can start a process named dockerd with any arguments);
-- /proc/<pid>/ns/mnt against our own (the host's with --host-root): a daemon in another
-  mount namespace (Docker in Docker) names folders of its own filesystem, not ours;
-- /proc/<pid>/cmdline of those: bounded, split on NUL, only the flags below are used and
-  only absolute paths are kept: dockerd --data-root/-g/--graph, --config-file, -H/--host
-  unix://...; containerd --state, --config/-c (the file's top-level `state = "..."`);
-- /etc/docker/daemon.json ("data-root", "hosts") or the --config-file dockerd was given.
-
-`Daemons.find()` does this at most once per _RESCAN_S (the first time at once): only when
-a container ID was not found in the places already known, so a steady host reads none of
-it. The --docker-data-root option and --docker-host (or DOCKER_HOST) replace what is found.
+"""Where the running Docker and containerd daemons keep their state, and Docker's socket:
+the fixed places, /etc/docker/daemon.json, and the command lines of the running daemons
+(/proc/<pid>/comm, status, ns/mnt and cmdline; see Daemons). `Daemons.find()` reads them
+at most once per _RESCAN_S, only when a container ID was not found in the places already
+known. The --docker-data-root option and --docker-host (or DOCKER_HOST) replace what is found.
 """
 
 from __future__ import annotations
@@ -72,6 +56,22 @@ def _abs(value: Optional[str]) -> Optional[str]:
     return os.path.normpath(value)
 
 
+# Docker's data root is /var/lib/docker unless /etc/docker/daemon.json says "data-root",
+# or dockerd was started with --data-root (often in a systemd drop-in, on GPU nodes with a
+# big NVMe disk); a dockerd managed by hand or by CI may also have its own socket (-H) and
+# containerd (whose --config names its state folder). So, besides the fixed places, the
+# command lines of the running daemons are read:
+# - /proc/<pid>/comm of every process, for "dockerd" and "containerd";
+# - /proc/<pid>/status: only a process whose real, effective, saved and filesystem uids
+#   are all 0 counts (any user can start a process named dockerd with any arguments);
+# - /proc/<pid>/ns/mnt against our own (the host's with --host-root): a daemon in another
+#   mount namespace (Docker in Docker) names folders of its own filesystem, not ours;
+# - /proc/<pid>/cmdline of those: bounded, split on NUL, only the flags below are used and
+#   only absolute paths are kept: dockerd --data-root/-g/--graph, --config-file, -H/--host
+#   unix://...; containerd --state, --config/-c (the file's top-level `state = "..."`);
+# - /etc/docker/daemon.json ("data-root", "hosts") or the --config-file dockerd was given.
+# `find()` does this at most once per _RESCAN_S (the first time at once): only when a
+# container ID was not found in the places already known, so a steady host reads none of it.
 class Daemons:
     """The places to look for Docker's and containerd's state; see the module docstring."""
 

@@ -1,15 +1,8 @@
-"""Docker: its cgroups, its state (a container's config.v2.json, and where dockerd keeps
-it), and the runtime that names from them (DockerRuntime).
-
-Paths: docker-<id>.scope (systemd driver), /docker/<id> (cgroupfs driver).
-
-Reads <data root>/containers/<id>/config.v2.json (Name, Config.Image, Config.Labels, incl.
-io.kubernetes.* under dockershim); the data roots are daemons.Daemons' (/var/lib/docker,
-daemon.json "data-root", a running dockerd's --data-root, or --docker-data-root); a
-changed file (docker rename) is re-read (watch.py says which; `signature` is its stat).
-Rootless Docker:
-~/.local/share/docker/containers/<id>/config.v2.json of the one user whose subtree holds
-the cgroup (naming/runtimes/trust.py).
+"""Docker: its cgroups (docker-<id>.scope with the systemd driver, /docker/<id> with
+cgroupfs), its state (a container's config.v2.json, and where dockerd keeps it), and the
+runtime that names from them (DockerRuntime). Reads <data root>/containers/<id>/config.v2.json
+and, for rootless Docker, ~/.local/share/docker/containers/<id>/config.v2.json of the one
+user whose subtree holds the cgroup (naming/runtimes/trust.py).
 """
 
 from __future__ import annotations
@@ -64,6 +57,10 @@ def rootless_entry(lookup: LookupPass, home: str, cid: str,
                                          "rootless Docker", owners))
 
 
+# config.v2.json gives Name, Config.Image, Config.Labels (incl. io.kubernetes.* under
+# dockershim); the data roots are daemons.Daemons' (/var/lib/docker, daemon.json
+# "data-root", a running dockerd's --data-root, or --docker-data-root); a changed file
+# (docker rename) is re-read (watch.py says which; `signature` is its stat).
 class DockerRuntime(Runtime):
     """Docker, system and rootless. A system entry read from a config.v2.json is followed
     for changes (docker rename, a label update: watch.py says which file changed, on each

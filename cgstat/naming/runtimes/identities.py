@@ -1,16 +1,6 @@
 """The container identity cache: which live container IDs to look up, and the record's
-`container` and `pod` objects from what was found.
-
-Looks up, only for the 64-hex IDs of live cgroups not named yet, in the runtimes' state
-in the one order registry.py gives (each runtime a module: docker.py, containerd.py,
-crio.py, podman.py; then kubelet.py; then each runtime's last resort, the Docker API),
-under the trust rules of trust.py, in the places daemons.py finds. A bare 64-hex folder
-under no runtime's known parent (paths.py's "candidate") is a container only when one of
-these knows its ID (`promote`). An ID seen for the first time is looked up at once (a
-container that lives 1.5 s is named); one still unknown is retried every
-_RETRY_UNKNOWN_S; a pass stops reading after _BUDGET_S (said once). An entry is re-read
-when the runtime says its state changed (Docker: a rename; `recheck`, each tick, reads
-nothing on a steady host). Entries of containers that are gone are forgotten (retain).
+`container` and `pod` objects from what was found, in the runtimes' state in the one order
+registry.py gives, under the trust rules of trust.py, in the places daemons.py finds.
 Reads itself only /proc/<pid>/comm of a pod's members and their cgroup.procs (pause
 detection).
 """
@@ -34,6 +24,15 @@ from cgstat.naming.runtimes.trust import Budget, LookupPass, homes_of, owners_fo
 if TYPE_CHECKING:  # the record types are for the type checker only
     from cgstat.contract.types import Container, Pod
 
+# Looks up, only for the 64-hex IDs of live cgroups not named yet, in the runtimes' state
+# (each runtime a module: docker.py, containerd.py, crio.py, podman.py; then kubelet.py;
+# then each runtime's last resort, the Docker API). A bare 64-hex folder under no runtime's
+# known parent (paths.py's "candidate") is a container only when one of these knows its ID
+# (`promote`). An ID seen for the first time is looked up at once (a container that lives
+# 1.5 s is named); one still unknown is retried every _RETRY_UNKNOWN_S; a pass stops reading
+# after _BUDGET_S (said once). An entry is re-read when the runtime says its state changed
+# (Docker: a rename; `recheck`, each tick, reads nothing on a steady host). Entries of
+# containers that are gone are forgotten (retain).
 _RETRY_UNKNOWN_S = 60.0  # an ID no state named is looked up again after this long
 _BUDGET_S = 1.0  # reading runtime state, per lookup pass
 

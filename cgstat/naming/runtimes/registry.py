@@ -1,20 +1,6 @@
-"""The container runtimes cgstat knows, in the one lookup order, and what their paths say
-together.
-
-The order, for a system container's ID (one outside users' subtrees) not named yet:
-1. the runtimes' state, per ID, in RUNTIMES order: Docker, then containerd, then CRI-O
-   (a later one's entry replaces an earlier one's when its `replaces` says so: CRI
-   annotations say more than Docker's config), then for the IDs still unnamed the stores
-   scanned once for all (rootful Podman's containers.json);
-2. the kubelet's log folders (kubelet.py): Kubernetes container names and pods;
-3. each runtime's last resort (`finish`: the Docker API over its socket).
-For a user's cgroup (in user@UID.service): only the runtimes that trust USER, in the same
-order, from that user's own home (trust.py).
-
-Slurm's jobs are named from their paths (a parser of the whole path: a job is several
-folder levels deep) and slurmd's spool (slurm.py), not by container ID.
-
-Adding a runtime: a module with a Runtime subclass (runtime.py), listed here.
+"""The container runtimes cgstat knows (RUNTIMES), in the one lookup order, and what their
+paths say together. Adding a runtime: a module with a Runtime subclass (runtime.py),
+listed in RUNTIMES. Reads no files.
 """
 
 from __future__ import annotations
@@ -35,6 +21,17 @@ if TYPE_CHECKING:
     from cgstat.kernel.hostfs import HostFS
     from cgstat.naming.runtimes.daemons import Daemons
 
+# The order, for a system container's ID (one outside users' subtrees) not named yet:
+# 1. the runtimes' state, per ID, in RUNTIMES order: Docker, then containerd, then CRI-O
+#    (a later one's entry replaces an earlier one's when its `replaces` says so: CRI
+#    annotations say more than Docker's config), then for the IDs still unnamed the stores
+#    scanned once for all (rootful Podman's containers.json);
+# 2. the kubelet's log folders (kubelet.py): Kubernetes container names and pods;
+# 3. each runtime's last resort (`finish`: the Docker API over its socket).
+# For a user's cgroup (in user@UID.service): only the runtimes that trust USER, in the same
+# order, from that user's own home (trust.py).
+# Slurm's jobs are named from their paths (a parser of the whole path: a job is several
+# folder levels deep) and slurmd's spool (slurm.py), not by container ID.
 RUNTIMES: Tuple[Type[Runtime], ...] = (DockerRuntime, ContainerdRuntime, CrioRuntime, PodmanRuntime, LxcRuntime,
                                       SlurmRuntime)
 

@@ -1,24 +1,8 @@
-"""What a container runtime is to cgstat: the cgroup paths it makes, how its state names a
-container, and whose state it trusts. One module per runtime implements it (docker.py,
-containerd.py, crio.py, podman.py, lxc.py, slurm.py); registry.py lists them in lookup order.
-
-No I/O here: the interface, and the per-pass context every runtime reads through.
-
-- Paths (`scopes`, `parents`, `named_parents`, `monitors`): regular expressions over one
-  cgroup folder name; naming/paths.py classifies with the union of every runtime's. A
-  runtime whose workload is several folder levels deep (Slurm: job, step, task) parses
-  the whole path instead (`workload_path`), and says what else the path means in the
-  record (`describe`).
-- Naming from state: `begin(ctx)` once per lookup pass (list the stores: what is there),
-  then `system_entry(ctx, places, cid)` per container ID, in registry order, where a
-  later runtime's entry replaces an earlier one when `replaces` says so; then
-  `system_scan(ctx, places, missing)` for the IDs no per-ID read named (a store that is
-  one file for every container, scanned once). `user_entries` names a user's own
-  containers from that user's home.
-- Trust (`trusts`): SYSTEM, the host's own state (root's daemons) names only cgroups
-  outside users' subtrees; USER, a user's store in that user's home names only cgroups in
-  that user's delegated subtree (naming/runtimes/trust.py has the rules every read keeps).
-  A runtime that trusts neither is named from its paths alone.
+"""What a container runtime is to cgstat (Runtime): the cgroup paths it makes, how its state
+names a container, and whose state it trusts. One module per runtime implements it
+(docker.py, containerd.py, crio.py, podman.py, lxc.py, slurm.py); registry.py lists them in
+lookup order. No I/O here: the interface, and the per-pass context every runtime reads
+through.
 """
 
 from __future__ import annotations
@@ -82,8 +66,23 @@ class Pass:
         return self._listed[key]
 
 
+# - Paths (`scopes`, `parents`, `named_parents`, `monitors`): regular expressions over one
+#   cgroup folder name; naming/paths.py classifies with the union of every runtime's. A
+#   runtime whose workload is several folder levels deep (Slurm: job, step, task) parses
+#   the whole path instead (`workload_path`), and says what else the path means in the
+#   record (`describe`).
+# - Naming from state: `begin(ctx)` once per lookup pass (list the stores: what is there),
+#   then `system_entry(ctx, places, cid)` per container ID, in registry order, where a
+#   later runtime's entry replaces an earlier one when `replaces` says so; then
+#   `system_scan(ctx, places, missing)` for the IDs no per-ID read named (a store that is
+#   one file for every container, scanned once). `user_entries` names a user's own
+#   containers from that user's home.
+# - Trust (`trusts`): SYSTEM, the host's own state (root's daemons) names only cgroups
+#   outside users' subtrees; USER, a user's store in that user's home names only cgroups in
+#   that user's delegated subtree (naming/runtimes/trust.py has the rules every read keeps).
+#   A runtime that trusts neither is named from its paths alone.
 class Runtime:
-    """A container runtime (see the module docstring); the defaults name nothing."""
+    """A container runtime (see the comment above); the defaults name nothing."""
 
     name = ""  # the record's container.runtime
     scopes: Tuple[str, ...] = ()  # a container's own folder name; group 1 is its ID

@@ -1,19 +1,8 @@
 """Slurm: a job's cgroups, named from their paths and, where readable, slurmd's spool.
-
-Paths (slurmd's cgroup plugins; the job's folder is the workload, its steps and tasks
-are its own sub-cgroups):
-- cgroup v1: .../slurm[_<node>]/uid_<U>/job_<J>/step_<S>/task_<T>
-- cgroup v2: .../[<node>_]slurmstepd.scope/job_<J>/step_<S>/user/task_<T>, with the step's
-  slurmstepd in step_<S>/slurm (no uid level: the user comes from the spool)
-Steps are a number, `batch`, `extern` or `interactive`; tasks a number or `special`.
-
-State: the job's batch script, which slurmstepd writes as root to
-<SlurmdSpoolDir>/job<J, 5 digits>/slurm_script and then chowns to the job's user (the job
-folder stays root's). Only lstat()ed, never opened: its owner is the job's uid. The spool
-folder is SlurmdSpoolDir of /etc/slurm/slurm.conf (a size-bounded read), else the
-defaults (/var/spool/slurmd, Debian's /var/lib/slurm/slurmd). User names from the host's
-/etc/passwd. Not for cgroups in a user's delegated subtree (trust.py): those are named
-from their paths alone.
+Reads slurm.conf (/etc/slurm/ or /etc/slurm-llnl/, size-bounded) for SlurmdSpoolDir,
+lstat()s the job's batch script there (its owner is the job's uid), and reads the host's
+/etc/passwd for user names. Not for cgroups in a user's delegated subtree (trust.py): those
+are named from their paths alone.
 """
 
 from __future__ import annotations
@@ -34,12 +23,23 @@ if TYPE_CHECKING:
 
 _V1_ROOT = re.compile(r"^slurm(?:_.+)?$")
 _V2_ROOT = re.compile(r"^(?:.+_)?slurmstepd\.scope$")
+# Paths (slurmd's cgroup plugins; the job's folder is the workload, its steps and tasks
+# are its own sub-cgroups):
+# - cgroup v1: .../slurm[_<node>]/uid_<U>/job_<J>/step_<S>/task_<T>
+# - cgroup v2: .../[<node>_]slurmstepd.scope/job_<J>/step_<S>/user/task_<T>, with the step's
+#   slurmstepd in step_<S>/slurm (no uid level: the user comes from the spool)
+# Steps are a number, `batch`, `extern` or `interactive`; tasks a number or `special`.
 _UID = re.compile(r"^uid_([0-9]{1,10})$")
 _JOB = re.compile(r"^job_([0-9]{1,10})$")
 _STEP = re.compile(r"^step_([0-9]{1,10}(?:\+[0-9]{1,10})?|batch|extern|interactive)$")
 _TASK = re.compile(r"^task_([0-9]{1,10}|special)$")
 _UINT32 = 1 << 32
 
+# State: the job's batch script, which slurmstepd writes as root to
+# <SlurmdSpoolDir>/job<J, 5 digits>/slurm_script and then chowns to the job's user (the job
+# folder stays root's). Only lstat()ed, never opened: its owner is the job's uid. The spool
+# folder is SlurmdSpoolDir of slurm.conf (_CONFS; a size-bounded read), else the
+# defaults (/var/spool/slurmd, Debian's /var/lib/slurm/slurmd).
 CONF_MAX = 1024 * 1024  # slurm.conf
 PASSWD_MAX = 4 * 1024 * 1024
 _CONFS = ("/etc/slurm/slurm.conf", "/etc/slurm-llnl/slurm.conf")

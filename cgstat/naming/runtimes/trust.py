@@ -1,18 +1,7 @@
-"""The trust rules for reading runtime state: who may name what, whose files, how, how long.
-
-Much of this state is written by users and containers while the agent runs as root.
-- Who may name what. systemd delegates /user.slice/user-<UID>.slice/user@<UID>.service to
-  user UID, who may create any cgroup below it with any name (naming/paths.user_subtree_uid).
-  A cgroup with a `user@<UID>.service` component is named ONLY from that user's own stores,
-  in the homes `homes_of` gives; system state (Docker, rootful Podman, CRI-O, containerd,
-  kubelet, the Docker API) names ONLY cgroups outside users' subtrees. Entries are cached
-  per (uid, ID), so a user's store never names another user's container.
-- Whose files. Every folder from a user's home down to a store, and the store file, must
-  be owned by that user, by root or by the agent's own user (`owners_for`), never a link.
-- How files are opened: hostfs.read_untrusted / open_dir_under only (O_NOFOLLOW below a
-  fixed base, O_NONBLOCK, fstat must say regular file, sizes capped before reading).
-- How long: each lookup pass has a `Budget`; a denied folder is noted once (`LookupPass`).
-Reads /etc/passwd and lists /home (homes), and the state files the runtime modules name.
+"""The trust rules for reading runtime state: who may name what, whose files, how, how long
+(the rules are spelled out above CONFIG_MAX). Much of this state is written by users and
+containers while the agent runs as root. Reads /etc/passwd and lists /home (homes), and the
+state files the runtime modules name.
 """
 
 from __future__ import annotations
@@ -26,6 +15,17 @@ import orjson
 from cgstat.kernel.hostfs import HostFS, ReadError, list_dir_fd, open_dir_under, read_under, read_untrusted
 from cgstat.naming.runtimes.entry import ContainerEntry, Key
 
+# - Who may name what. systemd delegates /user.slice/user-<UID>.slice/user@<UID>.service to
+#   user UID, who may create any cgroup below it with any name (naming/paths.user_subtree_uid).
+#   A cgroup with a `user@<UID>.service` component is named ONLY from that user's own stores,
+#   in the homes `homes_of` gives; system state (Docker, rootful Podman, CRI-O, containerd,
+#   kubelet, the Docker API) names ONLY cgroups outside users' subtrees. Entries are cached
+#   per (uid, ID), so a user's store never names another user's container.
+# - Whose files. Every folder from a user's home down to a store, and the store file, must
+#   be owned by that user, by root or by the agent's own user (`owners_for`), never a link.
+# - How files are opened: hostfs.read_untrusted / open_dir_under only (O_NOFOLLOW below a
+#   fixed base, O_NONBLOCK, fstat must say regular file, sizes capped before reading).
+# - How long: each lookup pass has a `Budget`; a denied folder is noted once (`LookupPass`).
 CONFIG_MAX = 4 * 1024 * 1024  # config.v2.json, OCI config.json, daemon.json, passwd, an API answer
 
 

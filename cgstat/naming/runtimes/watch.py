@@ -1,15 +1,6 @@
-"""Which runtime state files changed since the last tick, without reading them.
-
-dockerd rewrites a container's config.v2.json on every change that a name, image or label
-could follow (docker rename, a restart): it writes a temporary file in the container's
-folder and renames it over the old one (AtomicWriteFile), which inotify(7) reports on a
-watch of that folder as IN_MOVED_TO with the file's name. One watch per container folder,
-the events drained once per tick: a steady host costs one non-blocking read per tick,
-whatever the number of containers, and a rename is seen on the next tick.
-
-Where a watch can't be had (no inotify, fs.inotify.max_user_watches reached) the file's
-identity (inode, mtime, size: `docker.signature`) is compared instead, every tick, for
-those files only. An overflowed queue (IN_Q_OVERFLOW) counts every watched file as changed.
+"""Which runtime state files changed since the last tick, without reading them: one inotify
+watch per container folder (IN_MOVED_TO of dockerd's atomic rewrite of config.v2.json),
+drained once per tick; where a watch can't be had, the file's stat is compared instead.
 """
 
 from __future__ import annotations
@@ -34,6 +25,15 @@ _MASK = IN_MOVED_TO | IN_MODIFY | IN_DELETE_SELF | IN_MOVE_SELF | IN_ONLYDIR | I
 Signature = Tuple[int, int, int]
 
 
+# dockerd rewrites a container's config.v2.json on every change that a name, image or label
+# could follow (docker rename, a restart): it writes a temporary file in the container's
+# folder and renames it over the old one (AtomicWriteFile), which inotify(7) reports on a
+# watch of that folder as IN_MOVED_TO with the file's name. One watch per container folder,
+# the events drained once per tick: a steady host costs one non-blocking read per tick,
+# whatever the number of containers, and a rename is seen on the next tick.
+# Where a watch can't be had (no inotify, fs.inotify.max_user_watches reached) the file's
+# identity (inode, mtime, size: `docker.signature`) is compared instead, every tick, for
+# those files only. An overflowed queue (IN_Q_OVERFLOW) counts every watched file as changed.
 class StateWatch(Generic[K]):
     """Keys whose watched file changed; `signature(folder, name)` is the fallback's stat."""
 
