@@ -20,6 +20,7 @@ import orjson
 from cgstat.errors import CgstatError
 from cgstat.contract.display import workload_name
 from cgstat.pipeline.build import number_at, value_at
+from cgstat.text import escape_controls
 from cgstat.timestamps import parse_ts
 
 Warn = Callable[[str, str], None]
@@ -389,8 +390,8 @@ def choose(lives: List[Life], query: str, clock: Any) -> Life:
     for life in lives:
         kind, name = life.name
         ended = life.exit.get("ended_by") if life.exit else "no exit record"
-        rows.append("  %s  %s %s, %s to %s (%s)" % (life.cgroup, kind, name, clock.day(life.first),
-                                                      clock.day(life.last), ended))
+        rows.append(escape_controls("  %s  %s %s, %s to %s (%s)" % (  # a name's newline stays in its row
+            life.cgroup, kind, name, clock.day(life.first), clock.day(life.last), ended)))
     raise StoryError("\n".join(rows))
 
 
@@ -421,12 +422,22 @@ def story(workload: str, store: str, file: Optional[str], since: Optional[str], 
     several match."""
     import sys
 
+    from cgstat.diagnostics import say
     from cgstat.outputs.clock import Clock
     from cgstat.outputs.story_text import story_json, story_text
 
     clock = Clock(utc)
     source = file_lines(file) if file else store_lines(store, since, until, warn)
-    told = summary(choose(gather(source, workload), workload, clock))
+    try:
+        life = choose(gather(source, workload), workload, clock)
+    except StoryError as exc:
+        lines = str(exc).split("\n")
+        if len(lines) == 1:
+            raise
+        for line in lines:  # the lives listed, a line each (escaped one by one)
+            say(line)
+        return 1
+    told = summary(life)
     out = story_json(told) if fmt == "json" else story_text(told, clock)
     sys.stdout.write(out)
     sys.stdout.flush()

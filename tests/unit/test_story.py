@@ -8,7 +8,8 @@ import sys
 import orjson
 import pytest
 
-from cgstat.app.story import gather, matches, summary
+from cgstat.app.story import StoryError, choose, gather, matches, summary
+from cgstat.outputs.clock import Clock
 from cgstat.timestamps import rfc3339
 from tests.helpers import history as H
 from tests.helpers.contract import ROOT
@@ -68,13 +69,25 @@ def test_a_stream_file_and_two_lives_listed_not_guessed(tmp_path):
                     f.write(orjson.dumps(r) + b"\n")
     out, err = _cgstat("story", "job.service", "--file", str(path), code=1)
     assert out == "" and err.startswith("cgstat: 2 workloads match 'job.service'")
-    assert err.count("/system.slice/job.service  unit job.service") == 2
+    assert err.count("cgstat:   /system.slice/job.service  unit job.service") == 2  # a line each
+    assert len(err.splitlines()) == 3 and "\\x0a" not in err
     assert "2026-12-02 03:12:00 to 2026-12-02 03:12:26 (oom_kill)" in err
     assert "2026-12-02 03:13:40 to" in err
     one = tmp_path / "one.jsonl"
     H.write_jsonl(str(one))
     out, _ = _cgstat("story", "job", "--file", str(one))
     assert out.startswith("job.service: OOM-killed at 03:12:26")
+
+
+def test_lives_listed_keep_a_row_each_whatever_their_names():
+    evil = "ev\nil\x1b[2J"
+    lines = [orjson.dumps({"type": "cgroup", "ts": rfc3339(H.T0), "cgroup": "/docker/" + c, "container": {
+        "runtime": "docker", "id": "abc" + c, "name": evil}}) for c in ("1\n", "2\x07")]
+    with pytest.raises(StoryError) as err:
+        choose(gather(lines, "abc"), "abc", Clock(utc=True))
+    rows = str(err.value).split("\n")
+    assert len(rows) == 3 and all("\x1b" not in row and "\x07" not in row for row in rows)
+    assert rows[1].startswith("  /docker/1\\x0a  container ev\\x0ail\\x1b[2J")
 
 
 def test_nothing_matching_is_one_line(store):
