@@ -23,7 +23,9 @@ def test_stream_live_host_three_batches():
 def test_once_live_host_has_rates_over_window():
     records, err, _ = run_cgstat("once", "--window", "0.3", "--all")
     (root,) = [r for r in records if r["cgroup"] == "/"]
-    assert 0.25 < root["interval_s"] < 2 and root["cpu"]["percent"] is not None
+    # the window is a floor: reading every cgroup of a busy host (thousands, on a loaded
+    # machine) stretches the time between a cgroup's two samples, never shortens it
+    assert 0.25 < root["interval_s"] < 60 and root["cpu"]["percent"] is not None
     # a cgroup created meanwhile (by a test running beside this one) has no rate yet
-    assert all(r["interval_s"] is None or 0.25 < r["interval_s"] < 2 for r in records)
+    assert all(r["interval_s"] is None or 0.25 < r["interval_s"] < 60 for r in records)
     assert "showing every cgroup" in err  # says once what it shows
