@@ -103,6 +103,20 @@ def test_per_signal_wins_then_credential_file_and_command_line(tmp_path: Path) -
     assert got.notes == () and got.tls == (None, None, None)
 
 
+@pytest.mark.skipif(os.geteuid() != 0, reason="a credential of root's needs root")
+def test_a_systemd_credential_readable_through_its_acl_is_taken(tmp_path: Path) -> None:
+    # systemd gives the service's user read access by an ACL: the mask shows as group bits
+    creds = tmp_path / "creds"
+    creds.mkdir()
+    path = private(creds / "otlp-headers", "Authorization=Bearer " + TOKEN, 0o440)
+    os.chown(path, 0, 0)
+    got = gather([], None, None, None, None, "http://r/", {"CREDENTIALS_DIRECTORY": str(creds)})
+    assert dict(got.headers) == {"Authorization": "Bearer " + TOKEN}
+    os.chmod(path, 0o444)  # every user: refused still
+    with pytest.raises(CgstatError, match="other users may read it .mode 444."):
+        gather([], None, None, None, None, "http://r/", {"CREDENTIALS_DIRECTORY": str(creds)})
+
+
 @pytest.mark.parametrize("name, secret", [("Authorization", True), ("x-api-key", True), ("X-Auth-Token", True),
                                           ("X-Scope-OrgID", False), ("KEYCLOAK-REALM", True)])
 def test_secret_looking_headers_on_the_command_line_are_said(name: str, secret: bool) -> None:

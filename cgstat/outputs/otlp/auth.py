@@ -89,7 +89,12 @@ def read_private(path: str, what: str, root_may_own: bool = False) -> str:
         if st.st_uid != me and not (root_may_own and st.st_uid == 0):
             raise CgstatError(f"refusing {what} {shown}: it belongs to uid {st.st_uid}, not to the user cgstat "
                               f"runs as (uid {me}); another user could change the credentials")
-        if stat.S_IMODE(st.st_mode) & 0o077:
+        # systemd writes a credential 0400, root's, and grants the service's user read access
+        # by an ACL (exec-credential.c, write_credential()): the ACL's mask then shows as the
+        # group bits (0440). Only the bits of others count there; systemd keeps the folder
+        # private to the service.
+        private = 0o007 if root_may_own and st.st_uid == 0 else 0o077
+        if stat.S_IMODE(st.st_mode) & private:
             raise CgstatError(f"refusing {what} {shown}: other users may read it (mode "
                               f"{stat.S_IMODE(st.st_mode):o}); chmod 600 it")
         data = os.read(fd, _MAX_BYTES + 1)
