@@ -1,15 +1,7 @@
 """`--format table` of the views of the past (`dump`, `replay`, `events`): every row says when.
-
-A batch (one tick read back, or a span's events) is laid out as up to three tables, each
-left out when it has no row:
-- the workloads: TIME (the record's), then the columns of outputs/table.py's docker-stats
-  table with MEM PEAK (the kernel's memory.peak / max_usage_in_bytes) after MEM %;
-- the events: TIME, SEVERITY, KIND, WORKLOAD, MESSAGE (an OOM kill's kernel-log time, where
-  the event has it, is the message's first words: `[kernel 03:12:07]`);
-- the exit records: WORKLOAD, START, END, LIFETIME, CPU S, PEAK MEM (with where it is from),
-  OOM KILLS, IO R / W, GPU S, ENDED BY.
-Times are local with the zone in the header (`TIME (CET)`), or UTC. Names are hostile:
-controls escaped (text.escape_controls) as in every table.
+A batch (one tick read back, or a span's events) is laid out as up to three tables (the
+workloads, the events, the exit records), each left out when it has no row; see
+format_history. Reads no host file.
 """
 
 from __future__ import annotations
@@ -29,6 +21,14 @@ if TYPE_CHECKING:
 
 # docker stats' columns, and the kernel's peak after MEM % (memory.peak, v1
 # max_usage_in_bytes: what the workload needed, also between two samples)
+# - the workloads: TIME (the record's), then the columns of outputs/table.py's docker-stats
+#   table with MEM PEAK (the kernel's memory.peak / max_usage_in_bytes) after MEM %;
+# - the events: TIME, SEVERITY, KIND, WORKLOAD, MESSAGE (an OOM kill's kernel-log time, where
+#   the event has it, is the message's first words: `[kernel 03:12:07]`);
+# - the exit records: WORKLOAD, START, END, LIFETIME, CPU S, PEAK MEM (with where it is from),
+#   OOM KILLS, IO R / W, GPU S, ENDED BY.
+# Times are local with the zone in the header (`TIME (CET)`), or UTC. Names are hostile:
+# controls escaped (text.escape_controls) as in every table.
 WORKLOAD_HEADER = TABLE_HEADER[:5] + ("MEM PEAK",) + TABLE_HEADER[5:]
 EVENT_HEADER = ("SEVERITY", "KIND", "WORKLOAD", "MESSAGE")
 EXIT_HEADER = ("WORKLOAD", "START", "END", "LIFETIME", "CPU S", "PEAK MEM", "OOM KILLS", "IO R / W", "GPU S",

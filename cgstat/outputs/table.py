@@ -1,26 +1,9 @@
 """`--format table` and `--format csv`: the same records, for people and spreadsheets.
-
-- table: one block per batch, laid out as `docker stats --no-stream` prints it (a header,
-  CONTAINER ID first: a container's 12-hex short ID, "--" for other cgroups,
-  columns padded the way Go's tabwriter does there: at least 10 wide, 3 spaces apart),
-  sizes in docker's units: `units.BytesSize` (binary, "%.4g" + B/KiB/MiB/GiB...) for
-  memory, `units.HumanSizeWithPrecision(x, 3)` (decimal, kB/MB/GB) for network and block
-  IO, percentages with two decimals and "%". A null figure prints "--". MEM USAGE is the
-  working set; with no limit the host's memory stands in (as docker does), found from
-  `memory.percent`. Events in the batch follow the table, one line each.
-- csv: a header, then one row per cgroup/pod record, per event and per exit record (its
-  figures in the `exit.*` columns), always the same fixed
-  columns (CSV_COLUMNS, dotted names such as `cpu.percent`), so every row has the same
-  width whatever the record holds. GPU device records (`type: "gpu"`) are not rows.
-
-Names are hostile (any byte but '/' and NUL is a valid cgroup name): control, bidi and
-line-separator characters are written as `\\xNN`/`\\uXXXX` (text.escape_controls) in both
-formats; in CSV every text cell is quoted and one that starts with `=`, `+`, `-`, `@`,
-tab or CR gets a leading `'` so that spreadsheets don't run it as a formula (OWASP, "CSV
-Injection").
-
-Both sinks are the JSON-lines sinks with another serialiser, so opening, SIGHUP reopening,
-backlog on a failing disk and a closed stdout behave exactly as there.
+table: one block per batch, laid out as `docker stats --no-stream` prints it; csv: a
+header, then one row per cgroup/pod record, per event and per exit record, in fixed columns
+(CSV_COLUMNS). Names are hostile: controls escaped in both, formulas defused in CSV. Both
+sinks are the JSON-lines sinks with another serialiser (opening, SIGHUP reopening, backlog
+on a failing disk and a closed stdout behave exactly as there). Reads no host file.
 """
 
 from __future__ import annotations
@@ -64,6 +47,14 @@ def text_width(text: str) -> int:
     return w
 
 
+# The table as `docker stats --no-stream` prints it: a header, CONTAINER ID first (a
+# container's 12-hex short ID, "--" for other cgroups), columns padded the way Go's
+# tabwriter does there (at least 10 wide, 3 spaces apart), sizes in docker's units:
+# `units.BytesSize` (binary, "%.4g" + B/KiB/MiB/GiB...) for memory,
+# `units.HumanSizeWithPrecision(x, 3)` (decimal, kB/MB/GB) for network and block IO,
+# percentages with two decimals and "%". A null figure prints "--". MEM USAGE is the
+# working set; with no limit the host's memory stands in (as docker does), found from
+# `memory.percent`. Events in the batch follow the table, one line each.
 TABLE_HEADER = ("CONTAINER ID", "NAME", "CPU %", "MEM USAGE / LIMIT", "MEM %", "NET I/O", "BLOCK I/O", "PIDS", "GPU MEM",
                 "GPU SM %")
 
@@ -150,6 +141,15 @@ def format_table(records: Iterable[JsonObject]) -> str:
 
 # -- CSV --------------------------------------------------------------------------------------
 
+# CSV: a header, then one row per cgroup/pod record, per event and per exit record (its
+# figures in the `exit.*` columns), always the same fixed columns (CSV_COLUMNS, dotted names
+# such as `cpu.percent`), so every row has the same width whatever the record holds. GPU
+# device records (`type: "gpu"`) are not rows.
+# Names are hostile (any byte but '/' and NUL is a valid cgroup name): control, bidi and
+# line-separator characters are written as `\xNN`/`\uXXXX` (text.escape_controls) in both
+# formats; in CSV every text cell is quoted and one that starts with `=`, `+`, `-`, `@`,
+# tab or CR gets a leading `'` so that spreadsheets don't run it as a formula (OWASP, "CSV
+# Injection").
 CSV_COLUMNS = fields.CSV_COLUMNS  # declared with the record's fields (cgstat/contract/fields.py)
 _CSV_KEYS = tuple(() if c in fields.CSV_MADE else fields.keys(c) for c in CSV_COLUMNS)  # checked against the table
 

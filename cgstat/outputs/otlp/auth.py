@@ -2,15 +2,6 @@
 user reads in `ps` and /proc/PID/cmdline): headers from OpenTelemetry's environment
 variables, a private file and a systemd credential; client certificates for mTLS; the
 user info of an endpoint URL as Basic auth, and that URL as messages show it (redacted).
-
-Headers, later sources winning per name (case-insensitive): OTEL_EXPORTER_OTLP_HEADERS,
-then the per-signal OTEL_EXPORTER_OTLP_METRICS_HEADERS (OpenTelemetry's format:
-comma-separated NAME=VALUE, values percent-decoded), then the systemd credential
-`$CREDENTIALS_DIRECTORY/otlp-headers` (`LoadCredential=otlp-headers:FILE`), then
-`--otlp-headers-file`, then `--otlp-header`. A file holds the same format, entries also
-separated by line breaks, `#` lines skipped; it must be the running user's (a credential:
-also root's) and readable by no one else. A secret-looking header given on the command
-line (Authorization, or a name holding token or key) is said once, with the better way.
 Reads only the files named; never prints a header's value.
 """
 
@@ -107,6 +98,14 @@ def read_private(path: str, what: str, root_may_own: bool = False) -> str:
     return data.decode("utf-8", "replace")
 
 
+# Headers, later sources winning per name (case-insensitive): OTEL_EXPORTER_OTLP_HEADERS,
+# then the per-signal OTEL_EXPORTER_OTLP_METRICS_HEADERS (OpenTelemetry's format:
+# comma-separated NAME=VALUE, values percent-decoded), then the systemd credential
+# `$CREDENTIALS_DIRECTORY/otlp-headers` (`LoadCredential=otlp-headers:FILE`), then
+# `--otlp-headers-file`, then `--otlp-header`. A file holds the same format, entries also
+# separated by line breaks, `#` lines skipped; it must be the running user's (a credential:
+# also root's) and readable by no one else. A secret-looking header given on the command
+# line (Authorization, or a name holding token or key) is said once, with the better way.
 def gather(cli_headers: Sequence[Header], headers_file: Optional[str], ca_file: Optional[str],
            client_certificate: Optional[str], client_key: Optional[str], endpoint: str,
            environ: Mapping[str, str]) -> Credentials:

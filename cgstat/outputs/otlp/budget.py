@@ -1,17 +1,7 @@
 """The OTLP push's series budget: the metric groups and `--max-series` of /metrics, applied
-to a tick's resources (cgstat/outputs/otlp/encode.py) with the same rules (cgstat/outputs/prometheus/budget.py).
-
-A series here is a data point's stream: a resource, a metric, the point's attributes. A
-group turned off leaves out its metrics (each OTLP metric is in its field's group, as its
-Prometheus series). Past `max_series` data points, the least-used cgroup and pod resources
-are folded into one resource, `cgstat.cgroup="_other"` and `container.name="_other"`
-(host.name as theirs), whose data points are the folded ones' sums, metric by metric and
-attribute set by attribute set (a device's, an interface's); it also has
-`cgstat.folded_cgroups`, how many are folded. GPU resources are never folded. Which cgroups
-keep their own resource, and how _other's counters stay monotone when a cgroup leaves it
-(what it had counted is carried), are prometheus_budget.choose and .carry: the same code
-as the exposition's. _other's start time is when it first appeared, kept from then on (its
-carried counters keep counting from it). Reads no host file.
+to a tick's resources (outputs/otlp/encode.py) with the same rules and code
+(outputs/prometheus/budget.py): past `max_series` data points the least-used cgroup and pod
+resources are folded into one `_other` resource (see OtlpBudget). Reads no host file.
 """
 
 from __future__ import annotations
@@ -27,6 +17,17 @@ FOLDED = Metric("cgstat.folded_cgroups", "", "1", False, group="cgstat")
 _Key = Tuple[str, Tuple[Tuple[str, Any], ...]]  # (metric name, the data point's attributes)
 
 
+# A series here is a data point's stream: a resource, a metric, the point's attributes. A
+# group turned off leaves out its metrics (each OTLP metric is in its field's group, as its
+# Prometheus series). Past `max_series` data points, the least-used cgroup and pod resources
+# are folded into one resource, `cgstat.cgroup="_other"` and `container.name="_other"`
+# (host.name as theirs), whose data points are the folded ones' sums, metric by metric and
+# attribute set by attribute set (a device's, an interface's); it also has
+# `cgstat.folded_cgroups`, how many are folded. GPU resources are never folded. Which cgroups
+# keep their own resource, and how _other's counters stay monotone when a cgroup leaves it
+# (what it had counted is carried), are prometheus/budget.py's choose_kept and
+# carry_counters: the same code as the exposition's. _other's start time is when it first
+# appeared, kept from then on (its carried counters keep counting from it).
 class OtlpBudget:
     """What the push keeps from tick to tick to fold as /metrics does. `say(message)`: told
     once when folding first starts."""

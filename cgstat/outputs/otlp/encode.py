@@ -1,16 +1,8 @@
 """A tick's records as one OTLP ExportMetricsServiceRequest, in protobuf or in OTLP's JSON mapping.
-
-Each cgroup, pod and GPU record is a resource (host.name, container.*, k8s.pod.*,
-k8s.namespace.name, cgstat.cgroup) with one scope ("cgstat"), holding the metrics of
-cgstat/outputs/otlp/names.py: counters as cumulative monotonic Sums, the rest as Gauges, a JSON null
-giving no data point (never a fake 0). A counter's start time is when cgstat first saw its
-resource (the kernel's counters begin at the cgroup's creation, which no file says); it
-stays the same while the resource is seen, as cumulative temporality wants. Events and
-other records are left out. Protobuf needs the `opentelemetry-proto` package (the `otlp`
-extra), imported when the first request is made; JSON needs nothing (JsonWriter: orjson's
-bytes of the request, its text pieces kept from tick to tick). With a series budget
-(cgstat/outputs/otlp/budget.py) the resources are folded before either is written. Reads no host
-file.
+Each cgroup, pod and GPU record is a resource with one scope ("cgstat") holding the metrics
+of outputs/otlp/names.py; events and other records are left out. With a series budget
+(outputs/otlp/budget.py) the resources are folded before either is written. Protobuf needs
+the `opentelemetry-proto` package (the `otlp` extra). Reads no host file.
 """
 
 from __future__ import annotations
@@ -31,6 +23,15 @@ from cgstat.timestamps import ts_millis
 if TYPE_CHECKING:  # the record types are for the type checker only
     from cgstat.contract.types import JsonObject
 
+# Each cgroup, pod and GPU record is a resource (host.name, container.*, k8s.pod.*,
+# k8s.namespace.name, cgstat.cgroup) with one scope ("cgstat"), holding the metrics of
+# outputs/otlp/names.py: counters as cumulative monotonic Sums, the rest as Gauges, a JSON
+# null giving no data point (never a fake 0). A counter's start time is when cgstat first
+# saw its resource (the kernel's counters begin at the cgroup's creation, which no file
+# says); it stays the same while the resource is seen, as cumulative temporality wants.
+# Protobuf needs the `opentelemetry-proto` package (the `otlp` extra), imported when the
+# first request is made; JSON needs nothing (JsonWriter: orjson's bytes of the request, its
+# text pieces kept from tick to tick).
 ENCODINGS = ("protobuf", "json")
 CONTENT_TYPES = {"protobuf": "application/x-protobuf", "json": "application/json"}
 CUMULATIVE = 2  # AggregationTemporality AGGREGATION_TEMPORALITY_CUMULATIVE

@@ -1,21 +1,7 @@
 """`--otlp-endpoint`: each tick pushed to an OTLP/HTTP receiver, from a thread of its own.
-
-The tick's thread encodes the tick (cgstat/outputs/otlp/encode.py: protobuf, or JSON), gzips it
-and puts it in a buffer bounded by TIME (`--otlp-buffer`, 5 minutes by default) and, as a
-guard, by bytes; it never waits for the receiver. The sink's thread sends the buffer
-oldest first (cgstat/outputs/otlp/transport.py); a tick leaves the buffer when the receiver took it.
-So a receiver that is down or slow loses nothing for the buffer's time: the ticks are kept
-and sent when it answers again, several ticks to a request when there is a backlog. Past
-the buffer's time the OLDEST ticks are dropped (the newest are what a dashboard wants
-next), said on stderr when the dropping begins and, with the count, when it ends.
-
-Failures are retried with exponential backoff (0.5 s doubling to 30 s, with jitter, or
-the receiver's Retry-After); a status that OTLP says not to retry (400: a body the
-receiver can't take) drops that request, said, and so are the points a receiver says it
-rejected in an answer of partial success. What the sink's thread has to say is said
-by the tick's thread at its next write (the diagnostics channel is used from one thread).
-close() sends what is buffered for up to `close_timeout_s` (after a stop signal, up to
-`stop_timeout_s`), then says how many ticks were not sent.
+The tick's thread encodes the tick (outputs/otlp/encode.py), gzips it and buffers it,
+bounded by time (`--otlp-buffer`) and bytes, never waiting for the receiver; the sink's
+thread sends the buffer oldest first (outputs/otlp/transport.py), retrying with backoff.
 """
 
 from __future__ import annotations
@@ -40,6 +26,19 @@ from cgstat.text import escape_controls
 if TYPE_CHECKING:  # the record types are for the type checker only
     from cgstat.contract.types import JsonObject
 
+# The buffer is bounded by TIME (`--otlp-buffer`, 5 minutes by default) and, as a guard, by
+# bytes; a tick leaves the buffer when the receiver took it. So a receiver that is down or
+# slow loses nothing for the buffer's time: the ticks are kept and sent when it answers
+# again, several ticks to a request when there is a backlog. Past the buffer's time the
+# OLDEST ticks are dropped (the newest are what a dashboard wants next), said on stderr
+# when the dropping begins and, with the count, when it ends.
+# Failures are retried with exponential backoff (0.5 s doubling to 30 s, with jitter, or
+# the receiver's Retry-After); a status that OTLP says not to retry (400: a body the
+# receiver can't take) drops that request, said, and so are the points a receiver says it
+# rejected in an answer of partial success. What the sink's thread has to say is said
+# by the tick's thread at its next write (the diagnostics channel is used from one thread).
+# close() sends what is buffered for up to `close_timeout_s` (after a stop signal, up to
+# `stop_timeout_s`), then says how many ticks were not sent.
 BUFFER_S = 300.0
 MAX_BUFFER_BYTES = 256 * 1024 * 1024  # a guard: gzipped, 5 minutes of 1,000 cgroups a second is far less
 BATCH_BYTES = 4 * 1024 * 1024  # a backlog is sent in requests of at most this many uncompressed bytes

@@ -1,27 +1,7 @@
 """The exposition's series budget: metric groups turned off, and past `max_series` the
-least-used cgroups folded into one `id="_other"` series per family and label set.
-
-A render (cgstat/outputs/prometheus/exposition.py) gives each tick's per-family pieces and where each
-cgroup's begin; `Fold.apply` takes out the turned-off families and the folded cgroups'
-series, and adds _other's: the sum of the folded series, label set by label set (a
-block device's, an interface's, a memory event's). Identity families (info series) are
-not summed; container_last_seen is the latest folded one's. The sums are made a family at
-a time, not a series at a time: the folded records' pieces are sliced out in runs, each
-brace's labels after the workload's are looked up (learnt once: the braces are the same
-objects from tick to tick, prometheus_labels.LabelCache) and the values read back in one
-call; a tick that folds the same cgroups as the last, with no counter lower, compares
-their counters a family at a time too.
-
-A counter of _other stays monotone whatever comes and goes: a cgroup that leaves _other
-(it died, or got its own series back) takes its counter with it, so its last folded
-value is carried in an offset that _other keeps from then on (as Prometheus' own
-`increase()` sees a counter that is gone: what it had counted stays counted). A cgroup
-that comes in adds its whole counter, an increase. A cgroup path whose counter went
-down (removed and made again) is the same: its old value is carried.
-
-Which cgroups keep their own series: those that had them last tick, while they fit; a
-freed place goes to the busiest folded or new cgroup (CPU, then working set), so a
-series does not flap in and out of _other from tick to tick.
+least-used cgroups folded into one `id="_other"` series per family and label set
+(`Fold.apply`), whose counters stay monotone (`carry_counters`) and whose members change
+as little as they can (`choose_kept`). Reads no host file.
 """
 
 from __future__ import annotations
@@ -105,6 +85,16 @@ class SeriesBudget:
         return fold
 
 
+# A render (outputs/prometheus/exposition.py) gives each tick's per-family pieces and where
+# each cgroup's begin; `Fold.apply` takes out the turned-off families and the folded
+# cgroups' series, and adds _other's: the sum of the folded series, label set by label set
+# (a block device's, an interface's, a memory event's). Identity families (info series) are
+# not summed; container_last_seen is the latest folded one's. The sums are made a family at
+# a time, not a series at a time: the folded records' pieces are sliced out in runs, each
+# brace's labels after the workload's are looked up (learnt once: the braces are the same
+# objects from tick to tick, prometheus/labels.py's LabelCache) and the values read back in
+# one call; a tick that folds the same cgroups as the last, with no counter lower, compares
+# their counters a family at a time too.
 class Fold:
     """One tick's fold (its text and its OpenMetrics render make the same one)."""
 
@@ -378,6 +368,9 @@ def _numbers(texts: List[bytes]) -> List[Any]:
     return [int(text) if text.lstrip(b"-").isdigit() else float(text) for text in texts]
 
 
+# Which cgroups keep their own series: those that had them last tick, while they fit; a
+# freed place goes to the busiest folded or new cgroup (CPU, then working set), so a
+# series does not flap in and out of _other from tick to tick.
 def choose_kept(paths: Sequence[str], counts: Sequence[int], usages: Sequence[Tuple[float, float]], kept_before: Set[str],
            room: int, other_before: int) -> Tuple[List[int], List[int], int]:
     """Which cgroups keep their own series (the rules of the budget, for /metrics and the
@@ -399,6 +392,12 @@ def choose_kept(paths: Sequence[str], counts: Sequence[int], usages: Sequence[Tu
     return kept, folded, used
 
 
+# A counter of _other stays monotone whatever comes and goes: a cgroup that leaves _other
+# (it died, or got its own series back) takes its counter with it, so its last folded
+# value is carried in an offset that _other keeps from then on (as Prometheus' own
+# `increase()` sees a counter that is gone: what it had counted stays counted). A cgroup
+# that comes in adds its whole counter, an increase. A cgroup path whose counter went
+# down (removed and made again) is the same: its old value is carried.
 def carry_counters(offsets: Dict[Any, Any], before: Dict[str, Dict[Any, Any]], now: Dict[str, Dict[Any, Any]]) -> None:
     """Add to `offsets` the counters that left _other since last tick (`before`, `now`:
     {cgroup: {series: counter}} of the folded ones): a cgroup gone or given its own series,

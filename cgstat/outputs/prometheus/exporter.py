@@ -1,18 +1,8 @@
 """`cgstat serve`: the Prometheus endpoint, and the same endpoint beside `cgstat stream`.
-
-The sampling loop (the one Schedule) renders the exposition once per tick and hands the
-bytes to the HTTP server (cgstat/outputs/prometheus/http.py), which serves the latest ones to every
-scrape. A scrape never triggers a read of the kernel and never waits for a tick; a tick
-never waits for a scraper.
-
-- `Exporter(listen)`: the server plus the renderer, a Sink (pipeline/sinks.py): `open()`
-  serves the exporter's own metrics before the first tick, `write(records, tick)` (or
-  `publish(records, tick_seconds)`) once per tick, `close()` at the end. `stream --listen`
-  has it beside its other sinks.
-
-`cgstat serve` is the pipeline's Runner with the exporter as its sink (and any sinks added):
-bind (a bad address fails now, exit 1), warm up, READY=1, then a tick per interval with
-WATCHDOG=1 after each; SIGTERM/SIGINT end it with exit 0.
+The sampling loop renders the exposition once per tick and hands the bytes to the HTTP
+server (outputs/prometheus/http.py), which serves the latest ones to every scrape: a scrape
+never triggers a read of the kernel and never waits for a tick; a tick never waits for a
+scraper. `Exporter(listen)` is the server plus the renderer, a Sink (pipeline/sinks.py).
 """
 
 from __future__ import annotations
@@ -38,6 +28,12 @@ if TYPE_CHECKING:  # the record types are for the type checker only
     from cgstat.contract.types import JsonObject, Sampled
 
 
+# `open()` serves the exporter's own metrics before the first tick, `write(records, tick)`
+# (or `publish(records, tick_seconds)`) once per tick, `close()` at the end. `stream
+# --listen` has it beside its other sinks. `cgstat serve` is the pipeline's Runner with the
+# exporter as its sink (and any sinks added): bind (a bad address fails now, exit 1), warm
+# up, READY=1, then a tick per interval with WATCHDOG=1 after each; SIGTERM/SIGINT end it
+# with exit 0.
 class Exporter(Sink):
     """Renders each tick's records and serves them on `listen` ('ADDR:PORT').
 

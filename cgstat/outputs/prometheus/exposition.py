@@ -1,15 +1,7 @@
 """The Prometheus exposition of one tick: records in, bytes out, in text format 0.0.4 or
-OpenMetrics 1.0 (counter families named without `_total` in `# HELP`/`# TYPE`, `_info`
-gauges as `info` families, timestamps in seconds, `# EOF`).
-
-The families are declared in cgstat/contract/fields.py and rendered here; docs/prometheus.md
-lists every one (tests/unit/test_fields.py checks it against FAMILIES). Names, units and
-labels follow cAdvisor (google/cadvisor, metrics/prometheus.go) wherever cAdvisor has the
-meaning, so its dashboards and rules run unchanged; the rest is under `cgstat_`. Raw
-counters, never rates; a null gives no sample, never a fake 0; a cgroup's samples carry
-the time it was read (the record's `ts`), so `rate()` is exact whatever the scrape's
-phase. Labels are escaped and bounded by cgstat/outputs/prometheus/labels.py; the families'
-table and formatters are families.py, a GPU record's series gpu_series.py.
+OpenMetrics 1.0. The families are declared in cgstat/contract/fields.py and rendered here
+(their table and formatters in families.py, a GPU record's series in gpu_series.py, labels
+escaped and bounded by labels.py); docs/prometheus.md lists every one. Reads no host file.
 """
 
 from __future__ import annotations
@@ -74,6 +66,13 @@ if TYPE_CHECKING:  # the record types are for the type checker only
     from cgstat.contract.types import CgroupRecord, GpuRecord, IoDevice, Sampled
 
 
+# OpenMetrics 1.0: counter families named without `_total` in `# HELP`/`# TYPE`, `_info`
+# gauges as `info` families, timestamps in seconds, `# EOF`. docs/prometheus.md lists every
+# family (tests/unit/test_fields.py checks it against FAMILIES). Names, units and labels
+# follow cAdvisor (google/cadvisor, metrics/prometheus.go) wherever cAdvisor has the
+# meaning, so its dashboards and rules run unchanged; the rest is under `cgstat_`. Raw
+# counters, never rates; a null gives no sample, never a fake 0; a cgroup's samples carry
+# the time it was read (the record's `ts`), so `rate()` is exact whatever the scrape's phase.
 def _cgroup_samples(record: CgroupRecord, out: List[List[bytes]], fmt: str, timestamps: bool,
                     workload: WorkloadLabels) -> None:
     millis = ts_millis(record.get("ts")) if timestamps else None

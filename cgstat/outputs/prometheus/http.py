@@ -2,28 +2,8 @@
 
 One thread runs a `selectors` loop over non-blocking sockets: it never waits on one
 client, so stalled, slow or malicious clients cost a socket each, not a thread, and never
-delay a scrape. The sampling loop is not involved at all: it hands finished bytes to
-`publish()`, and a scrape sends the latest ones (rendered once per tick; the gzip and
-OpenMetrics variants are made on first demand and kept until the next tick).
-
-What it accepts, and what it answers otherwise:
-
-- `GET` or `HEAD` on `/metrics` (a query string is ignored) and `/healthz`; 404 for
-  another path, 405 (with `Allow`) for another method on those paths, 400 for anything
-  that is not a well-formed HTTP/1.0 or 1.1 request (bad request line, a header line
-  without a colon, obsolete line folding, a body, control bytes), 505 for another version.
-- The request line and headers together at most 16 KiB: more is 431, and the connection
-  is closed.
-- Deadlines per connection: the request head within 10 s of connecting (or of the
-  previous response), the whole response written within 30 s; past them the socket is
-  closed. Keep-alive connections idle for 60 s are closed.
-- At most 256 connections at once; at the cap the oldest connection still sending its
-  request head is dropped for the new one (slowloris), and if none is, the new one is.
-- Errors are one short plain-text line; no exception text or traceback is ever sent.
-- `Accept-Encoding: gzip` gives a gzip body; an `Accept` that prefers
-  `application/openmetrics-text` gives OpenMetrics 1.0.
-- `--web-config-file` (webconfig.py): TLS, its handshake in the same loop within the head's
-  deadline; basic auth on every path (401 and `WWW-Authenticate` without it).
+delay a scrape. The sampling loop hands finished bytes to `publish()`, and a scrape sends
+the latest ones. What it accepts, and what it answers otherwise: see the limits below.
 """
 
 from __future__ import annotations
@@ -41,6 +21,25 @@ from typing import Callable, Dict, Optional, Tuple
 from cgstat.outputs import DEFAULT_LISTEN, DEFAULT_PORT  # noqa: F401 (re-exported)
 from cgstat.outputs.prometheus.webconfig import WebConfig
 
+# The sampling loop is not involved at all in a scrape: the bytes are rendered once per
+# tick; the gzip and OpenMetrics variants are made on first demand and kept until the next
+# tick. What the server accepts, and what it answers otherwise:
+# - `GET` or `HEAD` on `/metrics` (a query string is ignored) and `/healthz`; 404 for
+#   another path, 405 (with `Allow`) for another method on those paths, 400 for anything
+#   that is not a well-formed HTTP/1.0 or 1.1 request (bad request line, a header line
+#   without a colon, obsolete line folding, a body, control bytes), 505 for another version.
+# - The request line and headers together at most 16 KiB: more is 431, and the connection
+#   is closed.
+# - Deadlines per connection: the request head within 10 s of connecting (or of the
+#   previous response), the whole response written within 30 s; past them the socket is
+#   closed. Keep-alive connections idle for 60 s are closed.
+# - At most 256 connections at once; at the cap the oldest connection still sending its
+#   request head is dropped for the new one (slowloris), and if none is, the new one is.
+# - Errors are one short plain-text line; no exception text or traceback is ever sent.
+# - `Accept-Encoding: gzip` gives a gzip body; an `Accept` that prefers
+#   `application/openmetrics-text` gives OpenMetrics 1.0.
+# - `--web-config-file` (webconfig.py): TLS, its handshake in the same loop within the head's
+#   deadline; basic auth on every path (401 and `WWW-Authenticate` without it).
 MAX_HEAD = 16 * 1024
 HEAD_TIMEOUT_S = 10.0
 WRITE_TIMEOUT_S = 30.0

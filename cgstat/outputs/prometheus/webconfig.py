@@ -1,21 +1,7 @@
 """`--web-config-file`: TLS and basic auth for /metrics, in Prometheus exporter-toolkit's
-format (what node_exporter, dcgm-exporter and Kepler take), so one file serves them all:
-
-    tls_server_config:
-      cert_file: server.crt          # relative paths: from the file's own folder
-      key_file: server.key
-      client_ca_file: ca.crt         # optional: mTLS
-      client_auth_type: RequireAndVerifyClientCert
-      min_version: TLS12             # optional: TLS10 to TLS13 (default TLS12), max_version too
-    basic_auth_users:
-      prometheus: $2y$10$...         # bcrypt hashes (htpasswd -nBC 10 "" | tr -d ':\\n')
-
-Read with the strict YAML subset reader (yamlsubset.py; JSON too); an unknown or unsupported
-key is refused with one line, as exporter-toolkit refuses unknown keys. TLS is the standard
-library's `ssl`; bcrypt is the `bcrypt` package (`pip install 'cgstat[web]'`), asked for only
-when users are configured: never a home-made hash. A password checked once is remembered
-(a keyed digest of it, in memory), as exporter-toolkit does, so a scrape every second does
-not cost a bcrypt round each; a wrong one costs one bcrypt check in the server's thread.
+format (what node_exporter, dcgm-exporter and Kepler take; docs/prometheus.md shows it), so
+one file serves them all. Reads that file with the strict YAML subset reader (yamlsubset.py;
+JSON too), and the certificate and key files it names (relative paths: from its own folder).
 """
 
 from __future__ import annotations
@@ -33,6 +19,10 @@ from cgstat.errors import CgstatError, file_kind, os_reason, require_regular
 from cgstat.outputs.prometheus.yamlsubset import YamlError, loads
 from cgstat.text import escape_controls
 
+# An unknown or unsupported key is refused with one line, as exporter-toolkit refuses
+# unknown keys. TLS is the standard library's `ssl`; bcrypt is the `bcrypt` package
+# (`pip install 'cgstat[web]'`), asked for only when users are configured: never a
+# home-made hash.
 _MAX_BYTES = 1024 * 1024
 _TLS_KEYS = {"cert_file", "key_file", "client_ca_file", "client_auth_type", "min_version", "max_version"}
 _VERSIONS = {"TLS10": ssl.TLSVersion.TLSv1, "TLS11": ssl.TLSVersion.TLSv1_1, "TLS12": ssl.TLSVersion.TLSv1_2,
@@ -41,6 +31,9 @@ _VERSIONS = {"TLS10": ssl.TLSVersion.TLSv1, "TLS11": ssl.TLSVersion.TLSv1_1, "TL
 _CLIENT_AUTH = {"NoClientCert": ssl.CERT_NONE, "VerifyClientCertIfGiven": ssl.CERT_OPTIONAL,
                 "RequireAndVerifyClientCert": ssl.CERT_REQUIRED}
 _BCRYPT_PREFIXES = ("$2a$", "$2b$", "$2y$")
+# A password checked once is remembered (a keyed digest of it, in memory), as
+# exporter-toolkit does, so a scrape every second does not cost a bcrypt round each; a wrong
+# one costs one bcrypt check in the server's thread.
 _REMEMBERED = 256  # passwords remembered, good and bad
 
 
