@@ -333,8 +333,9 @@ def _quick(query: str) -> bytes:
     return orjson.dumps(needle)[1:-1]
 
 
-def gather(lines: Iterable[bytes], query: str) -> List[Life]:
-    """Every life of a cgroup matching `query`, in the order first seen."""
+def gather(lines: Iterable[bytes], query: str, span: Optional[Tuple[float, float]] = None) -> List[Life]:
+    """Every life of a cgroup matching `query`, in the order first seen; with `span`
+    (first, last Unix seconds), only the records stamped within it (a stream file's)."""
     needle = _quick(query)
     lower = needle.lower()  # an ID prefix may be given in capitals
     lives: Dict[str, Life] = {}  # the current life of each matching cgroup
@@ -348,6 +349,11 @@ def gather(lines: Iterable[bytes], query: str) -> List[Life]:
             continue
         if not isinstance(r, dict):
             continue
+        if span is not None:
+            ts = r.get("ts")
+            t = parse_ts(ts) if isinstance(ts, str) else None
+            if t is None or not span[0] <= t <= span[1]:
+                continue
         kind, cgroup = r.get("type"), r.get("cgroup")
         mine = matches(r, query) or cgroup in lives
         if not mine or not isinstance(cgroup, str):
@@ -397,13 +403,20 @@ def choose(lives: List[Life], query: str, clock: Any) -> Life:
 
 # -- reading ------------------------------------------------------------------------------------
 
-def store_lines(store: str, since: Optional[str], until: Optional[str], warn: Warn) -> Iterator[bytes]:
+def span_of(since: Optional[str], until: Optional[str]) -> Tuple[float, float]:
+    """--since and --until as (first, last) Unix seconds: all until now when not given."""
     from cgstat.app.history import when
-    from cgstat.store.reader import StoreReader
 
     now = time.time()
     first = when(since, "--since", now) if since else 0.0
     last = when(until, "--until", now) if until else now
+    return first, last
+
+
+def store_lines(store: str, since: Optional[str], until: Optional[str], warn: Warn) -> Iterator[bytes]:
+    from cgstat.store.reader import StoreReader
+
+    first, last = span_of(since, until)
     with StoreReader(store, warn) as reader:
         for tick in reader.ticks(first, last):
             for line in tick.lines:
@@ -428,8 +441,9 @@ def story(workload: str, store: str, file: Optional[str], since: Optional[str], 
 
     clock = Clock(utc)
     source = file_lines(file) if file else store_lines(store, since, until, warn)
+    span = span_of(since, until) if file and (since or until) else None  # the store's reader cuts its own
     try:
-        life = choose(gather(source, workload), workload, clock)
+        life = choose(gather(source, workload, span), workload, clock)
     except StoryError as exc:
         lines = str(exc).split("\n")
         if len(lines) == 1:

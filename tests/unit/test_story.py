@@ -73,6 +73,11 @@ def test_a_stream_file_and_two_lives_listed_not_guessed(tmp_path):
     assert len(err.splitlines()) == 3 and "\\x0a" not in err
     assert "2026-12-02 03:12:00 to 2026-12-02 03:12:26 (oom_kill)" in err
     assert "2026-12-02 03:13:40 to" in err
+    # --since narrows a stream file as it does the store: the second life alone
+    out, _ = _cgstat("story", "job.service", "--file", str(path), "--since", "%d" % (H.T0 + 100), "--utc")
+    assert out.startswith("job.service: ") and "2026-12-02 03:13:40 to" in out, out
+    _, err = _cgstat("story", "job.service", "--file", str(path), "--until", "%d" % (H.T0 - 1), code=1)
+    assert err.startswith("cgstat: no workload called 'job.service'")
     one = tmp_path / "one.jsonl"
     H.write_jsonl(str(one))
     out, _ = _cgstat("story", "job", "--file", str(one))
