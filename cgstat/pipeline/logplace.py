@@ -1,16 +1,8 @@
-"""Where a long run (`stream`, `serve`) stopped reading the kernel log, kept in a small
-file (`--log-state`: {"boot_id": ..., "seq": N}, replaced whole) so that the next agent of
-the same boot (a restart; a crash, then systemd's Restart=) reports the OOM kills the log
-got while no agent was reading, and not those reported before. systemd opens the kmsg
-socket unit's /dev/kmsg afresh when the service restarts (PartOf=) or when it fails (its
-read position overwritten): the place has to outlive the descriptor. A file of another
-boot, or none, says nothing: the run then starts from its own start time (kernel/kmsg.py).
-
-Guarded as `--state` is: the path is checked when the run starts (`check()`), through
-folders no other user can change (safepath.py), and replaced only when it is missing, empty
-or a place file of cgstat's that is the running user's and writable by no one else; a link,
-a device, FIFO or folder, or any other file is refused with one line before anything is
-written.
+"""Where a long run (`stream`, `serve`) stopped reading the kernel log, kept in a small file
+(`--log-state`: {"boot_id": ..., "seq": N}, replaced whole) so that the next agent of the
+same boot reports the OOM kills the log got while no agent was reading, and not those
+reported before. A file of another boot, or none, says nothing: the run then starts from
+its own start time (kernel/kmsg.py). Guarded as `--state` is (see LogPlace.check).
 """
 
 from __future__ import annotations
@@ -25,9 +17,17 @@ from cgstat.errors import CgstatError, file_kind, os_reason
 from cgstat.safepath import UnsafePath, place
 from cgstat.text import escape_controls
 
+# The next agent of the same boot: a restart; a crash, then systemd's Restart=. systemd
+# opens the kmsg socket unit's /dev/kmsg afresh when the service restarts (PartOf=) or when
+# it fails (its read position overwritten): the place has to outlive the descriptor.
 MAX_BYTES = 4096  # the file is ~80 bytes; a bigger one is not ours
 
 
+# Guarded as `--state` is: the path is checked when the run starts (`check()`), through
+# folders no other user can change (safepath.py), and replaced only when it is missing,
+# empty or a place file of cgstat's that is the running user's and writable by no one else;
+# a link, a device, FIFO or folder, or any other file is refused with one line before
+# anything is written.
 class LogPlace:
     """`load()` the record a run of this boot last read (None: no such run); `save(seq)`
     after each tick that read further (None, or why it could not be written)."""

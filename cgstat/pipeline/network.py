@@ -1,16 +1,7 @@
 """Network rates and the record's `network` object. Pure functions, no I/O.
-
-Rules, as for cgroups (rates.py):
-- Rates come only from two samples of the SAME network namespace (same nsfs inode). A
-  container restarted into a new namespace gets null rates once.
-- Per interface, a counter that went backwards (the interface was deleted and made again
-  under the same name) gives no rate. The namespace's rate is the sum over the interfaces
-  present in both samples: an interface added (or moved in, with its own history) or
-  removed between them changes the totals but not the rate.
-- The first sample has no rates.
-
-`NetworkCounters` is the part of a sample rates need; to_json/from_json let `once --state`
-keep it between cron runs.
+Rates come only from two samples of the same network namespace, per interface, as for
+cgroups (rates.py; the rules at network_rates). `NetworkCounters` is the part of a sample
+rates need; to_json/from_json let `once --state` keep it between cron runs.
 """
 
 from __future__ import annotations
@@ -70,6 +61,14 @@ class NetworkRates(NamedTuple):
 NO_NETWORK_RATES = NetworkRates()
 
 
+# Rules, as for cgroups (rates.py):
+# - Rates come only from two samples of the SAME network namespace (same nsfs inode). A
+#   container restarted into a new namespace gets null rates once.
+# - Per interface, a counter that went backwards (the interface was deleted and made again
+#   under the same name) gives no rate. The namespace's rate is the sum over the interfaces
+#   present in both samples: an interface added (or moved in, with its own history) or
+#   removed between them changes the totals but not the rate.
+# - The first sample has no rates.
 def network_rates(prev: Optional[NetworkCounters], cur: Optional[NetworkCounters]) -> NetworkRates:
     """Rates between two readings of one namespace, or NO_NETWORK_RATES when they can't be
     compared (first reading, another namespace, time not moving forward)."""

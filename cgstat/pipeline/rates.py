@@ -1,13 +1,5 @@
-"""Rates from two samples of the same cgroup. Pure functions, no I/O.
-
-The rules (below's model, cAdvisor and netdata agree):
-- Rates come only from two samples of the same cgroup: the same folder inodes. A cgroup
-  removed and recreated under the same name is a new cgroup: no rate across it.
-- A counter that went backwards (reset, recreated, or a bad read) gives no rate, never a
-  negative one or a spike. So does a rate no counter could reach: CPU more than 5 % beyond
-  every online CPU busy. Within those 5 % (timestamp jitter) it is all CPUs busy.
-- The first sample of a cgroup has no rates.
-
+"""Rates from two samples of the same cgroup (same folder inodes), never across a counter
+that went backwards (the rules at `derive`). Pure functions, no I/O.
 `Counters` is the part of a sample rates need; it is what `once --state` saves between
 cron runs.
 """
@@ -147,6 +139,13 @@ def _sum(rows, i):
     return None if any(v is None for v in values) else sum(values)
 
 
+# The rules (below's model, cAdvisor and netdata agree):
+# - Rates come only from two samples of the same cgroup: the same folder inodes. A cgroup
+#   removed and recreated under the same name is a new cgroup: no rate across it.
+# - A counter that went backwards (reset, recreated, or a bad read) gives no rate, never a
+#   negative one or a spike. So does a rate no counter could reach: CPU more than 5 % beyond
+#   every online CPU busy. Within those 5 % (timestamp jitter) it is all CPUs busy.
+# - The first sample of a cgroup has no rates.
 def derive(prev: Optional[Counters], cur: Counters, cpus: Optional[int]) -> Rates:
     """Rates between two samples of one cgroup, or NO_RATES when they can't be compared.
 

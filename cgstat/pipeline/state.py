@@ -1,27 +1,7 @@
-"""The state file of `cgstat once --state FILE`: the raw counters of the previous run.
-
-cgstat runs as root from cron, and FILE comes from a crontab or an environment variable
-where a typo is easy (`/etc/hosts`, `/dev/null`). So FILE is replaced only when it is
-provably cgstat's: missing, empty, or a regular file whose content starts with the state
-marker `{"cgstat":"once-state"` (a state written by cgstat 0.1, before the marker, is
-recognised by its four keys). Anything else is refused before anything is printed or
-written, leaving the path untouched: a symlink (never followed: cgstat writes through no
-link), a device, FIFO, socket or directory, or a non-empty file without the marker.
-`FILE.lock` follows the same rules (missing, or an empty regular file), and must be the
-running user's and closed to others (whoever can open a file can flock it): a lock another
-user holds is refused at once, not waited on. Both are reached through folders no other
-user can change (safepath.py); a file of another user's, or one others may write, is refused.
-
-Written atomically (a temporary file in the same folder, created before the run prints
-anything so an unwritable folder fails first, fsync, rename), so a crash or a full disk
-never leaves a half-written state behind; an flock on `FILE.lock` keeps two overlapping
-cron runs from interleaving. A state of cgstat's that is corrupt, of another format
-version, from another boot (counters restarted) or dated in the future is reported and
-replaced, never trusted: its rates would be garbage.
-
-The state keeps the counters of the cgroups the run reported (its selection): a run with
-another `--match` or `--all` finds no saved counters for the others, so their rates are
-null once.
+"""The state file of `cgstat once --state FILE`: the raw counters of the previous run (of the
+cgroups it reported), read and replaced atomically under an flock on `FILE.lock`. FILE is
+replaced only when it is provably cgstat's (see StateFile); a state that is corrupt, of
+another format version, from another boot or dated in the future is reported and replaced.
 """
 
 from __future__ import annotations
@@ -40,6 +20,17 @@ from cgstat.safepath import Place, place
 from cgstat.errors import CgstatError, file_kind, os_reason
 from cgstat.pipeline.rates import Counters
 
+# cgstat runs as root from cron, and FILE comes from a crontab or an environment variable
+# where a typo is easy (`/etc/hosts`, `/dev/null`). So FILE is replaced only when it is
+# provably cgstat's: missing, empty, or a regular file whose content starts with the state
+# marker `{"cgstat":"once-state"` (a state written by cgstat 0.1, before the marker, is
+# recognised by its four keys). Anything else is refused before anything is printed or
+# written, leaving the path untouched: a symlink (never followed: cgstat writes through no
+# link), a device, FIFO, socket or directory, or a non-empty file without the marker.
+# `FILE.lock` follows the same rules (missing, or an empty regular file), and must be the
+# running user's and closed to others (whoever can open a file can flock it): a lock another
+# user holds is refused at once, not waited on. Both are reached through folders no other
+# user can change (safepath.py); a file of another user's, or one others may write, is refused.
 STATE_VERSION = 1
 MARKER = b'{"cgstat":"once-state"'
 _LEGACY_KEYS = {"version", "boot_id", "time_s", "cgroups"}
@@ -67,6 +58,15 @@ def _is_ours(data: bytes) -> bool:
     return isinstance(obj, dict) and _LEGACY_KEYS <= set(obj)
 
 
+# Written atomically (a temporary file in the same folder, created before the run prints
+# anything so an unwritable folder fails first, fsync, rename), so a crash or a full disk
+# never leaves a half-written state behind; an flock on `FILE.lock` keeps two overlapping
+# cron runs from interleaving. A state of cgstat's that is corrupt, of another format
+# version, from another boot (counters restarted) or dated in the future is reported and
+# replaced, never trusted: its rates would be garbage.
+# The state keeps the counters of the cgroups the run reported (its selection): a run with
+# another `--match` or `--all` finds no saved counters for the others, so their rates are
+# null once.
 class StateFile:
     """Checked, locked use of FILE for one run: `with StateFile(path) as s: s.load(); s.save()`.
 

@@ -1,21 +1,8 @@
-"""A tick's JSON lines as a small payload: each record against its own previous tick.
-
-No I/O. A record's line (the bytes `stream` writes, `text.dumps_record`) is cut at its
-commas into pieces (`"usage_seconds_total":15.772`; a string holding a comma is cut too:
-the cut needs no meaning, only to be undone by joining). Within a block of ticks a record
-is compared with the record of the same workload in the tick before: when both have as
-many pieces, only the pieces that differ are kept, with their places (`[id, places,
-pieces]`); otherwise the whole line (`[id, line]`). A constant (a name, a limit, a null)
-then costs nothing, a moving counter its own piece, which zlib (shard.py) finds again in
-the ticks before it. Joining the pieces gives back the line byte for byte: the stored
-precision is the stream's own.
-
-A cut at commas costs a C split and a comparison of two lists made in C (map, compress,
-itemgetter), where a JSON tokeniser in Python costs ten times as much: the store must
-stay cheap at 1,000 cgroups a second.
-
-A block begins with no previous records (self-contained: reading a tick decodes from its
-block's first tick); `Encoder.reset` starts one.
+"""A tick's JSON lines as a small payload: each record against its own previous tick. No I/O.
+A record's line (the bytes `stream` writes) is cut at its commas; only the pieces that
+differ from the same workload's line in the tick before are kept, so zlib (shard.py) finds
+a moving counter again in the ticks before it. Joining the pieces gives back the line byte
+for byte. A block begins with no previous records (`Encoder.reset` starts one).
 """
 
 from __future__ import annotations
@@ -35,6 +22,20 @@ dumps = orjson.dumps
 _HEAD = 24
 
 
+# A record's line (`text.dumps_record`) is cut at its commas into pieces
+# (`"usage_seconds_total":15.772`; a string holding a comma is cut too: the cut needs no
+# meaning, only to be undone by joining). Within a block of ticks a record is compared with
+# the record of the same workload in the tick before: when both have as many pieces, only
+# the pieces that differ are kept, with their places (`[id, places, pieces]`); otherwise the
+# whole line (`[id, line]`). A constant (a name, a limit, a null) then costs nothing, a
+# moving counter its own piece, which zlib (shard.py) finds again in the ticks before it.
+# Joining the pieces gives back the line byte for byte: the stored precision is the
+# stream's own.
+# A cut at commas costs a C split and a comparison of two lists made in C (map, compress,
+# itemgetter), where a JSON tokeniser in Python costs ten times as much: the store must
+# stay cheap at 1,000 cgroups a second.
+# A block begins with no previous records (self-contained: reading a tick decodes from its
+# block's first tick); `Encoder.reset` starts one.
 class Encoder:
     """Ticks into payloads (JSON bytes), each record against its previous one in the
     block. `reset()` begins a block: the next tick is encoded whole. A tick is `begin()`,

@@ -1,18 +1,7 @@
-"""One shard file: a header, then one frame per tick; and its index of blocks.
-
-A frame is a 24-byte header (magic, flags, payload length, CRC-32 of the header's other
-fields and the payload, the tick's time) and its payload: the tick (codec.py) deflated
-(zlib) in a stream that runs through its block, flushed at every tick (Z_SYNC_FLUSH), so
-that each frame is complete on its own once written and the block's earlier ticks serve
-as the compressor's dictionary. A frame flagged BLOCK starts a new deflate stream and a
-new codec state: a block is self-contained. A frame is written with one write(2) to a
-file opened O_APPEND, then fdatasync'd: a process killed mid-write leaves at most that
-frame torn at the end, which the CRC and length show.
-
-The index (`.index`) lists each block's first tick: its time and offset, with a CRC of
-the entry. It only makes finding a time fast: a reader checks each entry against the
-shard's own frame header, and scans the headers of the rest (seek, read 24 bytes), so a
-missing, short or damaged index costs time, never data.
+"""One shard file's format: a header, then one frame per tick (the tick's codec.py payload,
+deflated in a stream that runs through its block), and its index of blocks (`.index`),
+which only makes finding a time fast; frames and index entries made (`frame`,
+`index_entry`) and read back (`ShardFile`, `read_index`). store/writer.py writes them.
 """
 
 from __future__ import annotations
@@ -22,6 +11,18 @@ import struct
 import zlib
 from typing import Iterator, List, NamedTuple, Optional, Tuple
 
+# A frame is a 24-byte header (magic, flags, payload length, CRC-32 of the header's other
+# fields and the payload, the tick's time) and its payload: the tick (codec.py) deflated
+# (zlib) in a stream that runs through its block, flushed at every tick (Z_SYNC_FLUSH), so
+# that each frame is complete on its own once written and the block's earlier ticks serve
+# as the compressor's dictionary. A frame flagged BLOCK starts a new deflate stream and a
+# new codec state: a block is self-contained. A frame is written (store/writer.py) with one
+# write(2) to a file opened O_APPEND, then fdatasync'd: a process killed mid-write leaves at
+# most that frame torn at the end, which the CRC and length show.
+# The index (`.index`) lists each block's first tick: its time and offset, with a CRC of
+# the entry. It only makes finding a time fast: a reader checks each entry against the
+# shard's own frame header, and scans the headers of the rest (seek, read 24 bytes), so a
+# missing, short or damaged index costs time, never data.
 SHARD_MAGIC = b"cgstat shard 1\n\0"
 INDEX_MAGIC = b"cgstat index 1\n\0"
 FRAME = struct.Struct("<4sBxxxIId")  # magic, flags, payload length, crc, tick time
