@@ -863,7 +863,7 @@ def keys(path: str, table: Tuple[Field, ...] = RECORD) -> Tuple[str, ...]:
 # field then says `Series(name, labels=...)`); FAMILIES lists them in the order the exporter
 # writes them (the exporter's own, then each record's families in the order of its fields,
 # each one where its first field is, then those made otherwise), with docs/prometheus.md's
-# table made from it (cgstat/docs.py).
+# table made from it (contract/schema.py, series_table).
 
 class Family(NamedTuple):
     name: str  # as the samples are named (counters with _total)

@@ -236,7 +236,7 @@ def process_lister(symbol: str, fn: Any, error: Any,
     call once the kept buffer has room), the structs (24 bytes for _v2/_v3, 16 for the
     unversioned call, which pynvml has no wrapper for) read as bytes, only pid and memory:
     several times cheaper than pynvml's wrappers, which build a Python object per process."""
-    # the driver's layouts (notes/nvml.md): pid @0, usedGpuMemory @8, and for _v2/_v3
+    # the driver's layouts (nvml.h, nvmlProcessInfo_v2_t): pid @0, usedGpuMemory @8, and for _v2/_v3
     # the MIG instance IDs @16 and @20; read as bytes (pynvml's struct classes convert
     # every field they hand out, which cost ~1 ms a tick at 400 processes)
     # (`wide`: the 32-byte _v3 struct of drivers 535.43-535.86)

@@ -130,7 +130,7 @@ def read_cgroup(cg: Cgroup, layout: Layout, time_s: float, wall_s: float, kept: 
         if pids_f is None:
             problems.append(absent[3])
 
-    pressure: Dict[str, Optional[PressureSample]] = _NO_PRESSURE  # read only (record.py)
+    pressure: Dict[str, Optional[PressureSample]] = _NO_PRESSURE  # read only (pipeline/build.py)
     any_pressure = False
     if unified is not None:
         pressure = {}

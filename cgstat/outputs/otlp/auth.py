@@ -104,8 +104,9 @@ def read_private(path: str, what: str, root_may_own: bool = False) -> str:
 # `$CREDENTIALS_DIRECTORY/otlp-headers` (`LoadCredential=otlp-headers:FILE`), then
 # `--otlp-headers-file`, then `--otlp-header`. A file holds the same format, entries also
 # separated by line breaks, `#` lines skipped; it must be the running user's (a credential:
-# also root's) and readable by no one else. A secret-looking header given on the command
-# line (Authorization, or a name holding token or key) is said once, with the better way.
+# also root's, read through systemd's ACL) and readable by no other user (read_private). A
+# secret-looking header given on the command line (Authorization, or a name holding token
+# or key) is said once, with the better way.
 def gather(cli_headers: Sequence[Header], headers_file: Optional[str], ca_file: Optional[str],
            client_certificate: Optional[str], client_key: Optional[str], endpoint: str,
            environ: Mapping[str, str]) -> Credentials:
