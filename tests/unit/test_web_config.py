@@ -127,6 +127,24 @@ def test_basic_auth_checks_with_bcrypt_and_remembers(tmp_path: Path) -> None:
         assert not web.authorized(bad)
 
 
+def test_an_unknown_user_costs_a_bcrypt_round_as_a_known_one(tmp_path: Path) -> None:
+    web = webconfig.load(write(tmp_path, "basic_auth_users:\n  alice: %s\n" % hashed(PASSWORD)))
+    checks: List[bytes] = []
+    real = web._bcrypt
+
+    class Counting:
+        @staticmethod
+        def checkpw(password: bytes, hashed_: bytes) -> bool:
+            checks.append(password)
+            return bool(real.checkpw(password, hashed_))
+
+    web._bcrypt = Counting()
+    for user in ("alice", "mallory"):  # mallory with alice's password: still refused
+        assert web.authorized("Basic " + base64.b64encode(f"{user}:{PASSWORD}".encode()).decode()) is (
+            user == "alice")
+    assert len(checks) == 2
+
+
 @pytest.mark.skipif(shutil.which("promtool") is None, reason="no promtool")
 def test_what_cgstat_takes_promtool_takes(tmp_path: Path) -> None:
     """Prometheus' own reader of the format (exporter-toolkit, in promtool) agrees."""

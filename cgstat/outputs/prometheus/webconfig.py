@@ -64,9 +64,12 @@ class WebConfig:
             user, sep, password = base64.b64decode(header[6:].strip(), validate=True).decode("utf-8").partition(":")
         except (binascii.Error, UnicodeDecodeError, ValueError):
             return False
-        hashed = self.users.get(user)
-        if not sep or hashed is None:
+        if not sep:
             return False
+        known = self.users.get(user)
+        # an unknown user costs the bcrypt round a known one does (exporter-toolkit checks a
+        # fixed hash for the same reason): the time of a 401 does not tell which names exist
+        hashed = known if known is not None else next(iter(self.users.values()))
         digest = hmac.new(self._key, user.encode() + b"\0" + password.encode() + b"\0" + hashed,
                           hashlib.sha256).digest()
         if digest in self._good:
@@ -74,7 +77,7 @@ class WebConfig:
         if digest in self._bad:
             return False
         try:
-            ok = bool(self._bcrypt.checkpw(password.encode("utf-8"), hashed))
+            ok = bool(self._bcrypt.checkpw(password.encode("utf-8"), hashed)) and known is not None
         except ValueError:  # bcrypt >= 5 refuses a password over 72 bytes (older ones cut it): wrong
             ok = False
         remembered = self._good if ok else self._bad
