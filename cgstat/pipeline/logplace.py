@@ -38,7 +38,7 @@ class LogPlace:
         self._saved: Optional[int] = None
 
     def check(self) -> None:
-        """CgstatError (one line) unless the path may be replaced: see the module's docstring."""
+        """CgstatError (one line) unless the path may be replaced: see the comment above LogPlace."""
         _, obj = self._read()
         if obj is not None and not (isinstance(obj, dict) and "boot_id" in obj and set(obj) <= {"boot_id", "seq"}):
             raise CgstatError(f"refusing --log-state {escape_controls(self.path)}: not a kernel log place of "

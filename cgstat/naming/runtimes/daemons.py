@@ -73,7 +73,7 @@ def _abs(value: Optional[str]) -> Optional[str]:
 # `find()` does this at most once per _RESCAN_S (the first time at once): only when a
 # container ID was not found in the places already known, so a steady host reads none of it.
 class Daemons:
-    """The places to look for Docker's and containerd's state; see the module docstring."""
+    """The places to look for Docker's and containerd's state; see the comment above."""
 
     def __init__(self, fs: HostFS, config: DaemonConfig = DaemonConfig(),
                  clock=time.monotonic):

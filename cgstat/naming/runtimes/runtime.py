@@ -98,7 +98,7 @@ class Runtime:
     @staticmethod
     def workload_path(parts: Sequence[str]) -> Optional[WorkloadPath]:
         """The workload a cgroup path (its components) is or is below, for a runtime
-        whose workloads are not one folder name (see the module docstring); None: not one."""
+        whose workloads are not one folder name (see the comment above the class); None: not one."""
         return None
 
     def describe(self, info: PathInfo) -> Any:

@@ -110,7 +110,7 @@ def read_private(path: str, what: str, root_may_own: bool = False) -> str:
 def gather(cli_headers: Sequence[Header], headers_file: Optional[str], ca_file: Optional[str],
            client_certificate: Optional[str], client_key: Optional[str], endpoint: str,
            environ: Mapping[str, str]) -> Credentials:
-    """The headers and TLS files of the push, from every source (see the module's docstring)."""
+    """The headers and TLS files of the push, from every source (see the comment above)."""
     merged: Dict[str, Header] = {}
     try:
         for var in (ENV_HEADERS, ENV_METRICS_HEADERS):

@@ -72,7 +72,7 @@ class _Tick(NamedTuple):
 
 
 class OtlpSink(Sink):
-    """Pushes ticks to `options.endpoint` (see the module docstring)."""
+    """Pushes ticks to `options.endpoint` (see the module docstring and the comment above BUFFER_S)."""
 
     def __init__(self, options: OtlpOptions, warn: Optional[Callable[[str, str], None]] = None,
                  receiver: Optional[Receiver] = None, max_bytes: int = MAX_BUFFER_BYTES,
@@ -164,7 +164,7 @@ class OtlpSink(Sink):
         self._stop_asked = asked
 
     def close(self) -> None:
-        """Send what is buffered, for a while (see the module docstring); never raises."""
+        """Send what is buffered, for a while (see the comment above BUFFER_S); never raises."""
         thread = self._thread
         self._thread = None
         if thread is not None:
