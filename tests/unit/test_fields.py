@@ -188,8 +188,14 @@ _PY = {"int": "int", "float": "float", "str": "str", "bool": "bool", "enum": "st
 
 
 def _hints(cls):
-    """A TypedDict's annotations as text (typing makes them ForwardRefs, 3.7's stand-in keeps str)."""
-    return {k: getattr(v, "__forward_arg__", v) for k, v in cls.__annotations__.items()}
+    """A TypedDict's annotations as text (typing makes them ForwardRefs, 3.7's stand-in keeps
+    str), its bases' first: typing merges a subclass's keys with its bases' (the record's
+    keys that only some runs write are a total=False subclass), 3.7's plain-class stand-in
+    keeps each class's own."""
+    merged = {}
+    for klass in reversed(cls.__mro__):
+        merged.update(vars(klass).get("__annotations__", {}))
+    return {k: getattr(v, "__forward_arg__", v) for k, v in merged.items()}
 
 
 def _check_typeddict(cls, table_, path, seen):
