@@ -1,20 +1,9 @@
 """Read what changed: a cgroup whose change signal stands still keeps its last Sample.
 
-Each tick `ChangeReader.read` reads a cgroup's change signal first: the raw bytes of the
-files that move with any activity in it (v2: cpu.stat, memory.current, pids.current; v1
-and hybrid: cpuacct.usage, or the cgroup2 cpu.stat without cpuacct, memory.usage_in_bytes,
-pids.current; those the cgroup has). Bytes equal to last tick's: the cgroup is given the
-Sample of its last full read with this tick's time (rates of 0, as a full read would give
-where the counters stand still); otherwise it is read in full (kernel/cgroups.py).
-
-A cgroup is read in full anyway: when it is new (discovery, or its folders made again:
-a new Cgroup), when `mark()`ed (an event of its: memory.events changed, a kill, a write to
-one of its limit files) and at least every `full_every_s` seconds, at a time of the
-period of its own (its phase comes from its path), so that the full reads of cgroups
-that went quiet together spread over the ticks instead of landing on one. No value of a
-Sample is older than `full_every_s`. Only on a live cgroupfs whose descriptors are kept
-(a recorded tree's files are replaced by rename in tests: always read in full there).
-docs/reading.md says which fields can be up to `full_every_s` old and why.
+Reads each tick a cgroup's change signal (v2: cpu.stat, memory.current, pids.current; v1:
+cpuacct.usage or cgroup2's cpu.stat, memory.usage_in_bytes, pids.current), and the cgroup's
+files in full (kernel/cgroups.py) only when it moved, or the cgroup is new, marked or due
+(see ChangeReader). docs/reading.md says which fields can be up to `full_every_s` old and why.
 """
 
 from __future__ import annotations
@@ -65,9 +54,23 @@ class _Last:
         self.now: Optional[int] = None  # this tick's signal, read by still() before read()
 
 
+# Each tick `ChangeReader.read` reads a cgroup's change signal first: the raw bytes of the
+# files that move with any activity in it (v2: cpu.stat, memory.current, pids.current; v1
+# and hybrid: cpuacct.usage, or the cgroup2 cpu.stat without cpuacct, memory.usage_in_bytes,
+# pids.current; those the cgroup has). Bytes equal to last tick's: the cgroup is given the
+# Sample of its last full read with this tick's time (rates of 0, as a full read would give
+# where the counters stand still); otherwise it is read in full (kernel/cgroups.py).
+#
+# A cgroup is read in full anyway: when it is new (discovery, or its folders made again:
+# a new Cgroup), when `mark()`ed (an event of its: memory.events changed, a kill, a write to
+# one of its limit files) and at least every `full_every_s` seconds, at a time of the
+# period of its own (its phase comes from its path), so that the full reads of cgroups
+# that went quiet together spread over the ticks instead of landing on one. No value of a
+# Sample is older than `full_every_s`. Only on a live cgroupfs whose descriptors are kept
+# (a recorded tree's files are replaced by rename in tests: always read in full there).
 class ChangeReader:
     """Reads the cgroups of each tick, in full only where their change signal moved (see
-    the module docstring). `full_every_s` 0: always in full (`--full-read`)."""
+    the comment above). `full_every_s` 0: always in full (`--full-read`)."""
 
     __slots__ = ("layout", "kept", "full_every_s", "full_reads", "reused", "_state", "_seen", "_marked")
 

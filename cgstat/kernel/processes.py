@@ -1,24 +1,8 @@
 """One process's own files: what `cgstat procs` and `stream --processes` say of each process.
 
-Reads, under the host root (HostFS), for a PID:
-
-- /proc/<pid>/stat: name, state, parent, threads, CPU ticks (utime + stime), start time (the
-  PID reuse check: a PID whose start time changed is another process), RSS in pages;
-- /proc/<pid>/status: NSpid (the PID in each PID namespace, the container's last) and Uid;
-- /proc/<pid>/smaps_rollup (kernel >= 4.14): Rss, Pss, Private_Clean + Private_Dirty (USS)
-  and Swap, the sums smem(8) makes from /proc/<pid>/smaps. An older kernel has no rollup:
-  its smaps is summed instead, the same keys per mapping, up to 16 MiB of it (hostfs's
-  bound: ~15,000 mappings; a process with more gets null and the reason). Either file is
-  walked under the process's mm lock; pipeline/processes.py decides how often;
-- /proc/<pid>/cmdline (bounded, NULs as spaces, undecodable bytes as \\xNN, controls
-  escaped) and the number of entries of /proc/<pid>/fd;
-- cgroup.procs of a cgroup folder and of the folders below it (the processes, thread
-  group IDs, of a workload's subtree), bounded.
-
-Every read raises a ReadError (hostfs.py): Gone when the process exited between the list and
-the read (normal, at any step), Denied for another user's process when not root
-(smaps_rollup, fd and a hidepid= mount's files need PTRACE_MODE_READ), Malformed for text
-the kernel does not write.
+Reads, under the host root (HostFS), for a PID: /proc/<pid>/stat, status, smaps_rollup (or
+smaps), cmdline and fd; and cgroup.procs of a cgroup folder and of the folders below it.
+Every read raises a ReadError (hostfs.py): see _read_once.
 """
 
 from __future__ import annotations
@@ -43,6 +27,8 @@ PAGE_BYTES = _sysconf("SC_PAGESIZE", 4096)
 CMDLINE_BYTES = 4096  # what is read of a command line (the kernel's own is ARG_MAX long)
 
 
+# /proc/<pid>/stat: name, state, parent, threads, CPU ticks (utime + stime), start time (the
+# PID reuse check: a PID whose start time changed is another process), RSS in pages
 class Stat(NamedTuple):
     """/proc/<pid>/stat, the fields cgstat uses (proc(5))."""
 
@@ -56,6 +42,7 @@ class Stat(NamedTuple):
     rss_pages: int
 
 
+# /proc/<pid>/status: NSpid (the PID in each PID namespace, the container's last) and Uid
 class Status(NamedTuple):
     """/proc/<pid>/status: the PID in each namespace (outermost first) and the real UID."""
 
@@ -73,6 +60,10 @@ class Memory(NamedTuple):
     source: str  # "smaps_rollup" or "smaps"
 
 
+# Every read raises a ReadError (hostfs.py): Gone when the process exited between the list and
+# the read (normal, at any step), Denied for another user's process when not root
+# (smaps_rollup, fd and a hidepid= mount's files need PTRACE_MODE_READ), Malformed for text
+# the kernel does not write.
 def _read_once(path: str, max_bytes: int) -> bytes:
     """At most `max_bytes` of a file, in one read. Raises ReadError."""
     try:
@@ -123,6 +114,11 @@ def read_status(fs: HostFS, pid: int) -> Status:
     return Status(nspid or (pid,), uid)
 
 
+# /proc/<pid>/smaps_rollup (kernel >= 4.14): Rss, Pss, Private_Clean + Private_Dirty (USS)
+# and Swap, the sums smem(8) makes from /proc/<pid>/smaps. An older kernel has no rollup:
+# its smaps is summed instead, the same keys per mapping, up to 16 MiB of it (hostfs's
+# bound: ~15,000 mappings; a process with more gets null and the reason). Either file is
+# walked under the process's mm lock; pipeline/processes.py decides how often.
 _ROLLUP_KEYS = {b"Rss": 0, b"Pss": 1, b"Private_Clean": 2, b"Private_Dirty": 2, b"Swap": 3}
 
 
@@ -161,6 +157,8 @@ def read_memory(fs: HostFS, pid: int) -> Optional[Memory]:
     return Memory(*parse_smaps(data, path), source=source)
 
 
+# /proc/<pid>/cmdline (bounded, NULs as spaces, undecodable bytes as \xNN, controls
+# escaped) and the number of entries of /proc/<pid>/fd
 def read_cmdline(fs: HostFS, pid: int, max_bytes: int = CMDLINE_BYTES) -> str:
     """The command line as one line of text: arguments joined by spaces, at most `max_bytes`
     read ("..." marks a cut), bytes that are not UTF-8 as \\xNN and control characters
@@ -182,6 +180,8 @@ def count_fds(fs: HostFS, pid: int) -> int:
         raise read_error(exc, path) from None
 
 
+# cgroup.procs of a cgroup folder and of the folders below it (the processes, thread
+# group IDs, of a workload's subtree), bounded.
 Listed = Tuple[List[int], List[str], bool]  # a folder's own PIDs, the folders below it, listed in full
 
 

@@ -1,15 +1,9 @@
 """The naming stage: who each workload is, resolved once per cgroup per tick.
 
-Everything a record says about a workload's identity comes from here: what its path says
-(naming/paths.py: container runtime and ID, pod UID and QoS, systemd unit, monitors), what
-the runtimes' state says (naming/runtimes/: names, images, labels, pods, sandboxes),
-block device names (naming/devices.py), and, for a PID, which cgroup and container it is
-in (naming/pids.py). This is the only stage that reads runtime state; the record builder
-(cgstat/pipeline/build.py) reads nothing.
-
-Reads, through the modules above: runtime state files and the Docker socket, kubelet log
-folders, /proc/<pid>/comm of pod members (pause detection), /proc/<pid>/cgroup and
-/proc/<pid>/stat (PID lookups), /sys/dev/block and /proc/partitions (device names).
+Reads, through naming/paths.py, naming/runtimes/, naming/devices.py and naming/pids.py:
+runtime state files and the Docker socket, kubelet log folders, /proc/<pid>/comm of pod
+members (pause detection), /proc/<pid>/cgroup and /proc/<pid>/stat (PID lookups),
+/sys/dev/block and /proc/partitions (device names).
 """
 
 from __future__ import annotations
@@ -45,6 +39,12 @@ class Workload(NamedTuple):
     device_names: Dict[str, Optional[str]]  # MAJ:MIN -> block device name, for its IO rows
 
 
+# Everything a record says about a workload's identity comes from here: what its path says
+# (naming/paths.py: container runtime and ID, pod UID and QoS, systemd unit, monitors), what
+# the runtimes' state says (naming/runtimes/: names, images, labels, pods, sandboxes),
+# block device names (naming/devices.py), and, for a PID, which cgroup and container it is
+# in (naming/pids.py). This is the only stage that reads runtime state; the record builder
+# (cgstat/pipeline/build.py) reads nothing.
 class Namer:
     """Resolves workloads; caches runtime answers per container ID, pruned to live ones."""
 

@@ -1,15 +1,6 @@
 """A record of each workload's life (`type: "exit"`): what every cgroup record said, kept per
 cgroup as running totals, and one exit record when the cgroup is gone. Reads no file: fed
 the tick's records, the cgroups that still exist and the kernel log's OOM kills.
-
-When a cgroup goes its files go with it (the kernel frees the counters with the cgroup), so
-the totals are those of its last record, at most one interval old; `last_seen` says when.
-A cgroup that lived less than a tick had no record: the kernel log's kill of it (a
-`Killed process` in a memory cgroup gone before it was read) still gives one, with what
-the log says (the OOM cgroup's usage, the time) and null for the rest. Nothing is said of
-a short-lived cgroup that ended without a kill: nothing saw it.
-
-Cheap at 1,000 cgroups: a few dict reads per record and one list per cgroup.
 """
 
 from __future__ import annotations
@@ -25,7 +16,8 @@ from cgstat.timestamps import parse_ts
 if TYPE_CHECKING:  # the record types are for the type checker only
     from cgstat.contract.types import ExitRecord
 
-# a cgroup's running totals, a list indexed by these (one per cgroup, updated in place)
+# a cgroup's running totals, a list indexed by these (one per cgroup, updated in place).
+# Cheap at 1,000 cgroups: a few dict reads per record and one list per cgroup.
 (_FIRST, _LAST, _SAMPLES, _CPU, _PEAK, _PEAK_SEEN, _OOM, _IO_R, _IO_W, _NET_RX, _NET_TX, _GPU_S,
  _GPU_MEM, _GPU_J, _HAS_GPU, _CONTAINER, _POD, _UNIT, _HOST, _KILLED, _PATHS, _THR_S, _THR_N, _PERIODS) = range(24)
 _SIZE = 24
@@ -65,8 +57,14 @@ def folders_there(mounts: Dict[str, str], paths: Any) -> bool:
                for k, p in paths.items())
 
 
+# When a cgroup goes its files go with it (the kernel frees the counters with the cgroup), so
+# the totals are those of its last record, at most one interval old; `last_seen` says when.
+# A cgroup that lived less than a tick had no record: the kernel log's kill of it (a
+# `Killed process` in a memory cgroup gone before it was read) still gives one, with what
+# the log says (the OOM cgroup's usage, the time) and null for the rest. Nothing is said of
+# a short-lived cgroup that ended without a kill: nothing saw it.
 class ExitLedger:
-    """`see(record)` for each cgroup/pod record of a tick; `end_tick(existing, kills, ts, host)`
+    """`see(record)` for each cgroup/pod record of a tick; `end_tick(existing, kills, ts, still_there)`
     once the tick's records are made: the exit records of the cgroups gone since."""
 
     def __init__(self) -> None:
@@ -141,7 +139,7 @@ class ExitLedger:
         (the paths discovered this tick) and whose folders are gone (`still_there(paths)`,
         the record's `paths`: a v1 cgroup of another hierarchy can be joined to its CPU
         cgroup one tick and listed on its own the next), and each kernel-log kill
-        (naming/kills.NamedKill) of a cgroup gone before any record of it."""
+        (naming/oom_victims.NamedKill) of a cgroup gone before any record of it."""
         alive = self._alive
         there = existing if isinstance(existing, (set, dict, frozenset)) else set(existing)
         kills = list(kills)

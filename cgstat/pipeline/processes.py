@@ -1,23 +1,9 @@
 """The processes of a workload, tick after tick: CPU from stat deltas, memory on a schedule,
 the fork tree and each tree's total (the record part of `procs` and `stream --processes`).
 
-Reads through kernel/processes.py. Per tick and workload: cgroup.procs of its folder and
-those below (at most `max_processes`), /proc/<pid>/stat of each (CPU, RSS, parent, state);
-once per process (a PID and start time: a PID reused between ticks is a new process, its
-CPU delta never taken against the old one) its status (NSpid, UID) and command line, again
-when its name changes (an exec); smaps_rollup and the fd count at most every
-`memory_every_s` per process, while the tick's `budget_s` lasts: a process not due, or left
-over when the budget ran out, keeps its last figures and says how old they are
-(`memory_age_s`). smaps_rollup walks every mapping under the process's mm lock: ~0.1 ms for
-a small process, 3-20 ms for one holding 200 MB of Python objects (bench/README.md), and the
-process waits for it.
-
-A process that exits mid-read is dropped from the tick's list (it is gone); one that can't
-be read for another reason (not root: another user's smaps_rollup and fd folder; a hidepid=
-mount) keeps what could be read, the rest null, with the reason in its `errors`.
-
-GPU memory and SM % per process come from the GPU join's entries of the workload's record
-(`gpu.processes`, NVML's host PIDs already mapped to cgroups: cgstat/gpu/attribution.py).
+Reads through kernel/processes.py: cgroup.procs of the workload's folder and those below,
+/proc/<pid>/stat, status and cmdline, and smaps_rollup and the fd count on a schedule (see
+ProcessWatcher). GPU figures per process come from the workload record's `gpu.processes`.
 """
 
 from __future__ import annotations
@@ -78,6 +64,16 @@ class Listing(NamedTuple):
     error: Optional[Dict[str, str]]  # the workload's folder could not be listed
 
 
+# Reads through kernel/processes.py. Per tick and workload: cgroup.procs of its folder and
+# those below (at most `max_processes`), /proc/<pid>/stat of each (CPU, RSS, parent, state);
+# once per process (a PID and start time: a PID reused between ticks is a new process, its
+# CPU delta never taken against the old one) its status (NSpid, UID) and command line, again
+# when its name changes (an exec); smaps_rollup and the fd count at most every
+# `memory_every_s` per process, while the tick's `budget_s` lasts: a process not due, or left
+# over when the budget ran out, keeps its last figures and says how old they are
+# (`memory_age_s`). smaps_rollup walks every mapping under the process's mm lock: ~0.1 ms for
+# a small process, 3-20 ms for one holding 200 MB of Python objects (bench/README.md), and the
+# process waits for it.
 class ProcessWatcher:
     """Keeps each process's last CPU ticks and memory figures between ticks.
 
@@ -128,6 +124,9 @@ class ProcessWatcher:
         processes, groups = tree(rows)
         return Listing(processes, groups, len(processes), complete, None)
 
+    # A process that exits mid-read is dropped from the tick's list (it is gone); one that can't
+    # be read for another reason (not root: another user's smaps_rollup and fd folder; a hidepid=
+    # mount) keeps what could be read, the rest null, with the reason in its `errors`.
     def _one(self, pid: int, gpus: Optional[Dict[int, Tuple[Optional[int], Optional[float]]]],
              memory: bool) -> Optional[Dict[str, Any]]:
         fs = self.fs
@@ -243,6 +242,8 @@ _FIELDS = ("pid", "ns_pid", "ppid", "name", "cmdline", "state", "uid", "threads"
 _SUMMED = ("cpu_percent", "rss_bytes", "pss_bytes", "uss_bytes", "swap_bytes", "gpu_memory_bytes")
 
 
+# GPU memory and SM % per process come from the GPU join's entries of the workload's record
+# (`gpu.processes`, NVML's host PIDs already mapped to cgroups: cgstat/gpu/attribution.py).
 def _gpu_by_pid(gpu: Optional[Dict[str, Any]]) -> Optional[Dict[int, Tuple[Optional[int], Optional[float]]]]:
     """PID -> (GPU memory, SM %) summed over the GPUs NVML lists it on; None: GPU metrics off."""
     if not gpu:

@@ -1,20 +1,9 @@
 """The sampler: one tick = discover cgroups, read them, derive rates, name the workloads,
-build records (plain dicts, the objects that are streamed).
-
-Data flows one way: host files -> Sample (kernel/cgroups.py) -> Rates (pipeline/rates.py)
--> who each workload is (naming/) -> record (cgstat/pipeline/build.py); sinks and views
-(outputs/) only format the records. The sampler keeps between ticks what rates need (the
-previous Counters of each cgroup still present) and last tick's cgroups with what their
-paths say (classified again only when the tree changed). A tick reads one cgroup at a
-time, as its record is made.
-
-`Sampler` is also the Python API (`cgstat.Sampler`): `tick()` returns the records of one
-tick (the first tick's rates are null), `records()` makes the same records one at a time,
-`close()` releases what it holds. After a tick's records, `kills` holds the OOM kills the
-kernel log reported since the tick before (kernel/kmsg.py), named (cgstat/naming/oom_victims.py), also
-those of cgroups the records don't show (`kills_outside_shown`): the log is read after the
-cgroups, so a kill counted in a record is in the same tick's log; `xids` the NVIDIA
-driver's XIDs it carried.
+build records (plain dicts, the objects that are streamed). `Sampler` is also the Python API
+(`cgstat.Sampler`, docs/usage.md): `tick()` returns the records of one tick (the first
+tick's rates are null), `records()` makes the same records one at a time, `close()` releases
+what it holds. Reads host files only through kernel/, naming/ and gpu/ (cgroup files, the
+kernel log, /proc, NVML).
 """
 
 from __future__ import annotations
@@ -62,6 +51,12 @@ if TYPE_CHECKING:  # imported where used: a run without GPUs or network namespac
 _QUIET_ERRORS = {"missing", "unavailable", "gone"}
 
 
+# Data flows one way: host files -> Sample (kernel/cgroups.py) -> Rates (pipeline/rates.py)
+# -> who each workload is (naming/) -> record (cgstat/pipeline/build.py); sinks and views
+# (outputs/) only format the records. The sampler keeps between ticks what rates need (the
+# previous Counters of each cgroup still present) and last tick's cgroups with what their
+# paths say (classified again only when the tree changed). A tick reads one cgroup at a
+# time, as its record is made.
 class Sampler:
     """Samples the host's cgroups, tick after tick.
 
@@ -349,7 +344,7 @@ class Sampler:
         """The records one by one; fills `current` with the counters as it goes."""
         subtrees: Dict[str, Any] = {}
         energy: Dict[str, float] = {}
-        made: Dict[int, Any] = {}  # this tick's GPU process entries and gpu objects (gpu/join.cgroup_gpu)
+        made: Dict[int, Any] = {}  # this tick's GPU process entries and gpu objects (gpu/attribution.cgroup_gpu)
         if tick.gpu is not None:
             from cgstat.gpu.attribution import by_subtree, cgroup_gpu
 
@@ -397,9 +392,14 @@ class Sampler:
             yield from exits.end_tick(self._classified, self.kills, rfc3339(time.time()),
                                       lambda paths: folders_there(mounts, paths))
 
+    # After a tick's records, `kills` holds the OOM kills the kernel log reported since the
+    # tick before (kernel/kmsg.py), named (cgstat/naming/oom_victims.py), also those of cgroups
+    # the records don't show (`kills_outside_shown`): the log is read after the cgroups, so a
+    # kill counted in a record is in the same tick's log; `xids` the NVIDIA driver's XIDs it
+    # carried.
     def _read_kills(self) -> None:
         """The kernel log since the last tick: this tick's OOM kills, named (after the
-        cgroups were read: see the module docstring)."""
+        cgroups were read: see the comment above)."""
         self.kills = []
         self.xids = []
         self.late_counts = []
