@@ -38,7 +38,8 @@ import threading
 import time
 from typing import TYPE_CHECKING, Any, Callable, Deque, Iterable, Iterator, Optional, Tuple
 
-from cgstat.pipeline.sinks import NO_INFO, ChunkSink, ReaderGone, Sink, SinkError, TickInfo
+from cgstat.outputs.threaded import ThreadedSink
+from cgstat.pipeline.sinks import NO_INFO, ChunkSink, ReaderGone, SinkError, TickInfo
 
 if TYPE_CHECKING:  # the record types are for the type checker only
     from cgstat.contract.types import JsonObject
@@ -69,7 +70,7 @@ class _Aborted(Exception):
     pass
 
 
-class QueuedSink(Sink):
+class QueuedSink(ThreadedSink):
     """`inner` written from a thread of its own, through a queue of at most `max_bytes`."""
 
     streams = True
@@ -77,6 +78,7 @@ class QueuedSink(Sink):
 
     def __init__(self, inner: ChunkSink, warn: Optional[Callable[[str, str], None]] = None,
                  max_bytes: int = QUEUE_MAX_BYTES, close_stall_s: float = CLOSE_STALL_S):
+        super().__init__()
         self.inner = inner
         self.warn = warn
         self.max_bytes = max_bytes
@@ -88,9 +90,6 @@ class QueuedSink(Sink):
         self._queued_bytes = 0
         self._taken = 0  # items the writer took: progress, for close()
         self._gone = False  # the writer met ReaderGone
-        self._said: Deque[str] = collections.deque()  # the writer's messages, said by the tick's thread
-        self._thread: Optional[threading.Thread] = None
-        self._stop_asked: Callable[[], bool] = lambda: False
         self.waiting = threading.Event()  # close() is waiting on a reader that takes nothing
         self._ended: Optional[Tuple[Any, ...]] = None  # what tee() left for end_tee()
         # the ticks queued and not yet written (their ends' times), and whether that was said
@@ -108,9 +107,7 @@ class QueuedSink(Sink):
 
     def open(self) -> None:
         self.inner.open()
-        if self._thread is None:
-            self._thread = threading.Thread(target=self._run, name="cgstat-sink", daemon=True)
-            self._thread.start()
+        self._start()
 
     def share_lines(self, line_of: Callable[[JsonObject], Optional[bytes]]) -> None:
         self.inner.share_lines(line_of)  # inner's chunker runs in the tick's thread: the shared lines are its
@@ -186,13 +183,9 @@ class QueuedSink(Sink):
     def reopen(self) -> None:
         self._put(_REOPEN)
 
-    def watch_stop(self, asked: Callable[[], bool]) -> None:
-        self._stop_asked = asked
-
     def close(self) -> None:
         """Write what is queued (see the module docstring), then close the inner sink."""
-        thread = self._thread
-        self._thread = None
+        thread = self._take_thread()
         if thread is not None:
             self._put(_CLOSE)
             seen, moved = self._taken, time.monotonic()
@@ -244,14 +237,6 @@ class QueuedSink(Sink):
         self._end_episode(at_close=True)
         self._warn("dropped", f"{self.inner.label}: the reader took nothing for {self.close_stall_s:g} s: "
                    f"{lines} lines not written at the end")
-
-    def _say(self) -> None:
-        while self._said:
-            self._warn("sink", self._said.popleft())
-
-    def _warn(self, key: str, message: str) -> None:
-        if self.warn is not None:
-            self.warn(key, message)
 
     def _put(self, item: _Item) -> None:
         with self._cond:
@@ -306,9 +291,9 @@ class QueuedSink(Sink):
         except _Aborted:
             pass
         except SinkError as exc:
-            self._said.append(str(exc))
+            self._tell("sink", str(exc))
         except Exception as exc:  # never a writer dead in silence: said, and the next tick is tried
-            self._said.append(f"{self.inner.label}: {exc.__class__.__name__}: {exc}")
+            self._tell("sink", f"{self.inner.label}: {exc.__class__.__name__}: {exc}")
 
 
 class _Tick:

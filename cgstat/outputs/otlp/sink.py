@@ -20,7 +20,8 @@ from cgstat.outputs.otlp.auth import gather, redact
 from cgstat.outputs.otlp.budget import OtlpBudget
 from cgstat.outputs.otlp.encode import Encoder, rejected
 from cgstat.outputs.otlp.transport import Receiver
-from cgstat.pipeline.sinks import NO_INFO, Sink, SinkError, TickInfo
+from cgstat.outputs.threaded import ThreadedSink
+from cgstat.pipeline.sinks import NO_INFO, SinkError, TickInfo
 from cgstat.text import escape_controls
 
 if TYPE_CHECKING:  # the record types are for the type checker only
@@ -71,13 +72,16 @@ class _Tick(NamedTuple):
     raw_size: int
 
 
-class OtlpSink(Sink):
+class OtlpSink(ThreadedSink):
     """Pushes ticks to `options.endpoint` (see the module docstring and the comment above BUFFER_S)."""
+
+    thread_name = "cgstat-otlp"
 
     def __init__(self, options: OtlpOptions, warn: Optional[Callable[[str, str], None]] = None,
                  receiver: Optional[Receiver] = None, max_bytes: int = MAX_BUFFER_BYTES,
                  close_timeout_s: float = CLOSE_TIMEOUT_S, stop_timeout_s: float = STOP_TIMEOUT_S,
                  clock: Callable[[], float] = time.monotonic, budget: Optional[OtlpBudget] = None):
+        super().__init__()
         self.options = options
         self.warn = warn
         if budget is not None:  # folding is said once, as the sink says things: from the tick's thread
@@ -109,9 +113,6 @@ class OtlpSink(Sink):
         self._bytes = 0
         self._seq = 0
         self._closing = False
-        self._thread: Optional[threading.Thread] = None
-        self._said: Deque[Tuple[str, str]] = collections.deque()  # (key, message)
-        self._stop_asked: Callable[[], bool] = lambda: False
         # what happened, for the messages and the tests
         self.ticks_sent = 0
         self.requests_sent = 0
@@ -123,9 +124,7 @@ class OtlpSink(Sink):
     # -- the tick's thread ---------------------------------------------------------------
 
     def open(self) -> None:
-        if self._thread is None:
-            self._thread = threading.Thread(target=self._run, name="cgstat-otlp", daemon=True)
-            self._thread.start()
+        self._start()
 
     def write(self, records: Iterable[JsonObject], tick: TickInfo = NO_INFO) -> None:
         """Encode the tick and buffer it; never waits for the receiver."""
@@ -160,13 +159,9 @@ class OtlpSink(Sink):
         self._episode_dropped += dropped
         return dropped
 
-    def watch_stop(self, asked: Callable[[], bool]) -> None:
-        self._stop_asked = asked
-
     def close(self) -> None:
         """Send what is buffered, for a while (see the comment above BUFFER_S); never raises."""
-        thread = self._thread
-        self._thread = None
+        thread = self._take_thread()
         if thread is not None:
             with self._cond:
                 self._closing = True
@@ -183,8 +178,8 @@ class OtlpSink(Sink):
                 self._bytes = 0
                 self._cond.notify_all()
             if left:
-                self._said.append(("otlp-end", f"OTLP: {_ticks(left)} not sent at the end: "
-                                  f"{self.shown} did not take them in time"))
+                self._tell("otlp-end", f"OTLP: {_ticks(left)} not sent at the end: "
+                                  f"{self.shown} did not take them in time")
         self._say()
         self._end_episode()
         if thread is None or not thread.is_alive():  # else the sender still holds it; it ends on its own
@@ -197,16 +192,9 @@ class OtlpSink(Sink):
                        f"({self.ticks_dropped} in all)")
             self._episode_dropped = 0
 
-    def _say(self) -> None:
-        while self._said:
-            key, message = self._said.popleft()
-            if key == "otlp-back":
-                self._end_episode()
-            self._warn(key, message)
-
-    def _warn(self, key: str, message: str) -> None:
-        if self.warn is not None:
-            self.warn(key, message)
+    def _heard(self, key: str) -> None:
+        if key == "otlp-back":
+            self._end_episode()
 
     # -- the sink's thread ---------------------------------------------------------------
 
@@ -254,31 +242,31 @@ class OtlpSink(Sink):
                 outcome = self.receiver.post(self._body(batch), self.encoder.content_type, self.gzip)
             except Exception as exc:  # never a sender dead in silence
                 outcome = None
-                self._said.append(("otlp-error", f"OTLP: {exc.__class__.__name__}: {exc}"))
+                self._tell("otlp-error", f"OTLP: {exc.__class__.__name__}: {exc}")
             if outcome is not None and outcome.sent:
                 self._done(batch)
                 self.ticks_sent += len(batch)
                 self.requests_sent += 1
                 partly = rejected(self.options.encoding, outcome.answer)
                 if partly:
-                    self._said.append(("otlp-partial", f"OTLP: {self.shown} took the push but says {partly}"))
+                    self._tell("otlp-partial", f"OTLP: {self.shown} took the push but says {partly}")
                 if self._failing_since is not None:
-                    self._said.append(("otlp-back", f"OTLP: {self.shown} answers again, after "
-                                       f"{self.clock() - self._failing_since:.0f} s: the buffered ticks are sent"))
+                    self._tell("otlp-back", f"OTLP: {self.shown} answers again, after "
+                                       f"{self.clock() - self._failing_since:.0f} s: the buffered ticks are sent")
                     self._failing_since = None
                 failures = 0
                 continue
             if outcome is not None and not outcome.retry:
                 self._done(batch)
                 self.ticks_refused += len(batch)
-                self._said.append(("otlp-refused", f"OTLP: {outcome.message}: {_ticks(len(batch))} refused, "
-                                   "not retried"))
+                self._tell("otlp-refused", f"OTLP: {outcome.message}: {_ticks(len(batch))} refused, "
+                                   "not retried")
                 continue
             if self._failing_since is None:
                 self._failing_since = self.clock()
                 reason = outcome.message if outcome is not None else "the push failed"
-                self._said.append(("otlp-retry", f"OTLP: {reason}; retrying, ticks kept for up to "
-                                   f"{self.options.buffer_s:g} s"))
+                self._tell("otlp-retry", f"OTLP: {reason}; retrying, ticks kept for up to "
+                                   f"{self.options.buffer_s:g} s")
             failures += 1
             delay = min(BACKOFF_MAX_S, BACKOFF_FIRST_S * 2 ** min(failures - 1, 10)) * random.uniform(0.5, 1.0)
             if outcome is not None and outcome.retry_after_s is not None:
