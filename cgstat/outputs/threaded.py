@@ -13,7 +13,7 @@ from cgstat.pipeline.sinks import Sink
 
 
 class ThreadedSink(Sink):
-    """A sink whose `_run` is its own thread's work (see the module docstring)."""
+    """A sink whose `_run` is its own thread's work."""
 
     thread_name = "cgstat-sink"
     warn: Optional[Callable[[str, str], None]] = None  # the diagnostics channel's warn(key, message)
