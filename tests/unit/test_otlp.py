@@ -560,7 +560,7 @@ def test_endpoint_and_header_parsing():
             parse_header(bad)
 
 
-@pytest.mark.parametrize("command, args, says", [  # each on one command: both declare them from _Otlp
+@pytest.mark.parametrize("command, args, says", [  # each on one command: both take them from the OTLP sink kind
     ("stream", ["--otlp-endpoint", "vm:8428"], "is not an http:// or https:// URL"),
     ("serve", ["--otlp-endpoint", "http://vm/", "--otlp-header", "nope"], "is not a header NAME=VALUE"),
     ("stream", ["--otlp-endpoint", "http://vm/", "--otlp-buffer", "5x"], "is not a duration"),
