@@ -1,26 +1,7 @@
-"""The JSON-lines sink: records serialised one line each, on stdout or appended to a file.
-
-These are sinks (pipeline/sinks.py: `open()`, fail at start, not silently later;
-`write(records)`; `reopen()` on SIGHUP; `close()`). Serialising is done here, one
-`text.dumps_record` per record (orjson, then the controls orjson leaves raw escaped); a
-record that can't be serialised is dropped with a warning and the batch goes on. A batch
-is serialised and written in chunks of about 64 KiB, never joined into one bytes object;
-its records may come one at a time (stream), so that they never all exist at once.
-
-Every batch is written whole or not at all: a file that fails mid-write (ENOSPC, EIO) is
-truncated back to where the batch began, so a reader never sees half a line, and the
-batch is kept (bounded) and retried on the next tick (what of it had gone out is read back
-from the file first; a file that can't be read back loses those lines, whole). On stdout, which can't be cut back,
-what did not go out is kept, so the line begun is completed first on the next tick.
-SIGHUP makes a file sink reopen its path (logrotate's move-and-create). A closed stdout
-(`cgstat stream | head`) ends the stream quietly. A stdout that is a pipe, socket or
-terminal can block (a reader that stops reading): `stream` writes it from its own thread
-(outputs/queued.py), so the tick never waits for it.
-
-The output file is opened the safe way for a root process writing where others may
-write: through folders no other user can change (safepath.py), O_NOFOLLOW (a symlink at the path is refused, never followed), O_NONBLOCK and
-O_NOCTTY (a FIFO or terminal placed there can't block or become ours), and the opened
-file must be a regular file; a new file is created with mode 0600 (`--output-mode`).
+"""The JSON-lines sink: records serialised one line each, on stdout or appended to a file,
+every batch written whole or not at all (JsonLinesSink, StdoutSink, FileSink). Reads only
+its own output file back (/proc/self/fd/N, after a failed write); the file is opened the
+safe way (see the comment above _FLAGS).
 """
 
 from __future__ import annotations
@@ -49,6 +30,11 @@ _PENDING_MAX_BYTES = 16 * 1024 * 1024
 # (64 KiB) is as much as one write() hands a reader anyway.
 _CHUNK_BYTES = 64 * 1024
 
+# The output file is opened the safe way for a root process writing where others may
+# write: through folders no other user can change (safepath.py), O_NOFOLLOW (a symlink at
+# the path is refused, never followed), O_NONBLOCK and O_NOCTTY (a FIFO or terminal placed
+# there can't block or become ours), and the opened file must be a regular file; a new file
+# is created with mode 0600 (`--output-mode`).
 _FLAGS = (os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK
           | os.O_NOCTTY)
 
@@ -112,6 +98,12 @@ class _Lines(Chunker):
         self.size = 0
         return b"\n".join(lines)
 
+# These are sinks (pipeline/sinks.py: `open()`, fail at start, not silently later;
+# `write(records)`; `reopen()` on SIGHUP; `close()`). Serialising is done here, one
+# `text.dumps_record` per record (orjson, then the controls orjson leaves raw escaped); a
+# record that can't be serialised is dropped with a warning and the batch goes on. A batch
+# is serialised and written in chunks of about 64 KiB, never joined into one bytes object;
+# its records may come one at a time (stream), so that they never all exist at once.
 class JsonLinesSink(ChunkSink):
     """The batching, backlog and serialising shared by the stdout and file sinks."""
 
@@ -250,6 +242,11 @@ def _write_all(fd: int, data: bytes) -> None:
     while view:
         view = view[os.write(fd, view):]
 
+# On stdout, which can't be cut back, what did not go out is kept, so the line begun is
+# completed first on the next tick. A closed stdout (`cgstat stream | head`) ends the stream
+# quietly. A stdout that is a pipe, socket or terminal can block (a reader that stops
+# reading): `stream` writes it from its own thread (outputs/queued.py), so the tick never
+# waits for it.
 class StdoutSink(JsonLinesSink):
     """Lines on stdout (or another descriptor we were given); a reader gone ends the run."""
 
@@ -287,6 +284,11 @@ class StdoutSink(JsonLinesSink):
                 keep(bytes(view) + b"".join(chunks))
                 raise SinkError(f"cannot write to stdout: {os_reason(exc)}") from None
 
+# Every batch is written whole or not at all: a file that fails mid-write (ENOSPC, EIO) is
+# truncated back to where the batch began, so a reader never sees half a line, and the
+# batch is kept (bounded) and retried on the next tick (what of it had gone out is read back
+# from the file first; a file that can't be read back loses those lines, whole).
+# SIGHUP makes a file sink reopen its path (logrotate's move-and-create).
 class FileSink(JsonLinesSink):
     """Lines appended to a regular file, opened the safe way (see open_output)."""
 

@@ -1,34 +1,7 @@
 """A sink that can block (stdout into a pipe, the store's fdatasync on a stalled disk, a
 slow plug-in) written from its own thread, so a slow reader or disk never stalls the tick,
-the other sinks, nor with them the systemd watchdog.
-
-The tick's thread serialises the tick (ChunkSink.chunker: the records may be made as they
-are taken, passed on to the run's other sinks as they go: `tee`) and puts its pieces in a
-queue; the sink's thread takes them and writes them in order (ChunkSink.write_chunks),
-with the inner sink's own rules (whole lines, a backlog on failure). Nothing here waits
-for the writer: the queue is bounded by its bytes, and a tick that begins while the queue
-is over the bound is dropped whole (its records are still made: rates, events and every
-other sink go on). So what goes out is whole ticks, in order, with gaps; a tick once begun
-is never cut. The drops are said on stderr once per episode (from the first tick dropped
-to the next one written), when it ends, with the count (episodes closer together than the
-diagnostics channel repeats a line are counted, not said); the episode still open at close
-is always said, with the run's total. A writer that falls more than a tick behind is said
-once per episode too: what it has queued is written as it catches up.
-
-- The last piece of a tick is queued when the tick ends (`end_tee`): the sinks that take a
-  tick whole (the exporter) have it before the end of the tick goes out here.
-- SIGHUP: `reopen()` is queued, so it happens between two ticks, after those before it.
-- A reader gone (EPIPE): the writer stops; the next write (or close) ends the run with
-  exit 0 (ReaderGone), as without a thread.
-- close(): everything queued is written, in order, before it returns (the last lines of a
-  --count run or a Ctrl-C are not lost). At the end of a --count run the reader is waited
-  for as long as it takes (`| less`, read a screen at a time, gets every line, as with a
-  blocking write). After a stop signal (watch_stop: SIGTERM, Ctrl-C) a reader that takes
-  nothing for `close_stall_s` is not waited for longer: what was still queued is counted
-  on stderr and the run ends; the line the writer was in may then be cut, as a SIGKILL
-  of a write blocked on that reader would cut it.
-- What the writer's thread has to say (a write that failed) is said by the tick's thread
-  at its next write: the diagnostics channel is used from one thread only.
+the other sinks, nor with them the systemd watchdog: the tick's thread queues the tick's
+pieces, the sink's thread writes them in order (QueuedSink). Reads no host file.
 """
 
 from __future__ import annotations
@@ -71,7 +44,21 @@ class _Aborted(Exception):
 
 
 class QueuedSink(ThreadedSink):
-    """`inner` written from a thread of its own, through a queue of at most `max_bytes`."""
+    """`inner` written from a thread of its own, through a queue of at most `max_bytes`.
+
+    The tick's thread serialises the tick (ChunkSink.chunker: the records may be made as they
+    are taken, passed on to the run's other sinks as they go: `tee`) and puts its pieces in a
+    queue; the sink's thread takes them and writes them in order (ChunkSink.write_chunks),
+    with the inner sink's own rules (whole lines, a backlog on failure). Nothing here waits
+    for the writer: the queue is bounded by its bytes, and a tick that begins while the queue
+    is over the bound is dropped whole (its records are still made: rates, events and every
+    other sink go on). So what goes out is whole ticks, in order, with gaps; a tick once begun
+    is never cut. The drops are said on stderr once per episode (from the first tick dropped
+    to the next one written), when it ends, with the count (episodes closer together than the
+    diagnostics channel repeats a line are counted, not said); the episode still open at close
+    is always said, with the run's total. A writer that falls more than a tick behind is said
+    once per episode too: what it has queued is written as it catches up.
+    """
 
     streams = True
     tees = True
@@ -153,6 +140,8 @@ class QueuedSink(ThreadedSink):
                 self._put(_ABORT)
             raise
 
+    # The last piece of a tick is queued when the tick ends (`end_tee`): the sinks that take a
+    # tick whole (the exporter) have it before the end of the tick goes out here.
     def end_tee(self, tick: TickInfo = NO_INFO) -> None:
         ended, self._ended = self._ended, None
         if ended is None:  # the records stopped coming: nothing (more) of this tick
@@ -180,11 +169,19 @@ class QueuedSink(ThreadedSink):
                        f"{time.monotonic() - oldest:.1f} s ago; they are written as it catches up (a queue "
                        f"over {self.max_bytes >> 20} MiB drops ticks whole)")
 
+    # SIGHUP: `reopen()` is queued, so it happens between two ticks, after those before it.
     def reopen(self) -> None:
         self._put(_REOPEN)
 
+    # close(): everything queued is written, in order, before it returns (the last lines of a
+    # --count run or a Ctrl-C are not lost). At the end of a --count run the reader is waited
+    # for as long as it takes (`| less`, read a screen at a time, gets every line, as with a
+    # blocking write). After a stop signal (watch_stop: SIGTERM, Ctrl-C) a reader that takes
+    # nothing for `close_stall_s` is not waited for longer: what was still queued is counted
+    # on stderr and the run ends; the line the writer was in may then be cut, as a SIGKILL
+    # of a write blocked on that reader would cut it.
     def close(self) -> None:
-        """Write what is queued (see the module docstring), then close the inner sink."""
+        """Write what is queued (see the comment above), then close the inner sink."""
         thread = self._take_thread()
         if thread is not None:
             self._put(_CLOSE)
@@ -279,6 +276,10 @@ class QueuedSink(ThreadedSink):
                 self._guarded(lambda: self.inner.write_chunks(iter(rest)))
                 rest.skip()
 
+    # A reader gone (EPIPE): the writer stops; the next write (or close) ends the run with
+    # exit 0 (ReaderGone), as without a thread.
+    # What the writer's thread has to say (a write that failed) is said by the tick's thread
+    # at its next write: the diagnostics channel is used from one thread only.
     def _guarded(self, job: Callable[[], None]) -> None:
         try:
             job()

@@ -1,14 +1,7 @@
 """The store as a sink (`record`, `--store`): each tick's records, as the JSON lines
-`stream` writes, kept in the flight recorder's store (cgstat/store). A record is matched
-from tick to tick by its type and cgroup (GPU records by their place among the tick's GPU
-records); events are kept whole. A tick that can't be written is said and lost (the store
-stays whole), the run goes on.
-
-The tick's thread takes each record's line (made once for every sink, TickLines) and its
-key as the records pass; the store's thread compresses and writes the tick and waits for
-fdatasync (QueuedSink): a disk stalled by I/O pressure delays no output and no tick. Its
-queue holds STORE_QUEUE_BYTES of lines (about 8 s of ticks at 1,000 cgroups, minutes at
-100): a stall shorter loses nothing; past it whole ticks are dropped, counted and said.
+`stream` writes, kept in the flight recorder's store (cgstat/store), from a thread of its
+own (store_sink). A tick that can't be written is said and lost (the store stays whole),
+the run goes on. Reads no host file; writes the store through store/writer.py.
 """
 
 from __future__ import annotations
@@ -26,10 +19,17 @@ if TYPE_CHECKING:
     from cgstat.contract.types import JsonObject
     from cgstat.store.writer import Warn
 
+# The tick's thread takes each record's line (made once for every sink, TickLines) and its
+# key as the records pass; the store's thread compresses and writes the tick and waits for
+# fdatasync (QueuedSink): a disk stalled by I/O pressure delays no output and no tick. Its
+# queue holds STORE_QUEUE_BYTES of lines (about 8 s of ticks at 1,000 cgroups, minutes at
+# 100): a stall shorter loses nothing; past it whole ticks are dropped, counted and said.
 STORE_QUEUE_BYTES = 16 * 1024 * 1024
 _PIECE_BYTES = 64 * 1024
 
 
+# A record is matched from tick to tick by its type and cgroup (GPU records by their place
+# among the tick's GPU records); events are kept whole.
 def record_key(record: JsonObject, seen: Dict[str, int]) -> Hashable:
     kind = record.get("type")
     if kind == "event":

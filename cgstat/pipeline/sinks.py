@@ -1,39 +1,7 @@
-"""The one interface every output of a tick implements, and what the runner
-(pipeline/runner.py) hands them each tick: the records, each record's JSON line made
-once, what is known of the tick besides (TickInfo).
-
-The contract, which every implementation keeps:
-- `open()` at start: an output that can't be used fails the run now (CgstatError), not
-  silently later.
-- A tick comes one of two ways. `tee(records)` passes the records on one at a time, each
-  taken on the way, and `end_tee(tick)` after the last: the runner chains every sink's tee
-  so that the records are made one at a time, however many sinks there are. The default
-  tee keeps the tick's records and hands them to `write(records, tick)` at end_tee (a
-  sink that needs the tick whole: the Prometheus exporter renders it again for a scrape).
-  A sink that `streams` may instead be the chain's last: `write(records)` is then given the
-  chain itself, an iterator. Either way a tick is written whole or not at all (never half
-  a line): a tee whose records stopped coming (an error in the tick) writes nothing.
-- `records` is the tick's records then its events. A write that fails this time raises
-  SinkError (said, and the run goes on); a reader gone for good raises ReaderGone (the
-  run ends, exit 0).
-- A sink that `wants_lines` serialises records as JSON lines: `share_lines(line_of)`
-  before each tick hands it the tick's `TickLines.line_of`, so that a record is
-  serialised once a tick for all such sinks (take the line as the record passes).
-- `reopen()` on SIGHUP (logrotate's move-and-create), between two ticks.
-- `close()` at the end: whatever was written is out (flushed in order) before it returns;
-  it never raises. `watch_stop(asked)`: how to know that a stop signal came.
-
-A sink that can block (a pipe, a disk, a network peer) is written from a thread of its
-own behind a bounded queue (outputs/queued.py) so that it never delays the tick or the
-other sinks; ChunkSink is the two halves such a sink is made of.
-
-Sink kinds a run may add beside its own output (`--store`, `--otlp-endpoint`, a plug-in's)
-are registered here (`register(SinkKind(...))`): a name, the command-line options that
-configure it and the function that makes it; the command line offers every registered
-kind's options on `stream` and `serve` (app/sinks.py loads the built-in kinds and the
-plug-ins; docs/sinks.md).
-
-Python 3.7 has no typing.Protocol: the interface is this base class.
+"""The one interface every output of a tick implements (Sink: its docstring is the
+contract), what the runner (pipeline/runner.py) hands them each tick: the records, each
+record's JSON line made once, what is known of the tick besides (TickInfo); and the
+registry of the sink kinds a run may add (register). Reads no host file.
 """
 
 from __future__ import annotations
@@ -110,7 +78,29 @@ class TickEvents:
 
 
 class Sink:
-    """An output of ticks (see the module docstring for the contract)."""
+    """An output of ticks. Python 3.7 has no typing.Protocol: the interface is this base class.
+
+    The contract, which every implementation keeps:
+    - `open()` at start: an output that can't be used fails the run now (CgstatError), not
+      silently later.
+    - A tick comes one of two ways. `tee(records)` passes the records on one at a time, each
+      taken on the way, and `end_tee(tick)` after the last: the runner chains every sink's tee
+      so that the records are made one at a time, however many sinks there are. The default
+      tee keeps the tick's records and hands them to `write(records, tick)` at end_tee (a
+      sink that needs the tick whole: the Prometheus exporter renders it again for a scrape).
+      A sink that `streams` may instead be the chain's last: `write(records)` is then given the
+      chain itself, an iterator. Either way a tick is written whole or not at all (never half
+      a line): a tee whose records stopped coming (an error in the tick) writes nothing.
+    - `records` is the tick's records then its events. A write that fails this time raises
+      SinkError (said, and the run goes on); a reader gone for good raises ReaderGone (the
+      run ends, exit 0).
+    - A sink that `wants_lines` serialises records as JSON lines: `share_lines(line_of)`
+      before each tick hands it the tick's `TickLines.line_of`, so that a record is
+      serialised once a tick for all such sinks (take the line as the record passes).
+    - `reopen()` on SIGHUP (logrotate's move-and-create), between two ticks.
+    - `close()` at the end: whatever was written is out (flushed in order) before it returns;
+      it never raises. `watch_stop(asked)`: how to know that a stop signal came.
+    """
 
     #: write() may take the records as an iterator, made as they are taken (the chain's last)
     streams = False
@@ -172,6 +162,9 @@ class Chunker:
         return None
 
 
+# A sink that can block (a pipe, a disk, a network peer) is written from a thread of its
+# own behind a bounded queue (outputs/queued.py) so that it never delays the tick or the
+# other sinks; ChunkSink is the two halves such a sink is made of.
 class ChunkSink(Sink):
     """A sink whose write comes in two halves: serialising the tick into pieces (`chunks`,
     in the tick's thread: the records may be made as they are taken) and writing those
@@ -239,6 +232,11 @@ class SinkContext(NamedTuple):
     label_allow: Optional[str] = None  # --label-allow: the container labels made series labels (None: none)
 
 
+# Sink kinds a run may add beside its own output (`--store`, `--otlp-endpoint`, a plug-in's)
+# are registered here (`register(SinkKind(...))`): a name, the command-line options that
+# configure it and the function that makes it; the command line offers every registered
+# kind's options on `stream` and `serve` (app/sinks.py loads the built-in kinds and the
+# plug-ins; docs/sinks.md).
 class SinkKind(NamedTuple):
     """A kind of sink a run may add: made when its first option is given."""
 
