@@ -5,7 +5,7 @@ from typing import Optional
 
 import typer
 
-from cgstat.cli.options import TIME_HELP, Annotated, Match, OutputMode, Store, Until, Utc, commands, option, when
+from cgstat.cli.options import TIME_HELP, Annotated, Match, OutputMode, Store, Until, Utc, commands, converter, option, when
 from cgstat.cli.run import Command, Warn, history, pattern_of, run, store_of
 from cgstat.diagnostics import say
 from cgstat.outputs import values
@@ -141,10 +141,10 @@ def events(
 @commands.command(cls=Command, short_help="Tell one workload's life: how it ended, its peaks, events, totals.")
 def story(
     workload: Annotated[str, typer.Argument(
-        metavar="WORKLOAD", help="A container's name or ID prefix, a unit, a pod (name or namespace/name) or a "
+        metavar="WORKLOAD", parser=converter(values.not_empty), help="A container's name or ID prefix, a unit, a pod (name or namespace/name) or a "
                                  "cgroup path (or its last folder).")],
     since: Annotated[Optional[str], option("--since", metavar="TIME", parse=when, show_default=False,
-                                           help=f"Read from (default: all the store holds): {TIME_HELP}.")] = None,
+                                           help=f"Read from (default: all the store, or the file, holds): {TIME_HELP}.")] = None,
     until: Annotated[Optional[str], option("--until", metavar="TIME", parse=when, show_default=False,
                                            help="Read to (default: now).")] = None,
     file: Annotated[Optional[str], option("--file", metavar="FILE", parse=values.not_empty,

@@ -10,7 +10,7 @@ from cgstat.cli.options import (Annotated, All, Common, Count, DisableMetrics, E
                                     GpuIdleWindow, HostRoot, Interval, LabelAllow, Listen, LogState, Match,
                                     MaxSeries, MaxSize, MaxUser, Metrics, NoEvents, OomKills, Output, OutputMode, Pids,
                                     Processes, ProcessesBy, Retain, ServeListen, Sort, Store, WebConfig, Window,
-                                    option, commands, group_list, takes_sinks, when)
+                                    converter, needs, option, commands, group_list, takes_sinks, when)
 from cgstat.cli.run import Command, history, pattern_of, run, store_of
 from cgstat.outputs import values
 from cgstat.outputs import DEFAULT_LISTEN
@@ -78,6 +78,10 @@ def stream(
     with rates. SIGTERM/SIGINT finish the line being written and exit 0."""
     if web_config_file and not listen:
         raise typer.BadParameter("guards /metrics: give --listen too", param_hint="--web-config-file")
+    exporting = bool(listen or added.get("otlp_endpoint"))
+    for name in ("label_allow", "metrics", "disable_metrics", "max_series"):
+        needs(ctx, name, exporting, "shapes /metrics and the OTLP push: give --listen or --otlp-endpoint too")
+    needs(ctx, "processes_by", bool(processes), "orders --processes: give --processes N too")
 
     def job(sampler: "Sampler") -> int:
         from cgstat.app.stream import stream
@@ -218,7 +222,7 @@ def pid(ctx: typer.Context, pids: Pids, host_root: HostRoot = None) -> None:
 def procs(
     ctx: typer.Context,
     workload: Annotated[Optional[str], typer.Argument(
-        metavar="[WORKLOAD]", show_default=False,
+        metavar="[WORKLOAD]", show_default=False, parser=converter(values.not_empty),
         help="A container name or ID prefix, a unit, a pod or a cgroup path (default: every workload shown).")] = None,
     fmt: Annotated[str, option("--format", metavar="FMT", parse=values.one_of("table", "jsonl", "csv"),
                                 help="table (a tree per workload), jsonl (one object per workload) or csv.")
@@ -266,6 +270,8 @@ def record(
     """Keep every tick's records (what stream writes, events included) in a compressed,
     time-indexed store of hourly shards, read back by replay, dump, events, top --at and
     report --since. SIGTERM/SIGINT finish the tick being written and exit 0."""
+    needs(ctx, "processes_by", bool(processes), "orders --processes: give --processes N too")
+
     def job(sampler: "Sampler") -> int:
         from cgstat.app.record import record as run_record
 

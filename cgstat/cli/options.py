@@ -253,6 +253,20 @@ Utc = Annotated[bool, typer.Option("--utc", help="Times in UTC (default: local t
 
 # -- the sink kinds' options (pipeline/sinks.py, app/sinks.py) -----------------------------------
 
+def from_command_line(ctx: Optional[typer.Context], name: str) -> bool:
+    """Whether the parameter `name` was given on the command line (not its default, nor
+    an environment variable: a unit's Environment= may serve several commands)."""
+    source = ctx.get_parameter_source(name) if ctx is not None else None
+    return source is not None and source.name == "COMMANDLINE"
+
+
+def needs(ctx: typer.Context, name: str, present: bool, why: str) -> None:
+    """A usage error when the option `name` was given on the command line while what it
+    works on (`present`) was not: said, not silently ignored."""
+    if not present and from_command_line(ctx, name):
+        raise typer.BadParameter(why, param_hint="--" + name.rstrip("_").replace("_", "-"))
+
+
 def takes_sinks(command: Callable[..., None]) -> Callable[..., None]:
     """Mark a command that offers every registered sink kind's options, given to it as one
     mapping `added` (option key -> value): added to its parameters when it is made to run
@@ -277,9 +291,15 @@ def with_sink_options(command: Callable[..., None], load: bool = True) -> Callab
         for o in options]
     keys = [o.key for o in options]
 
+    firsts = {o.key: kind.options[0] for kind in (sink_kinds() if load else ()) for o in kind.options[1:]}
+
     @functools.wraps(command)
     def run(**given: Any) -> None:
         mine: Dict[str, Any] = {k: (tuple(given[k]) if isinstance(given[k], list) else given[k]) for k in keys}
+        for key, first in firsts.items():  # a kind's option without the option that makes the kind
+            if from_command_line(given.get("ctx"), key) and mine.get(first.key) in (None, ()):
+                raise typer.BadParameter("configures what %s adds: give %s too" % (first.flag, first.flag),
+                                         param_hint="--" + key.replace("_", "-"))
         command(**{k: v for k, v in given.items() if k not in keys}, added=mine)
 
     run.takes_sinks = False  # type: ignore[attr-defined]  # (functools.wraps copied it)

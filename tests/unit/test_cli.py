@@ -42,6 +42,16 @@ def test_env_host_root_and_match():
     (["frobnicate"], 2, "No such command"),
     (["once", "--host-root", "/nonexistent-cgstat-root"], 1, "No such file or directory"),
     (["once", "--host-root", "/tmp"], 1, "no cgroup filesystem"),
+    # an empty workload names nothing (not the root cgroup)
+    (["story", ""], 2, "WORKLOAD"),
+    (["procs", ""], 2, "WORKLOAD"),
+    # an option without the one it works on is said, not silently ignored
+    (["stream", "--processes-by", "cpu", "--count", "1"], 2, "give --processes N too"),
+    (["record", "--processes-by", "cpu", "--count", "1"], 2, "give --processes N too"),
+    (["stream", "--label-allow", "x", "--count", "1"], 2, "give --listen or --otlp-endpoint too"),
+    (["stream", "--metrics", "+procs", "--count", "1"], 2, "give --listen or --otlp-endpoint too"),
+    (["stream", "--otlp-headers-file", "/nonexistent", "--count", "1"], 2, "give --otlp-endpoint too"),
+    (["serve", "--otlp-client-key", "/nonexistent", "--count", "1"], 2, "give --otlp-endpoint too"),
 ])
 def test_exit_codes_and_one_line_reasons(args, code, needle):
     _, err, rc = run_cgstat(*args, check=False)
