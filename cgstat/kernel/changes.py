@@ -40,18 +40,20 @@ _Files = Tuple[Tuple[Folder, str], ...]
 
 
 class _Last:
-    """What is kept of a cgroup: the Cgroup it was read as, its signal files, the signal
-    read before its last full read, that read's Sample, and when its next full read is due."""
+    """What is kept of a cgroup: the Cgroup it was read as, its signal files (and their
+    kinds: which controller's which file), the signal read before its last full read, that
+    read's Sample, and when its next full read is due."""
 
-    __slots__ = ("cg", "files", "signal", "sample", "due", "now")
+    __slots__ = ("cg", "files", "kinds", "signal", "sample", "due")
 
-    def __init__(self, cg: Cgroup, files: _Files, signal: int, sample: Sample, due: float):
+    def __init__(self, cg: Cgroup, files: _Files, kinds: Tuple[Tuple[str, str], ...], signal: int,
+                 sample: Sample, due: float):
         self.cg = cg
         self.files = files
+        self.kinds = kinds
         self.signal = signal
         self.sample = sample
         self.due = due
-        self.now: Optional[int] = None  # this tick's signal, read by still() before read()
 
 
 # Each tick `ChangeReader.read` reads a cgroup's change signal first: the raw bytes of the
@@ -72,17 +74,28 @@ class ChangeReader:
     """Reads the cgroups of each tick, in full only where their change signal moved (see
     the comment above). `full_every_s` 0: always in full (`--full-read`)."""
 
-    __slots__ = ("layout", "kept", "full_every_s", "full_reads", "reused", "_state", "_seen", "_marked")
+    __slots__ = ("layout", "kept", "full_every_s", "full_reads", "reused", "spared", "hierarchical", "_state",
+                 "_seen", "_marked", "_found", "_unmoved", "_kinds")
 
-    def __init__(self, layout: Layout, kept: KeptFiles, full_every_s: float = DEFAULT_FULL_EVERY_S):
+    def __init__(self, layout: Layout, kept: KeptFiles, full_every_s: float = DEFAULT_FULL_EVERY_S,
+                 hierarchical: Optional[bool] = None):
         self.layout = layout
         self.kept = kept
         self.full_every_s = full_every_s
         self.full_reads = 0  # cgroups read in full, since made
         self.reused = 0  # cgroups given their last Sample again, since made
+        self.spared = 0  # signal reads spared by a still parent, since made
+        # whether a parent's signal includes its children's (see the comment above)
+        self.hierarchical = (layout.kind == "v2" or kernel_at_least(5, 11)) if hierarchical is None else hierarchical
         self._state: Dict[str, _Last] = {}  # last tick's, by cgroup path
         self._seen: Dict[str, _Last] = {}  # this tick's, by cgroup path
         self._marked: Set[str] = set()  # cgroup paths to read in full next time
+        # this tick's signals found (by still(), before read()), by cgroup path
+        self._found: Dict[str, Optional[int]] = {}
+        # this tick's cgroups whose signal was found: path -> its kinds where it read as at
+        # last tick, else None
+        self._unmoved: Dict[str, Optional[Tuple[Tuple[str, str], ...]]] = {}
+        self._kinds: Dict[Tuple[Tuple[str, str], ...], Tuple[Tuple[str, str], ...]] = {}  # one tuple per kind
 
     def mark(self, paths: Iterable[str]) -> None:
         """Read these cgroups in full the next time they are read (an event of theirs)."""
@@ -90,8 +103,13 @@ class ChangeReader:
             self._marked.update(paths)
 
     def begin_tick(self) -> None:
-        """Before the tick's reads: cgroups one of whose folders had a limit file written
-        (kernel/follow.py fills KeptFiles.written) are read in full."""
+        """Before the tick's still() and reads: cgroups one of whose folders had a limit file
+        written (kernel/follow.py fills KeptFiles.written) are read in full."""
+        if self._seen:  # the last tick was left unfinished: what it read is the latest
+            self._state.update(self._seen)
+            self._seen = {}
+        self._found = {}
+        self._unmoved = {}
         written = self.kept.written
         if written:
             if self.full_every_s > 0:
@@ -103,15 +121,33 @@ class ChangeReader:
     def end_tick(self) -> None:
         """The tick's cgroups are read: forget those it did not read (gone, or no longer shown)."""
         self._state, self._seen = self._seen, {}
+        self._found = {}
+        self._unmoved = {}
 
     def still(self, cg: Cgroup) -> bool:
         """Whether the cgroup's signal reads as before its last full read: nothing ran in it,
-        none of its tasks came or went (read now, and kept for this tick's read())."""
+        none of its tasks came or went (found now, and kept for this tick's read())."""
         state = self._state.get(cg.path)
         if state is None or state.cg is not cg or self.full_every_s <= 0:
             return False
-        state.now = self._signal(state.files)
-        return state.now is not None and state.now == state.signal
+        now = self._now(cg.path, state)
+        return now is not None and now == state.signal
+
+    def _now(self, path: str, state: _Last) -> Optional[int]:
+        """The cgroup's signal this tick: its last one where its parent's reads as at last
+        tick (the comment above ChangeReader), else read; found once a tick."""
+        found = self._found
+        if path in found:
+            return found[path]
+        parent = self._unmoved.get(path.rpartition("/")[0] or "/") if self.hierarchical else None
+        if parent is not None and parent is state.kinds:
+            now: Optional[int] = state.signal
+            self.spared += 1
+        else:
+            now = self._signal(state.files)
+        found[path] = now
+        self._unmoved[path] = state.kinds if now is not None and now == state.signal else None
+        return now
 
     def read(self, cg: Cgroup, time_s: float, wall_s: float) -> Sample:
         """The cgroup's Sample at this time: read in full, or its last one when its signal
@@ -120,21 +156,27 @@ class ChangeReader:
         if every <= 0:
             return read_cgroup(cg, self.layout, time_s, wall_s, self.kept)
         path = cg.path
-        state = self._state.get(path)
+        state = self._state.pop(path, None)  # (let go as the tick goes: not two ticks' worth at its end)
         files: Optional[_Files]
         if state is not None and state.cg is cg and time_s < state.due:
-            signal, state.now = (self._signal(state.files) if state.now is None else state.now), None
+            signal = self._now(path, state)
             if signal is not None and signal == state.signal and path not in self._marked:
                 self._seen[path] = state
                 self.reused += 1
-                return state.sample._replace(time_s=time_s, wall_s=wall_s)
-            files = state.files
+                return _at(state.sample, time_s, wall_s)
+            files, kinds = state.files, state.kinds
             due = state.due
         else:
             files = self._signal_files(cg)
             if files is None:  # not on a kept cgroupfs: in full, every tick
                 return read_cgroup(cg, self.layout, time_s, wall_s, self.kept)
-            signal = self._signal(files)
+            kinds = self._kinds_of(files)
+            if state is not None and state.cg is cg and kinds is state.kinds:  # due
+                signal = self._now(path, state)
+            else:
+                signal = self._signal(files)
+                # a new cgroup, or a new life of one: its children read their own
+                self._unmoved[path] = None
             due = _next_due(path, time_s, every)
         self._marked.discard(path)
         # the signal read before the files: a change after it shows in the next signal
@@ -145,8 +187,14 @@ class ChangeReader:
         if signal is None or sample.gone:
             self._seen.pop(path, None)  # read in full again next tick
         else:
-            self._seen[path] = _Last(cg, files, signal, sample, due)
+            self._seen[path] = _Last(cg, files, kinds, signal, sample, due)
         return sample
+
+    def _kinds_of(self, files: _Files) -> Tuple[Tuple[str, str], ...]:
+        """Which controller's which file each signal file is, as one tuple shared by every
+        cgroup that watches the same (compared by identity)."""
+        kinds = tuple((f.hierarchy.name, name) for f, name in files)
+        return self._kinds.setdefault(kinds, kinds)
 
     def _signal_files(self, cg: Cgroup) -> Optional[_Files]:
         """The (folder, file) pairs of the cgroup's change signal; None where a folder's
@@ -184,6 +232,22 @@ class ChangeReader:
             return hash(tuple([read(folder, name) for folder, name in files]))
         except ReadError:
             return None
+
+
+def _at(sample: Sample, time_s: float, wall_s: float) -> Sample:
+    """The Sample with these times (Sample._replace, without its keyword machinery: once per
+    idle cgroup per tick)."""
+    return tuple.__new__(Sample, (sample[0], sample[1], sample[2], time_s, wall_s) + sample[5:])
+
+
+def kernel_at_least(major: int, minor: int, release: Optional[str] = None) -> bool:
+    """Whether the running kernel (os.uname().release, e.g. "6.1.0-18-amd64") is at least
+    major.minor; False where the release can't be read as numbers."""
+    try:
+        parts = (release if release is not None else os.uname().release).split(".")
+        return (int(parts[0]), int("".join(c for c in parts[1] if c.isdigit())[:3] or "x")) >= (major, minor)
+    except (ValueError, IndexError):
+        return False
 
 
 def _next_due(path: str, time_s: float, every: float) -> float:

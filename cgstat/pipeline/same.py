@@ -45,7 +45,7 @@ class SameRecords:
         """Whether the record made of these equals the cgroup's last one but for ts and
         interval_s."""
         path = sample.path
-        last = self._last.get(path)
+        last = self._last.pop(path, None)  # (let go as the tick goes)
         self._now[path] = _Made(sample, rates, workload, net)
         if last is None:
             return False
@@ -54,7 +54,7 @@ class SameRecords:
                 and sample.pids is old.pids and sample.pressure is old.pressure and sample.errors is old.errors
                 and sample.paths is old.paths):
             return False
-        if rates._replace(interval_s=None) != last.rates._replace(interval_s=None):
+        if rates[1:] != last.rates[1:]:  # all but interval_s (the first field)
             return False
         if workload == last.workload and net == last.net:
             self.same += 1

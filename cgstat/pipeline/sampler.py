@@ -261,6 +261,7 @@ class Sampler:
         # Network namespaces and GPUs first (they need only which cgroups): the cgroups'
         # own files are then read one by one as the records are made.
         network: Dict[str, NetworkResult] = {}
+        self.changes.begin_tick()  # before still(): what this tick reads of each cgroup starts here
         if self._netns is not None:
             still = {cg.path for cg, _ in selected if self.changes.still(cg)}  # last tick's netns
             members = namer.member_pids((cg for cg, _ in selected), still)
@@ -286,7 +287,6 @@ class Sampler:
         namer = self.namer
         clock = self.clock
         changes = self.changes
-        changes.begin_tick()
         if self._memevents is not None:
             changes.mark(self._memevents.pending())  # memory.events changed: read in full
         for cg, info in selected:

@@ -323,10 +323,15 @@ class TestGroup:
     __test__ = False  # not a pytest test class
 
     def __init__(self, hier: Hierarchies, keys: Iterable[str] = DEFAULT_HIERARCHIES,
-                 name: Optional[str] = None):
+                 name: Optional[str] = None, parent: Optional["TestGroup"] = None):
         self.hier = hier
         self.name = name or PREFIX + secrets.token_hex(4)
         assert self.name.startswith(PREFIX)
+        if parent is not None:  # a child of a test group of ours (its name below the parent's)
+            self.name = parent.name + "/" + self.name
+            keys = [k for k in keys if hier.key(k) in parent.dirs]
+            if "unified" in parent.dirs and hier.v2:  # its controllers, in our parent's subtree_control
+                _write(parent.path("unified", "cgroup.subtree_control"), " ".join("+" + c for c in V2_CONTROLLERS))
         self.keys = hier.distinct(keys)
         self.dirs: Dict[str, str] = {}
         self.procs: List[Proc] = []
@@ -364,7 +369,7 @@ class TestGroup:
     def set(self, key: str, fname: str, value) -> None:
         """Write a control file of THIS group (never anything else)."""
         p = self.path(key, fname)
-        assert os.path.basename(os.path.dirname(p)) == self.name
+        assert os.path.dirname(p).endswith("/" + self.name)
         _write(p, value)
 
     # limits ---------------------------------------------------------------
@@ -828,8 +833,8 @@ def workload_bin(_realcg_hier, tmp_path_factory) -> str:
 def make_group(realcg_env):
     made: List[TestGroup] = []
 
-    def factory(keys: Iterable[str] = DEFAULT_HIERARCHIES) -> TestGroup:
-        g = TestGroup(realcg_env, keys)
+    def factory(keys: Iterable[str] = DEFAULT_HIERARCHIES, parent: Optional[TestGroup] = None) -> TestGroup:
+        g = TestGroup(realcg_env, keys, parent=parent)
         made.append(g)
         return g
 

@@ -6,7 +6,10 @@ idle ones (sleeping, holding memory). One reads what changed with a full read at
 every FULL_EVERY_S seconds, the other every file every tick (--full-read). Every value
 the first reports for a cgroup whose CPU stood still (a reused read) is one the second
 saw within FULL_EVERY_S (plus a tick each side), so none is older than the bound, and an
-idle group's records are the same in both but for their time stamps.
+idle group's records are the same in both but for their time stamps. Two parents hold
+children: one a busy and an idle child (the parent moves: each child reads its own
+signal), the other only an idle one (the parent stands still and spares its child's
+signal read).
 """
 
 import json
@@ -60,12 +63,17 @@ def _stream(argv, env, out):
 
 
 def test_change_driven_records_match_full_reads_within_the_bound(make_group, workload_bin):
-    groups = {kind: make_group() for kind in ("spin", "burn", "sleep", "hold", "empty")}
+    groups = {kind: make_group() for kind in ("spin", "burn", "sleep", "hold", "empty", "mixed", "quiet")}
+    groups["mixed/spin"] = make_group(parent=groups["mixed"])
+    groups["mixed/sleep"] = make_group(parent=groups["mixed"])
+    groups["quiet/sleep"] = make_group(parent=groups["quiet"])
     if "unified" not in groups["spin"].dirs and not R.Hierarchies().v2:
         pytest.skip("no cgroup2 folder for the groups: no pressure files to watch decay")
     groups["spin"].set_cpu_quota(20000)  # 0.2 core: busy, without taking a shared machine's CPU
+    groups["mixed/spin"].set_cpu_quota(10000)
     procs = [groups["spin"].start([workload_bin, "spin"]), groups["sleep"].start([workload_bin, "sleep"]),
-             groups["hold"].start([workload_bin, "hold", "8"])]
+             groups["hold"].start([workload_bin, "hold", "8"]), groups["mixed/spin"].start([workload_bin, "spin"]),
+             groups["mixed/sleep"].start([workload_bin, "sleep"]), groups["quiet/sleep"].start([workload_bin, "sleep"])]
     for p in procs:
         p.wait_line("ready")
     burner = groups["burn"].start([workload_bin, "burn", "2.0"])
@@ -110,7 +118,7 @@ def test_change_driven_records_match_full_reads_within_the_bound(make_group, wor
                 assert any(t - FULL_EVERY_S - SLACK_S <= ft <= t + SLACK_S and fv == value
                            for ft, fv in seen[path]), (kind, path, value, t, seen[path])
                 checked += 1
-        if kind in ("sleep", "hold", "empty"):
+        if kind in ("sleep", "hold", "empty", "quiet", "mixed/sleep", "quiet/sleep"):
             # idle all along: what the signal reads stands still, the same in both streams
             # (the rest may move by the kernel's own work: the window above bounds it)
             for r in got["changed"][1:] + got["full"][1:]:
@@ -126,6 +134,9 @@ def test_change_driven_records_match_full_reads_within_the_bound(make_group, wor
         for _ in range(3):
             sampler.tick()
         assert sampler.changes.reused >= 3 * 3 and sampler.changes.full_reads >= len(groups)
+        # the quiet parent's child was not read (where the counters are hierarchical), the
+        # busy one's was
+        assert sampler.changes.spared >= (2 if sampler.changes.hierarchical else 0)
     finally:
         sampler.close()
 

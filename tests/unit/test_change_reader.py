@@ -34,6 +34,25 @@ def tree(tmp_path, monkeypatch):
     kept.close_all()
 
 
+@pytest.fixture
+def family(tree):
+    """The tree's reader with the docker scope's parent, /system.slice, and their folders."""
+    reader, cg, folder = tree
+    disc = Discoverer(HostFS(folder.split("/sys/fs/cgroup")[0]), reader.layout, follow=False, kept=reader.kept)
+    (parent,) = [c for c in disc.join() if c.path == "/system.slice"]
+    (child,) = [c for c in disc.join() if c.path == DOCKER]
+    return reader, parent, child, os.path.dirname(folder), folder
+
+
+def _tick(reader, cgroups, t):
+    """One tick of the sampler's: begin, every cgroup's still() (for the network), read."""
+    reader.begin_tick()
+    still = [reader.still(cg) for cg in cgroups]
+    samples = [reader.read(cg, t, 1000.0 + t) for cg in cgroups]
+    reader.end_tick()
+    return still, samples
+
+
 def _rewrite(folder, name, old, new):
     path = os.path.join(folder, name)
     with open(path) as f:
@@ -125,3 +144,43 @@ def test_an_unchanged_cgroups_record_is_known_to_equal_its_last(tree):
         seen.append(same.again(sample, rates, None, None))
         same.end_tick()
     assert seen == [False, True, False, False] and same.same == 1
+
+
+def test_a_still_parent_spares_its_childrens_signal_reads(family):
+    """The signal is hierarchical: a parent that reads as at last tick means nothing moved
+    below it; a moved parent has its children read their own."""
+    reader, parent, child, parent_dir, child_dir = family
+    _tick(reader, [parent, child], 100.0)
+    assert (reader.full_reads, reader.spared) == (2, 0)
+    _rewrite(child_dir, "memory.stat", "anon ", "anon 1")  # not a signal file
+    still, samples = _tick(reader, [parent, child], 101.0)
+    assert still == [True, True] and (reader.reused, reader.spared) == (2, 1)
+    # the child's CPU moved, and with it its parent's (the kernel's counters are hierarchical)
+    _rewrite(child_dir, "cpu.stat", "usage_usec ", "usage_usec 9")
+    _rewrite(parent_dir, "cpu.stat", "usage_usec ", "usage_usec 9")
+    still, samples = _tick(reader, [parent, child], 102.0)
+    assert still == [False, False] and reader.spared == 1 and reader.full_reads == 4
+    assert str(samples[1].memory.anon_bytes).startswith("1")  # read in full: the memory.stat change with it
+    # a tick left unfinished (its consumer stopped) leaves no parent's word for the next one
+    reader.begin_tick()
+    assert reader.still(parent)
+    reader.begin_tick()
+    _rewrite(child_dir, "cpu.stat", "usage_usec 9", "usage_usec 99")
+    assert not reader.still(child) and reader.spared == 1  # its own signal was read
+
+
+def test_a_parent_spares_nothing_where_counters_are_not_hierarchical(family):
+    reader, parent, child, _parent_dir, child_dir = family
+    reader.hierarchical = False  # v1 memory before Linux 5.11 (use_hierarchy=0)
+    for t in (100.0, 101.0):
+        _tick(reader, [parent, child], t)
+    assert (reader.reused, reader.spared) == (2, 0)
+
+
+def test_kernel_release_compared_as_numbers():
+    assert changes.kernel_at_least(5, 11, "6.1.0-18-amd64")
+    assert changes.kernel_at_least(5, 11, "5.11.0")
+    assert not changes.kernel_at_least(5, 11, "5.10.209-1")
+    assert not changes.kernel_at_least(5, 11, "4.19.0-26-amd64")
+    assert changes.kernel_at_least(5, 11, "5.15.0-91-generic")
+    assert not changes.kernel_at_least(5, 11, "garbage")
