@@ -188,6 +188,7 @@ class NetnsReader:
         self._host = host
         self.last = TickStats()
         self._key_ns: Dict = {}  # key -> the namespace its first live PID was in, last read
+        self._host_results: Dict[int, NetworkResult] = {}  # the host's namespace inode -> its result
 
     @property
     def host(self) -> HostNetns:
@@ -220,16 +221,16 @@ class NetnsReader:
         pid_ns: Dict[int, Union[int, ReadError]] = {}  # memo within this tick
         key_ns: Dict = {}
         key_fail: Dict = {}
-        ns_pids: Dict[int, List[int]] = {}  # namespace -> live candidate PIDs to read through
+        # namespace -> live candidate PIDs to read through, in order (a dict as an ordered set:
+        # a thousand workloads in one namespace, the host's, made a list's `in` quadratic)
+        ns_pids: Dict[int, Dict[int, None]] = {}
         last_ns = self._key_ns
         for key, pids in groups.items():
             failure: Optional[ReadError] = None
             known = last_ns.get(key) if pids and key in still and key not in spread else None
             if known is not None:
                 key_ns[key] = known
-                cands = ns_pids.setdefault(known, [])
-                if pids[0] not in cands:
-                    cands.append(pids[0])
+                ns_pids.setdefault(known, {})[pids[0]] = None
                 continue
             for pid in pids:
                 got = pid_ns.get(pid)
@@ -246,9 +247,7 @@ class NetnsReader:
                         failure = got
                     continue
                 key_ns[key] = got
-                cands = ns_pids.setdefault(got, [])
-                if pid not in cands:
-                    cands.append(pid)
+                ns_pids.setdefault(got, {})[pid] = None
                 break
             else:
                 key_fail[key] = failure
@@ -262,7 +261,7 @@ class NetnsReader:
         for ino, cands in ns_pids.items():
             if host.is_host(ino):
                 continue
-            got, n_reads, n_stats = self._read_namespace(ino, cands)
+            got, n_reads, n_stats = self._read_namespace(ino, list(cands))
             reads += n_reads
             ns_stats += n_stats
             readings[ino] = got
@@ -281,7 +280,10 @@ class NetnsReader:
                     out[key] = NetworkResult(None, None, _problem(failure.code, f"{failure.path}: {failure.detail}"))
                 continue
             if host.is_host(ino):
-                out[key] = NetworkResult(None, ino, _problem(ERR_HOST, HOST_REASON))
+                host_result = self._host_results.get(ino)
+                if host_result is None:  # one, shared: the same for every such workload, every tick
+                    host_result = self._host_results[ino] = NetworkResult(None, ino, _problem(ERR_HOST, HOST_REASON))
+                out[key] = host_result
                 continue
             reading = readings[ino]
             if isinstance(reading, Problem):
