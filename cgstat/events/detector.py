@@ -77,15 +77,18 @@ class EventDetector(TickEvents):
         return self._end(tick, kills, late)
 
     def watch(self, records: Iterable[Mapping[str, Any]], now: Optional[float] = None,
-              kills: Kills = None, late: Late = None) -> Iterator[JsonObject]:
+              kills: Kills = None, late: Late = None,
+              same: Optional[Callable[[str], bool]] = None) -> Iterator[JsonObject]:
         """observe() for a tick whose records come one at a time: each record, observed as
         it passes, then the events of the tick. Holds no record once it has passed (GPU
         device records, few, until the end of the tick). `kills` as for observe(); a
-        function is called once the records are through (the sampler reads the log then)."""
+        function is called once the records are through (the sampler reads the log then).
+        `same(path)`: whether the cgroup's record equals its last one but for ts and
+        interval_s (its window sample is then the last one, not made again)."""
         now = None if now is None else float(now)  # a sample's time is a float (Window)
         tick = _Tick()
         for r in records:
-            self._feed(tick, r, now)
+            self._feed(tick, r, now, same)
             yield r
         yield from self._end(tick, kills, late)
 
@@ -94,7 +97,8 @@ class EventDetector(TickEvents):
         self._cgroups.clear()
         self._gpu_rules = self._fresh_gpu_rules()
 
-    def _feed(self, tick: _Tick, r: Mapping[str, Any], now: Optional[float]) -> None:
+    def _feed(self, tick: _Tick, r: Mapping[str, Any], now: Optional[float],
+              same: Optional[Callable[[str], bool]] = None) -> None:
         kind = r.get("type")
         if kind == "gpu":
             tick.gpu_records.append(r)
@@ -107,7 +111,7 @@ class EventDetector(TickEvents):
         tick.seen.add(path)
         if tick.stamp is None:
             tick.stamp = r
-        self._observe_cgroup(path, r, now, tick)
+        self._observe_cgroup(path, r, now, tick, same is not None and same(path))
 
     def _end(self, tick: _Tick, kills: Kills = None, late: Late = None) -> List[EventRecord]:
         events, seen = tick.events, tick.seen
@@ -141,20 +145,26 @@ class EventDetector(TickEvents):
             self._gpu_rules = self._fresh_gpu_rules()
         return events
 
-    def _observe_cgroup(self, path: str, r: Mapping[str, Any], now: Optional[float], tick: _Tick) -> None:
+    def _observe_cgroup(self, path: str, r: Mapping[str, Any], now: Optional[float], tick: _Tick,
+                        same: bool = False) -> None:
         th = self.th
         h = self._cgroups.get(path)
         interval = finite(r.get("interval_s"))
         if h is None or interval is None:  # first sample, or a new life of the cgroup
             h = self._cgroups[path] = History(born=self._ticks > 0)
             h.t = now if now is not None else (parse_ts(r.get("ts")) or 0.0)
+            same = False
         else:
             h.t = now if now is not None else h.t + (interval or 0.0)
         t = h.t
-        sample = sample_of(r)
-        before, h.last = h.last, sample
+        before = h.last
         samples = h.samples
-        samples.append(t, sample)
+        if same and before is not None and samples.ts:
+            sample = before  # what sample_of(r) gives: the record is the last one but for its time
+            samples.again(t)
+        else:
+            sample = h.last = sample_of(r)
+            samples.append(t, sample)
         ws = sample.working_set_bytes
         if ws is not None and ws != h.ws:
             h.ws, h.ws_since = ws, t

@@ -110,6 +110,11 @@ class Window:
         self.ts.append(t)
         vs.append(values)
 
+    def again(self, t: float) -> None:
+        """append() of a sample with the newest one's values."""
+        self.ts.append(t)
+        self.vs.append(self.vs[-1])
+
     def popleft(self) -> None:
         del self.ts[0]
         del self.vs[0]

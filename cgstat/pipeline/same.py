@@ -1,12 +1,14 @@
 """Whether a cgroup's record of this tick equals its last one but for the time.
 
 An idle cgroup's reading is the same objects tick after tick (kernel/changes.py gives its
-last Sample again with only the time replaced); with the same rates (none moved), the same
-workload and the same network reading, its record equals last tick's but for `ts` and
-`interval_s`, and what is made of the record alone need not be made again (the exit
-ledger's running figures: pipeline/exits.py `again`). `SameRecords` keeps per cgroup, for
-one tick, what its record was made of (not the record: ~25 KiB of Python objects each,
-25 MiB at 1,000 cgroups). Reads no file.
+last Sample again with only the time replaced); with the same workload and the same
+network reading, its counters are last tick's and its rates those of the tick before
+(nothing moved, twice), so they are not derived again, and its record equals last tick's
+but for `ts` and `interval_s`: what is made of the record alone need not be made again
+(the exit ledger's running figures, pipeline/exits.py `again`; the events' window sample,
+events/detector.py). `SameRecords` keeps per cgroup, for one tick, what its record was
+made of (not the record: ~4.4 KiB of Python objects each, 4.4 MiB at 1,000 cgroups).
+Reads no file.
 """
 
 from __future__ import annotations
@@ -19,47 +21,67 @@ from cgstat.naming.workload import Workload
 from cgstat.pipeline.rates import Rates
 
 
-class _Made:
-    """What one cgroup's last record was made of."""
+class Made:
+    """What one cgroup's last record was made of; `same`: it equalled the one before but
+    for its time (so its rates are those of counters that stood still)."""
 
-    __slots__ = ("sample", "rates", "workload", "net")
+    __slots__ = ("sample", "rates", "workload", "net", "same")
 
-    def __init__(self, sample: Sample, rates: Rates, workload: Workload, net: Optional[NetworkResult]):
+    def __init__(self, sample: Sample, rates: Rates, workload: Workload, net: Optional[NetworkResult], same: bool):
         self.sample = sample
         self.rates = rates
         self.workload = workload
         self.net = net
+        self.same = same
 
 
 class SameRecords:
-    """Per tick: `again()` for each cgroup record made without GPUs, then `end_tick()`."""
+    """Per tick, for each cgroup record made without GPUs: `last_of()` before its rates,
+    `made()` after, then `end_tick()`; or `again()` for both."""
 
     __slots__ = ("_last", "_now", "same")
 
     def __init__(self) -> None:
-        self._last: Dict[str, _Made] = {}
-        self._now: Dict[str, _Made] = {}
+        self._last: Dict[str, Made] = {}
+        self._now: Dict[str, Made] = {}
         self.same = 0  # records found equal to the last ones, since made
+
+    def begin_tick(self) -> None:
+        """A tick left unfinished (its consumer stopped) leaves nothing to compare with."""
+        if self._now:
+            self._last, self._now = {}, {}
+
+    def last_of(self, sample: Sample, workload: Workload, net: Optional[NetworkResult]) -> Optional[Made]:
+        """What the cgroup's last record was made of where this reading is the same objects
+        (a reused read) with the same workload and network, else None; taken (once a tick)."""
+        last = self._last.pop(sample.path, None)  # (let go as the tick goes)
+        if last is None:
+            return None
+        old = last.sample
+        if not (sample.cpu is old.cpu and sample.memory is old.memory and sample.io is old.io
+                and sample.pids is old.pids and sample.pressure is old.pressure and sample.errors is old.errors
+                and sample.paths is old.paths and sample.inodes is old.inodes):
+            return None
+        if net is not last.net and net != last.net:
+            return None
+        if workload != last.workload:
+            return None
+        return last
+
+    def made(self, sample: Sample, rates: Rates, workload: Workload, net: Optional[NetworkResult],
+             last: Optional[Made]) -> bool:
+        """Keep what this record was made of; whether it equals the last one but for ts and
+        interval_s (`last`: what last_of() gave)."""
+        same = last is not None and (rates is last.rates or rates[1:] == last.rates[1:])  # all but interval_s
+        self._now[sample.path] = Made(sample, rates, workload, net, same)
+        if same:
+            self.same += 1
+        return same
 
     def again(self, sample: Sample, rates: Rates, workload: Workload, net: Optional[NetworkResult]) -> bool:
         """Whether the record made of these equals the cgroup's last one but for ts and
         interval_s."""
-        path = sample.path
-        last = self._last.pop(path, None)  # (let go as the tick goes)
-        self._now[path] = _Made(sample, rates, workload, net)
-        if last is None:
-            return False
-        old = last.sample
-        if not (sample.cpu is old.cpu and sample.memory is old.memory and sample.io is old.io
-                and sample.pids is old.pids and sample.pressure is old.pressure and sample.errors is old.errors
-                and sample.paths is old.paths):
-            return False
-        if rates[1:] != last.rates[1:]:  # all but interval_s (the first field)
-            return False
-        if workload == last.workload and net == last.net:
-            self.same += 1
-            return True
-        return False
+        return self.made(sample, rates, workload, net, self.last_of(sample, workload, net))
 
     def end_tick(self) -> None:
         """The tick's records are made: forget the cgroups it had none of."""

@@ -12,7 +12,7 @@ import gc
 import operator
 import os
 import time
-from typing import Any, Dict, Iterable, Iterator, List, NamedTuple, Optional, Pattern, TYPE_CHECKING, Tuple, Union
+from typing import Any, Dict, Iterable, Iterator, List, NamedTuple, Optional, Pattern, Set, TYPE_CHECKING, Tuple, Union
 
 from cgstat.errors import CgstatError
 from cgstat.kernel.changes import DEFAULT_FULL_EVERY_S, ChangeReader
@@ -31,7 +31,7 @@ from cgstat.naming.runtimes.daemons import DaemonConfig
 from cgstat.naming.pids import pid_namespace_note
 from cgstat.naming.workload import Namer, Workload
 from cgstat.diagnostics import Warner
-from cgstat.pipeline.rates import Counters, counters, derive
+from cgstat.pipeline.rates import Counters, Rates, counters, derive
 from cgstat.pipeline.gpustage import GpuStage
 from cgstat.pipeline.build import build
 from cgstat.pipeline.same import SameRecords
@@ -105,6 +105,10 @@ class Sampler:
         # an idle cgroup's values are its kept Sample's: the files' parsed values aren't kept too
         self.kept.remember = full_read_every_s <= 0
         self._same = SameRecords() if full_read_every_s > 0 else None  # (no reading is reused otherwise)
+        # this tick's cgroups whose record equals their last one but for ts and interval_s
+        # (pipeline/same.py), filled as the records are made: the events' window takes the
+        # last sample again (Runner hands `same_records.__contains__` to the detector)
+        self.same_records: Set[str] = set()
         self.discoverer = Discoverer(self.fs, self.layout, max_user_cgroups=max_user_cgroups,
                                      warn=self.warner.once, follow=None if follow else False, kept=self.kept)
         self.all_cgroups = all_cgroups
@@ -359,22 +363,36 @@ class Sampler:
         if processes is not None:
             processes.begin_tick()
         same = self._same
+        if same is not None:
+            same.begin_tick()
+        again = self.same_records
+        again.clear()
+        gpus = tick.gpu is not None and not tick.gpu.late
         for sample, workload in tick.samples:
             path = sample.path
             net = network.get(path)
-            c = current[path] = counters(sample, None if net is None else net.network)
-            rates = derive(previous.get(path), c, cpus)
-            gpu = (cgroup_gpu(subtrees.get(path, ()), energy.get(path, 0.0), made)
-                   if tick.gpu is not None and not tick.gpu.late else None)
+            prev = previous.get(path)
+            # an idle cgroup (pipeline/same.py): its counters stood still for two ticks, so its
+            # rates are the last ones over this interval, exactly what derive() would give
+            last = same.last_of(sample, workload, net) if same is not None else None
+            if (last is not None and last.same and last.rates[0] is not None and prev is not None
+                    and prev.time_s == last.sample.time_s and sample.time_s > prev.time_s):
+                c = current[path] = tuple.__new__(Counters, (prev[0], sample.time_s) + prev[2:])
+                rates = tuple.__new__(Rates, (sample.time_s - prev.time_s,) + last.rates[1:])
+            else:
+                c = current[path] = counters(sample, None if net is None else net.network)
+                rates = derive(prev, c, cpus)
+            gpu = cgroup_gpu(subtrees.get(path, ()), energy.get(path, 0.0), made) if gpus else None
             record = build(sample, rates, workload, host, gpu, net)
             if processes is not None:
                 processes.add(record)
-            if exits is not None:
-                # an idle cgroup's record equals its last one but for the time (pipeline/same.py)
-                if gpu is None and same is not None and same.again(sample, rates, workload, net):
+            # equal to its last record but for the time: what is made of it alone is kept
+            if gpu is None and same is not None and same.made(sample, rates, workload, net, last):
+                again.add(path)
+                if exits is not None:
                     exits.again(record)
-                else:
-                    exits.see(record)
+            elif exits is not None:
+                exits.see(record)
             yield record
         if processes is not None:
             processes.end_tick()

@@ -386,3 +386,32 @@ def test_a_job_throttled_for_its_whole_short_life_is_said_once_it_is_young_min_s
     age = parse_ts(e["ts"]) - parse_ts(job[born_at]["ts"])
     assert 10.0 <= age <= 10.5 and e["evidence"]["throttled_fraction"] == 1.0
     assert e["evidence"]["window_s"] == pytest.approx(age)
+
+
+def test_a_record_said_to_be_the_last_one_again_judges_the_same():
+    """Sampler.same_records: the detector takes the last window sample again for a record
+    equal to its last but for ts and interval_s; the events and windows are what judging
+    each record afresh gives."""
+    values = [50, 95, 95, 95, 95, 60, 60, 60, 93, 93, 93, 93, 93, 40]  # % of the limit: idle stretches
+    seq = [[rec(t=i * 0.5, ws=v * 10 * MiB, limit=1000 * MiB, cpu_s=1.0 + (i >= 8), oom=int(i >= 11))]
+           for i, v in enumerate(values)]
+
+    def rest(r):
+        return {k: v for k, v in r.items() if k not in ("ts", "interval_s")}
+
+    hinted, plain = EventDetector(window_s=2), EventDetector(window_s=2)
+    got, want, said = [], [], 0
+    for i, tick in enumerate(seq):
+        same = {r["cgroup"] for r in tick if i and rest(r) == rest(seq[i - 1][0])}
+        said += len(same)
+        got.extend(e for e in hinted.watch(tick, same=same.__contains__) if e.get("type") == "event")
+        want.extend(plain.observe(tick))
+    assert said == 8 and got == want and kinds(got)[:2] == [("memory_near_limit", None), ("resolved", "memory_near_limit")]
+    (h1,), (h2,) = hinted._cgroups.values(), plain._cgroups.values()
+    assert list(h1.samples.ts) == list(h2.samples.ts) and h1.samples.vs == h2.samples.vs and h1.last == h2.last
+    # a detector told wrongly would differ: the hint is what the window keeps
+    wrong = EventDetector(window_s=2)
+    for tick in seq:
+        list(wrong.watch(tick, same=lambda path: True))
+    (h3,) = wrong._cgroups.values()
+    assert h3.samples.vs != h2.samples.vs
