@@ -152,7 +152,7 @@ DockerHost = Annotated[Optional[str], option(
 FullRead = Annotated[bool, typer.Option(
     "--full-read", envvar="CGSTAT_FULL_READ",
     help="Read every file of every cgroup every tick. By default a cgroup whose CPU, memory and task counts "
-         "stand still keeps its other figures from its last full read, at most 10 s old (docs/reading.md).")]
+         "stand still keeps its other figures from its last full read, at most 20 s old (docs/reading.md).")]
 
 # -- ticks and outputs -------------------------------------------------------------------------
 

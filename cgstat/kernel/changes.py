@@ -19,7 +19,14 @@ from cgstat.kernel.hostfs import ReadError
 from cgstat.kernel.sample import Sample
 from cgstat.kernel.tree import Cgroup, Folder
 
-DEFAULT_FULL_EVERY_S = 10.0
+# The longest an idle cgroup's kept values go unread, chosen from measurement (bench/README.md:
+# at 1,000 idle cgroups a tick cost ~93 ms of CPU at 10 s, ~78 at 20, ~72 at 30; cAdvisor's
+# dynamic housekeeping backs off to 60 s for containers whose stats stand still).
+DEFAULT_FULL_EVERY_S = 20.0
+# After a read in full that its activity (or an event) asked for, the next one comes at
+# most this fraction of the period later: what moves on after the cgroup went quiet
+# (the pressure averages decaying, writeback of its dirty pages) shows within 5 s of it.
+SETTLE_FRACTION = 0.25
 
 
 def default_full_every_s() -> float:
@@ -68,8 +75,18 @@ class _Last:
 # one of its limit files) and at least every `full_every_s` seconds, at a time of the
 # period of its own (its phase comes from its path), so that the full reads of cgroups
 # that went quiet together spread over the ticks instead of landing on one. No value of a
-# Sample is older than `full_every_s`. Only on a live cgroupfs whose descriptors are kept
-# (a recorded tree's files are replaced by rename in tests: always read in full there).
+# Sample is older than `full_every_s`; after a read in full that activity or an event asked
+# for, the next comes within SETTLE_FRACTION of it. Only on a live cgroupfs whose
+# descriptors are kept (a recorded tree's files are replaced by rename in tests: always read
+# in full there).
+#
+# The signal is hierarchical: a cgroup's CPU usage, memory charge and task count include
+# its descendants' (cgroup v2 always; v1's cpuacct and pids always, its memory controller
+# since Linux 5.11, which removed use_hierarchy=0). So where a cgroup's signal reads as at
+# the tick before, nothing ran, forked, exited or allocated anywhere below it, and a child
+# read last tick (still, or in full) reads as it did then without being read: a still
+# parent spares its children's signal reads. The parent is read first (paths in order);
+# the child must watch the same files as its parent (the same controllers).
 class ChangeReader:
     """Reads the cgroups of each tick, in full only where their change signal moved (see
     the comment above). `full_every_s` 0: always in full (`--full-read`)."""
@@ -165,7 +182,7 @@ class ChangeReader:
                 self.reused += 1
                 return _at(state.sample, time_s, wall_s)
             files, kinds = state.files, state.kinds
-            due = state.due
+            due = min(state.due, time_s + every * SETTLE_FRACTION)  # (see SETTLE_FRACTION)
         else:
             files = self._signal_files(cg)
             if files is None:  # not on a kept cgroupfs: in full, every tick

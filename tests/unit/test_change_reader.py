@@ -122,7 +122,7 @@ def test_the_period_from_the_environment(monkeypatch):
     assert default_full_every_s() == 2.5
     for bad in ("x", "-1", "inf", "nan"):
         monkeypatch.setenv("CGSTAT_FULL_READ_EVERY_S", bad)
-        assert default_full_every_s() == 10.0
+        assert default_full_every_s() == changes.DEFAULT_FULL_EVERY_S == 20.0
 
 
 def test_an_unchanged_cgroups_record_is_known_to_equal_its_last(tree):
@@ -184,3 +184,25 @@ def test_kernel_release_compared_as_numbers():
     assert not changes.kernel_at_least(5, 11, "4.19.0-26-amd64")
     assert changes.kernel_at_least(5, 11, "5.15.0-91-generic")
     assert not changes.kernel_at_least(5, 11, "garbage")
+
+
+def test_a_cgroup_that_moved_is_read_again_soon_after_it_goes_quiet(tree):
+    """What moves on after activity (pressure averages decaying, writeback) shows within
+    SETTLE_FRACTION of the period, not a whole period later."""
+    reader, cg, folder = tree
+    settle = 2.5  # SETTLE_FRACTION of 10 s
+    assert reader.full_every_s * changes.SETTLE_FRACTION == settle
+    t0 = changes._next_due(cg.path, 100.0, 10.0) + 0.1  # just after a due read: the next is ~10 s away
+    reader.read(cg, t0, t0)
+    reader.end_tick()
+    _rewrite(folder, "cpu.stat", "usage_usec ", "usage_usec 9")  # it ran
+    reader.read(cg, t0 + 1.0, t0 + 1.0)
+    reader.end_tick()
+    quiet = [t0 + 1.0 + d for d in (1.0, 2.0, settle + 0.1, settle + 1.0)]
+    fulls = []
+    for t in quiet:
+        before = reader.full_reads
+        reader.read(cg, t, t)
+        reader.end_tick()
+        fulls.append(reader.full_reads - before)
+    assert fulls == [0, 0, 1, 0]
