@@ -47,16 +47,17 @@ _Files = Tuple[Tuple[Folder, str], ...]
 
 
 class _Last:
-    """What is kept of a cgroup: the Cgroup it was read as, its signal files (and their
-    kinds: which controller's which file), the signal read before its last full read, that
-    read's Sample, and when its next full read is due."""
+    """What is kept of a cgroup: the Cgroup it was read as, the folders of its signal files
+    and their kinds (which controller's which file: one tuple shared by every cgroup that
+    watches the same), the signal read before its last full read, that read's Sample, and
+    when its next full read is due."""
 
-    __slots__ = ("cg", "files", "kinds", "signal", "sample", "due")
+    __slots__ = ("cg", "folders", "kinds", "signal", "sample", "due")
 
-    def __init__(self, cg: Cgroup, files: _Files, kinds: Tuple[Tuple[str, str], ...], signal: int,
+    def __init__(self, cg: Cgroup, folders: Tuple[Folder, ...], kinds: Tuple[Tuple[str, str], ...], signal: int,
                  sample: Sample, due: float):
         self.cg = cg
-        self.files = files
+        self.folders = folders
         self.kinds = kinds
         self.signal = signal
         self.sample = sample
@@ -109,9 +110,8 @@ class ChangeReader:
         self._marked: Set[str] = set()  # cgroup paths to read in full next time
         # this tick's signals found (by still(), before read()), by cgroup path
         self._found: Dict[str, Optional[int]] = {}
-        # this tick's cgroups whose signal was found: path -> its kinds where it read as at
-        # last tick, else None
-        self._unmoved: Dict[str, Optional[Tuple[Tuple[str, str], ...]]] = {}
+        # this tick's cgroups whose signal reads as at last tick: path -> its kinds
+        self._unmoved: Dict[str, Tuple[Tuple[str, str], ...]] = {}
         self._kinds: Dict[Tuple[Tuple[str, str], ...], Tuple[Tuple[str, str], ...]] = {}  # one tuple per kind
 
     def mark(self, paths: Iterable[str]) -> None:
@@ -161,9 +161,10 @@ class ChangeReader:
             now: Optional[int] = state.signal
             self.spared += 1
         else:
-            now = self._signal(state.files)
+            now = self._signal(state.folders, state.kinds)
         found[path] = now
-        self._unmoved[path] = state.kinds if now is not None and now == state.signal else None
+        if now is not None and now == state.signal:
+            self._unmoved[path] = state.kinds
         return now
 
     def read(self, cg: Cgroup, time_s: float, wall_s: float) -> Sample:
@@ -174,26 +175,23 @@ class ChangeReader:
             return read_cgroup(cg, self.layout, time_s, wall_s, self.kept)
         path = cg.path
         state = self._state.pop(path, None)  # (let go as the tick goes: not two ticks' worth at its end)
-        files: Optional[_Files]
         if state is not None and state.cg is cg and time_s < state.due:
             signal = self._now(path, state)
             if signal is not None and signal == state.signal and path not in self._marked:
                 self._seen[path] = state
                 self.reused += 1
                 return _at(state.sample, time_s, wall_s)
-            files, kinds = state.files, state.kinds
+            folders, kinds = state.folders, state.kinds
             due = min(state.due, time_s + every * SETTLE_FRACTION)  # (see SETTLE_FRACTION)
         else:
             files = self._signal_files(cg)
             if files is None:  # not on a kept cgroupfs: in full, every tick
                 return read_cgroup(cg, self.layout, time_s, wall_s, self.kept)
-            kinds = self._kinds_of(files)
+            folders, kinds = tuple(f for f, _ in files), self._kinds_of(files)
             if state is not None and state.cg is cg and kinds is state.kinds:  # due
                 signal = self._now(path, state)
             else:
-                signal = self._signal(files)
-                # a new cgroup, or a new life of one: its children read their own
-                self._unmoved[path] = None
+                signal = self._signal(folders, kinds)  # (a new cgroup or life: its children read their own)
             due = _next_due(path, time_s, every)
         self._marked.discard(path)
         # the signal read before the files: a change after it shows in the next signal
@@ -204,7 +202,7 @@ class ChangeReader:
         if signal is None or sample.gone:
             self._seen.pop(path, None)  # read in full again next tick
         else:
-            self._seen[path] = _Last(cg, files, kinds, signal, sample, due)
+            self._seen[path] = _Last(cg, folders, kinds, signal, sample, due)
         return sample
 
     def _kinds_of(self, files: _Files) -> Tuple[Tuple[str, str], ...]:
@@ -238,7 +236,7 @@ class ChangeReader:
             return None
         return tuple(files)
 
-    def _signal(self, files: _Files) -> Optional[int]:
+    def _signal(self, folders: Tuple[Folder, ...], kinds: Tuple[Tuple[str, str], ...]) -> Optional[int]:
         """The hash of the signal files' bytes now; None when one can't be read (read in
         full: the full read says why). Bytes' hash is SipHash under a key drawn per process
         (as in KeptFiles.read_parsed): two readings that differ yet hash the same happen
@@ -246,7 +244,7 @@ class ChangeReader:
         counters; the hash, not the bytes, is kept (a few hundred bytes a cgroup)."""
         read = self.kept.read
         try:
-            return hash(tuple([read(folder, name) for folder, name in files]))
+            return hash(tuple([read(folder, kind[1]) for folder, kind in zip(folders, kinds)]))
         except ReadError:
             return None
 

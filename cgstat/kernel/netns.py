@@ -149,6 +149,8 @@ Members = Union[Mapping[K, Iterable[int]], Iterable[Tuple[K, int]]]
 
 
 def _group(members) -> Dict:
+    if isinstance(members, dict) and all(v.__class__ is list for v in members.values()):
+        return members  # (only read: not copied, a thousand lists a tick)
     if isinstance(members, Mapping):
         return {k: list(v) for k, v in members.items()}
     out: Dict = {}

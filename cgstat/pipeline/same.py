@@ -22,17 +22,21 @@ from cgstat.pipeline.rates import Rates
 
 
 class Made:
-    """What one cgroup's last record was made of; `same`: it equalled the one before but
-    for its time (so its rates are those of counters that stood still)."""
+    """What one cgroup's last record was made of, at `time_s`; `same`: it equalled the one
+    before but for its time (so its rates are those of counters that stood still). Where
+    it did, the objects kept are the first of the run of equal ones (a Sample of the same
+    parts, equal rates but for the interval): a tick's own are let go with its record."""
 
-    __slots__ = ("sample", "rates", "workload", "net", "same")
+    __slots__ = ("sample", "rates", "workload", "net", "same", "time_s")
 
-    def __init__(self, sample: Sample, rates: Rates, workload: Workload, net: Optional[NetworkResult], same: bool):
+    def __init__(self, sample: Sample, rates: Rates, workload: Workload, net: Optional[NetworkResult], same: bool,
+                 time_s: float):
         self.sample = sample
         self.rates = rates
         self.workload = workload
         self.net = net
         self.same = same
+        self.time_s = time_s
 
 
 class SameRecords:
@@ -72,11 +76,12 @@ class SameRecords:
              last: Optional[Made]) -> bool:
         """Keep what this record was made of; whether it equals the last one but for ts and
         interval_s (`last`: what last_of() gave)."""
-        same = last is not None and (rates is last.rates or rates[1:] == last.rates[1:])  # all but interval_s
-        self._now[sample.path] = Made(sample, rates, workload, net, same)
-        if same:
+        if last is not None and (rates is last.rates or rates[1:] == last.rates[1:]):  # all but interval_s
+            self._now[sample.path] = Made(last.sample, last.rates, last.workload, last.net, True, sample.time_s)
             self.same += 1
-        return same
+            return True
+        self._now[sample.path] = Made(sample, rates, workload, net, False, sample.time_s)
+        return False
 
     def again(self, sample: Sample, rates: Rates, workload: Workload, net: Optional[NetworkResult]) -> bool:
         """Whether the record made of these equals the cgroup's last one but for ts and

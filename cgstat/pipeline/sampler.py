@@ -376,7 +376,7 @@ class Sampler:
             # rates are the last ones over this interval, exactly what derive() would give
             last = same.last_of(sample, workload, net) if same is not None else None
             if (last is not None and last.same and last.rates[0] is not None and prev is not None
-                    and prev.time_s == last.sample.time_s and sample.time_s > prev.time_s):
+                    and prev.time_s == last.time_s and sample.time_s > prev.time_s):
                 c = current[path] = tuple.__new__(Counters, (prev[0], sample.time_s) + prev[2:])
                 rates = tuple.__new__(Rates, (sample.time_s - prev.time_s,) + last.rates[1:])
             else:
