@@ -206,3 +206,19 @@ def test_a_cgroup_that_moved_is_read_again_soon_after_it_goes_quiet(tree):
         reader.end_tick()
         fulls.append(reader.full_reads - before)
     assert fulls == [0, 0, 1, 0]
+
+
+def test_kept_samples_share_their_equal_parts(tree):
+    """Idle cgroups' memory, IO, task, pressure figures and problems are mostly alike: a
+    kept Sample's part equal to another's is that one, the values unchanged."""
+    reader, cg, _folder = tree
+    first = reader.read(cg, 100.0, 1000.0)
+    reader.end_tick()
+    import copy
+    twin = copy.deepcopy(first)._replace(path="/twin")  # equal values, other objects
+    shared = reader._share(twin)
+    assert shared == twin and shared.cpu is twin.cpu
+    assert shared.memory is first.memory and shared.io is first.io and shared.pids is first.pids
+    assert shared.pressure is first.pressure and shared.errors is first.errors
+    other = twin._replace(memory=twin.memory._replace(usage_bytes=1))
+    assert reader._share(other).memory is not first.memory
