@@ -264,6 +264,66 @@ def test_the_clock_going_back_starts_a_shard_and_replay_believes_the_later(tmp_p
         assert [t.lines[0] for t in reader.ticks(0, T0 + 200)] == ['{"a":1}', '{"a":2}', '{"a":3}', '{"a":4}']
 
 
+def test_frames_made_after_one_that_failed_wait_for_the_next_block(tmp_path, monkeypatch):
+    # The frames are made in the tick's thread and written in the store's (outputs/store.py):
+    # a write that fails leaves the frames already made told against a tick not on disk.
+    import errno
+
+    from cgstat.store import writer
+
+    path = tmp_path / "s"
+    rec = Recorder(str(path), None, None)
+    rec.open()
+    rec.write(T0, _tick(0))
+
+    def made(i):
+        rec.begin(T0 + i)
+        for key, line in _tick(i):
+            rec.add(key, line)
+        return rec.encode()
+
+    ahead = [made(i) for i in (1, 2, 3)]
+    real = os.fdatasync
+
+    def full(fd):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(writer.os, "fdatasync", full)
+    with pytest.raises(StoreError, match="cannot write to the store"):
+        rec.put(ahead[0])
+    monkeypatch.setattr(writer.os, "fdatasync", real)
+    for frame_ahead in ahead[1:]:
+        assert not frame_ahead.block
+        with pytest.raises(StoreError, match="told against a tick that could not be"):
+            rec.put(frame_ahead)
+    after = made(4)
+    assert after.block and not after.shard  # the next tick made begins a block, in the same shard
+    rec.put(after)
+    rec.write(T0 + 5, _tick(5))
+    rec.close()
+    with StoreReader(str(path)) as reader:
+        got = {t.wall_s: t.lines for t in reader.ticks(0, T0 + 10)}
+    assert sorted(got) == [T0, T0 + 4, T0 + 5]
+    assert all(got[T0 + i] == [line.decode() for _, line in _tick(i)] for i in (0, 4, 5))
+
+
+def test_a_tick_abandoned_as_it_began_a_shard_leaves_the_shard_to_the_next(tmp_path):
+    path = tmp_path / "s"
+    rec = Recorder(str(path), None, None)
+    rec.open()
+    rec.write(T0, _tick(0))
+    rec.begin(T0 + 3600)  # the next hour: a shard begins
+    rec.abandon()  # its records stopped coming
+    rec.begin(T0 + 3601)
+    for key, line in _tick(1):
+        rec.add(key, line)
+    made = rec.encode()
+    assert made.shard and made.block
+    rec.put(made)
+    rec.close()
+    assert len([n for n in os.listdir(path) if n.endswith(".shard")]) == 2
+
+
 def test_a_store_bounded_in_size_never_exceeds_it_oldest_first(tmp_path):
     path = tmp_path / "s"
     said = []
