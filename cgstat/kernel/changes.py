@@ -52,7 +52,7 @@ class _Last:
     watches the same), the signal read before its last full read, that read's Sample, and
     when its next full read is due."""
 
-    __slots__ = ("cg", "folders", "kinds", "signal", "sample", "due")
+    __slots__ = ("cg", "folders", "kinds", "signal", "sample", "due", "now", "now_tick")
 
     def __init__(self, cg: Cgroup, folders: Tuple[Folder, ...], kinds: Tuple[Tuple[str, str], ...], signal: int,
                  sample: Sample, due: float):
@@ -62,6 +62,8 @@ class _Last:
         self.signal = signal
         self.sample = sample
         self.due = due
+        self.now: Optional[int] = None  # the signal found in tick `now_tick` (by still(), before read())
+        self.now_tick = -1
 
 
 # Each tick `ChangeReader.read` reads a cgroup's change signal first: the raw bytes of the
@@ -93,7 +95,7 @@ class ChangeReader:
     the comment above). `full_every_s` 0: always in full (`--full-read`)."""
 
     __slots__ = ("layout", "kept", "full_every_s", "full_reads", "reused", "spared", "hierarchical", "_state",
-                 "_seen", "_marked", "_found", "_unmoved", "_kinds", "_shared")
+                 "_seen", "_marked", "_tick", "_unmoved", "_kinds", "_shared")
 
     def __init__(self, layout: Layout, kept: KeptFiles, full_every_s: float = DEFAULT_FULL_EVERY_S,
                  hierarchical: Optional[bool] = None):
@@ -108,8 +110,7 @@ class ChangeReader:
         self._state: Dict[str, _Last] = {}  # last tick's, by cgroup path
         self._seen: Dict[str, _Last] = {}  # this tick's, by cgroup path
         self._marked: Set[str] = set()  # cgroup paths to read in full next time
-        # this tick's signals found (by still(), before read()), by cgroup path
-        self._found: Dict[str, Optional[int]] = {}
+        self._tick = 0  # ticks begun or ended so far: which tick a _Last's `now` was found in
         # this tick's cgroups whose signal reads as at last tick: path -> its kinds
         self._unmoved: Dict[str, Tuple[Tuple[str, str], ...]] = {}
         self._kinds: Dict[Tuple[Tuple[str, str], ...], Tuple[Tuple[str, str], ...]] = {}  # one tuple per kind
@@ -126,7 +127,7 @@ class ChangeReader:
         if self._seen:  # the last tick was left unfinished: what it read is the latest
             self._state.update(self._seen)
             self._seen = {}
-        self._found = {}
+        self._tick += 1
         self._unmoved = {}
         written = self.kept.written
         if written:
@@ -139,7 +140,7 @@ class ChangeReader:
     def end_tick(self) -> None:
         """The tick's cgroups are read: forget those it did not read (gone, or no longer shown)."""
         self._state, self._seen = self._seen, {}
-        self._found = {}
+        self._tick += 1
         self._unmoved = {}
         if len(self._shared) > 8 * len(self._state) + 256:  # (parts no kept Sample uses any more)
             self._shared = {}
@@ -156,16 +157,15 @@ class ChangeReader:
     def _now(self, path: str, state: _Last) -> Optional[int]:
         """The cgroup's signal this tick: its last one where its parent's reads as at last
         tick (the comment above ChangeReader), else read; found once a tick."""
-        found = self._found
-        if path in found:
-            return found[path]
+        if state.now_tick == self._tick:
+            return state.now
         parent = self._unmoved.get(path.rpartition("/")[0] or "/") if self.hierarchical else None
         if parent is not None and parent is state.kinds:
             now: Optional[int] = state.signal
             self.spared += 1
         else:
             now = self._signal(state.folders, state.kinds)
-        found[path] = now
+        state.now, state.now_tick = now, self._tick
         if now is not None and now == state.signal:
             self._unmoved[path] = state.kinds
         return now

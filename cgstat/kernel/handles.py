@@ -26,6 +26,9 @@ if TYPE_CHECKING:
 _READ = 65536  # one pread; a cgroup file larger than this is read the slow way
 _MAX_RECORDS_BYTES = 16 * 1024 * 1024  # as hostfs reads any file: past it, Malformed
 _SAME_BYTES = 256 * 1024  # the file contents read_parsed keeps to share values by (then it starts again)
+# the same where no value is kept per file (the change reader keeps whole Samples, their equal
+# parts shared: kernel/changes.py): sharing then only spares parsing, which a small table does
+_SAME_BYTES_UNREMEMBERED = 32 * 1024
 DEFAULT_CAP = 16384
 PIN_ESTIMATE = 4608  # bytes of kernel memory per kept descriptor (file, kernfs/seq_file, one page)
 
@@ -305,7 +308,7 @@ class KeptFiles:
         value = same.get(data, MISSING)
         if value is MISSING:
             value = parser(data.decode())
-            if self._same_bytes + len(data) > _SAME_BYTES:
+            if self._same_bytes + len(data) > (_SAME_BYTES if self.remember else _SAME_BYTES_UNREMEMBERED):
                 self._same.clear()
                 self._same_bytes = 0
                 same = self._same[parser] = {}

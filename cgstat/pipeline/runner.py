@@ -123,7 +123,7 @@ class Runner:
         if self.events is not None:
             # records, then the tick's events (the kernel log's kills are read after the records)
             stream = self.events.watch(stream, kills=lambda: sampler.kills, late=lambda: sampler.late_counts,
-                                       same=sampler.same_records.__contains__)
+                                       same=sampler.same_record)
         for sink in self.teeing:
             stream = sink.tee(stream)
         try:

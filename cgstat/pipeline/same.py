@@ -88,6 +88,12 @@ class SameRecords:
         interval_s."""
         return self.made(sample, rates, workload, net, self.last_of(sample, workload, net))
 
+    def is_same(self, path: str) -> bool:
+        """Whether this tick's record of the cgroup at `path` equals its last one but for
+        ts and interval_s (as made() said)."""
+        made = self._now.get(path)
+        return made is not None and made.same
+
     def end_tick(self) -> None:
         """The tick's records are made: forget the cgroups it had none of."""
         self._last, self._now = self._now, {}

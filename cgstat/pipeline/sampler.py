@@ -12,7 +12,7 @@ import gc
 import operator
 import os
 import time
-from typing import Any, Dict, Iterable, Iterator, List, NamedTuple, Optional, Pattern, Set, TYPE_CHECKING, Tuple, Union
+from typing import Any, Dict, Iterable, Iterator, List, NamedTuple, Optional, Pattern, TYPE_CHECKING, Tuple, Union
 
 from cgstat.errors import CgstatError
 from cgstat.kernel.changes import DEFAULT_FULL_EVERY_S, ChangeReader
@@ -105,10 +105,6 @@ class Sampler:
         # an idle cgroup's values are its kept Sample's: the files' parsed values aren't kept too
         self.kept.remember = full_read_every_s <= 0
         self._same = SameRecords() if full_read_every_s > 0 else None  # (no reading is reused otherwise)
-        # this tick's cgroups whose record equals their last one but for ts and interval_s
-        # (pipeline/same.py), filled as the records are made: the events' window takes the
-        # last sample again (Runner hands `same_records.__contains__` to the detector)
-        self.same_records: Set[str] = set()
         self.discoverer = Discoverer(self.fs, self.layout, max_user_cgroups=max_user_cgroups,
                                      warn=self.warner.once, follow=None if follow else False, kept=self.kept)
         self.all_cgroups = all_cgroups
@@ -204,6 +200,12 @@ class Sampler:
     def restore_gpu_marks(self, marks: Any) -> None:
         if self._gpus is not None:
             self._gpus.gateway.restore_utilization_marks(marks)
+
+    def same_record(self, path: str) -> bool:
+        """Whether this tick's record of the cgroup at `path`, made already, equals its last
+        one but for ts and interval_s (pipeline/same.py): the events' window takes the last
+        sample again (Runner hands this to the detector)."""
+        return self._same is not None and self._same.is_same(path)
 
     def track_exits(self) -> None:
         """From now on, an exit record (pipeline/exits.py) in the tick after a cgroup goes."""
@@ -365,8 +367,6 @@ class Sampler:
         same = self._same
         if same is not None:
             same.begin_tick()
-        again = self.same_records
-        again.clear()
         gpus = tick.gpu is not None and not tick.gpu.late
         for sample, workload in tick.samples:
             path = sample.path
@@ -388,7 +388,6 @@ class Sampler:
                 processes.add(record)
             # equal to its last record but for the time: what is made of it alone is kept
             if gpu is None and same is not None and same.made(sample, rates, workload, net, last):
-                again.add(path)
                 if exits is not None:
                     exits.again(record)
             elif exits is not None:

@@ -71,7 +71,7 @@ class TickEvents:
     """What judges a tick's records as they pass (the events detector): `watch` yields the
     records, then the tick's events. `kills` and `late` give the tick's OOM kills and gone
     cgroups' counters, read once the records are through; `same(path)`, whether a cgroup's
-    record equals its last one but for ts and interval_s (Sampler.same_records)."""
+    record equals its last one but for ts and interval_s (Sampler.same_record)."""
 
     def watch(self, records: Iterable[Any], now: Optional[float] = None, kills: Any = None,
               late: Any = None, same: Optional[Callable[[str], bool]] = None) -> Iterator[Any]:

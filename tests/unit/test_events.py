@@ -389,7 +389,7 @@ def test_a_job_throttled_for_its_whole_short_life_is_said_once_it_is_young_min_s
 
 
 def test_a_record_said_to_be_the_last_one_again_judges_the_same():
-    """Sampler.same_records: the detector takes the last window sample again for a record
+    """Sampler.same_record: the detector takes the last window sample again for a record
     equal to its last but for ts and interval_s; the events and windows are what judging
     each record afresh gives."""
     values = [50, 95, 95, 95, 95, 60, 60, 60, 93, 93, 93, 93, 93, 40]  # % of the limit: idle stretches
