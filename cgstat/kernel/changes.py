@@ -20,7 +20,7 @@ from cgstat.kernel.sample import Sample
 from cgstat.kernel.tree import Cgroup, Folder
 
 # The longest an idle cgroup's kept values go unread, chosen from measurement (bench/README.md:
-# at 1,000 idle cgroups a tick cost ~93 ms of CPU at 10 s, ~78 at 20, ~72 at 30; cAdvisor's
+# 10 -> 20 s spares a sixth of a tick at 1,000 idle cgroups, 30 s little more; cAdvisor's
 # dynamic housekeeping backs off to 60 s for containers whose stats stand still).
 DEFAULT_FULL_EVERY_S = 20.0
 # After a read in full that its activity (or an event) asked for, the next one comes at
