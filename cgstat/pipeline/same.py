@@ -13,7 +13,7 @@ Reads no file.
 
 from __future__ import annotations
 
-from typing import Dict, Optional
+from typing import Any, Dict, Optional
 
 from cgstat.kernel.netns import NetworkResult
 from cgstat.kernel.sample import Sample
@@ -43,12 +43,14 @@ class SameRecords:
     """Per tick, for each cgroup record made without GPUs: `last_of()` before its rates,
     `made()` after, then `end_tick()`; or `again()` for both."""
 
-    __slots__ = ("_last", "_now", "same")
+    __slots__ = ("_last", "_now", "same", "_shared")
 
     def __init__(self) -> None:
         self._last: Dict[str, Made] = {}
         self._now: Dict[str, Made] = {}
         self.same = 0  # records found equal to the last ones, since made
+        # rates and workloads kept, by what makes them equal: idle cgroups' are mostly alike
+        self._shared: Dict[Any, Any] = {}
 
     def begin_tick(self) -> None:
         """A tick left unfinished (its consumer stopped) leaves nothing to compare with."""
@@ -80,8 +82,29 @@ class SameRecords:
             self._now[sample.path] = Made(last.sample, last.rates, last.workload, last.net, True, sample.time_s)
             self.same += 1
             return True
-        self._now[sample.path] = Made(sample, rates, workload, net, False, sample.time_s)
+        self._now[sample.path] = Made(sample, self._rates(rates), self._workload(workload), net, False,
+                                      sample.time_s)
         return False
+
+    def _rates(self, rates: Rates) -> Rates:
+        """An equal Rates already kept, or these (the interval is not compared: made() and
+        the sampler read only whether it is known)."""
+        devices, network = rates.devices, rates.network
+        try:
+            key = ("rates", rates[0] is None, rates[1:7], None if devices is None else tuple(devices.items()), network)
+            return self._shared.setdefault(key, rates)  # type: ignore[no-any-return,unused-ignore]
+        except TypeError:
+            return rates
+
+    def _workload(self, workload: Workload) -> Workload:
+        """An equal Workload already kept, or this one: its container and pod objects by
+        identity (the table keeps them alive, so no identity is reused meanwhile)."""
+        try:
+            key = ("workload", workload.kind, workload.unit, id(workload.container), id(workload.pod), workload.sandbox,
+                   tuple(workload.device_names.items()))
+            return self._shared.setdefault(key, workload)  # type: ignore[no-any-return,unused-ignore]
+        except (TypeError, AttributeError):  # (not a Workload: the Python API's callers' own)
+            return workload
 
     def again(self, sample: Sample, rates: Rates, workload: Workload, net: Optional[NetworkResult]) -> bool:
         """Whether the record made of these equals the cgroup's last one but for ts and
@@ -97,3 +120,5 @@ class SameRecords:
     def end_tick(self) -> None:
         """The tick's records are made: forget the cgroups it had none of."""
         self._last, self._now = self._now, {}
+        if len(self._shared) > 4 * len(self._last) + 256:  # (what no cgroup's book uses any more)
+            self._shared = {}

@@ -222,3 +222,33 @@ def test_kept_samples_share_their_equal_parts(tree):
     assert shared.pressure is first.pressure and shared.errors is first.errors
     other = twin._replace(memory=twin.memory._replace(usage_bytes=1))
     assert reader._share(other).memory is not first.memory
+
+
+def test_the_same_record_book_keeps_one_of_equal_rates_and_workloads():
+    """pipeline/same.py: idle cgroups' rates and workloads are mostly alike; the book keeps
+    one of each (a rate's interval aside), not one per cgroup, and judges the same."""
+    from cgstat.naming.workload import Workload
+    from cgstat.pipeline.rates import NO_RATES
+    from cgstat.pipeline.same import SameRecords
+
+    book = SameRecords()
+    idle = NO_RATES._replace(cpu_percent=0.0)
+    made = []
+    for i in range(3):
+        rates = idle._replace(interval_s=1.0 + i)  # other intervals: still alike
+        work = Workload("cgroup", None, None, None, False, {})
+        book.made(_sample("/c%d" % i), rates, work, None, None)
+        made.append(book._now["/c%d" % i])
+    assert made[0].rates is made[1].rates is made[2].rates and made[0].workload is made[2].workload
+    book.made(_sample("/busy"), idle._replace(interval_s=1.0, cpu_percent=3.0),
+              Workload("cgroup", "x.service", None, None, False, {}), None, None)
+    busy = book._now["/busy"]
+    assert busy.rates is not made[0].rates and busy.workload is not made[0].workload
+    book.made(_sample("/new"), NO_RATES, Workload("cgroup", None, None, None, False, {}), None, None)
+    assert book._now["/new"].rates is not made[0].rates  # an unknown interval is not a known one
+
+
+def _sample(path):
+    from cgstat.kernel.sample import CpuSample, IoSample, MemorySample, PidsSample, Sample
+
+    return Sample(path, {}, (), 1.0, 1.0, CpuSample(), MemorySample(), IoSample(None, None), PidsSample(), {}, ())
