@@ -9,6 +9,7 @@ files in full (kernel/cgroups.py) only when it moved, or the cgroup is new, mark
 from __future__ import annotations
 
 import os
+import re
 import zlib
 from typing import Any, Dict, Iterable, List, Optional, Set, Tuple
 
@@ -186,15 +187,16 @@ class ChangeReader:
                 return _at(state.sample, time_s, wall_s)
             folders, kinds = state.folders, state.kinds
             due = min(state.due, time_s + every * SETTLE_FRACTION)  # (see SETTLE_FRACTION)
+        elif state is not None and state.cg is cg:  # due: the same folders, the same signal files
+            folders, kinds = state.folders, state.kinds
+            signal = self._now(path, state)
+            due = _next_due(path, time_s, every)
         else:
             files = self._signal_files(cg)
             if files is None:  # not on a kept cgroupfs: in full, every tick
                 return read_cgroup(cg, self.layout, time_s, wall_s, self.kept)
             folders, kinds = tuple(f for f, _ in files), self._kinds_of(files)
-            if state is not None and state.cg is cg and kinds is state.kinds:  # due
-                signal = self._now(path, state)
-            else:
-                signal = self._signal(folders, kinds)  # (a new cgroup or life: its children read their own)
+            signal = self._signal(folders, kinds)  # (a new cgroup or life: its children read their own)
             due = _next_due(path, time_s, every)
         self._marked.discard(path)
         # the signal read before the files: a change after it shows in the next signal
@@ -281,11 +283,8 @@ def _at(sample: Sample, time_s: float, wall_s: float) -> Sample:
 def kernel_at_least(major: int, minor: int, release: Optional[str] = None) -> bool:
     """Whether the running kernel (os.uname().release, e.g. "6.1.0-18-amd64") is at least
     major.minor; False where the release can't be read as numbers."""
-    try:
-        parts = (release if release is not None else os.uname().release).split(".")
-        return (int(parts[0]), int("".join(c for c in parts[1] if c.isdigit())[:3] or "x")) >= (major, minor)
-    except (ValueError, IndexError):
-        return False
+    found = re.match(r"(\d+)\.(\d+)", release if release is not None else os.uname().release)
+    return found is not None and (int(found.group(1)), int(found.group(2))) >= (major, minor)
 
 
 def _next_due(path: str, time_s: float, every: float) -> float:

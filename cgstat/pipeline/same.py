@@ -41,7 +41,7 @@ class Made:
 
 class SameRecords:
     """Per tick, for each cgroup record made without GPUs: `last_of()` before its rates,
-    `made()` after, then `end_tick()`; or `again()` for both."""
+    `made()` after, then `end_tick()`."""
 
     __slots__ = ("_last", "_now", "same", "_shared")
 
@@ -105,11 +105,6 @@ class SameRecords:
             return self._shared.setdefault(key, workload)  # type: ignore[no-any-return,unused-ignore]
         except (TypeError, AttributeError):  # (not a Workload: the Python API's callers' own)
             return workload
-
-    def again(self, sample: Sample, rates: Rates, workload: Workload, net: Optional[NetworkResult]) -> bool:
-        """Whether the record made of these equals the cgroup's last one but for ts and
-        interval_s."""
-        return self.made(sample, rates, workload, net, self.last_of(sample, workload, net))
 
     def is_same(self, path: str) -> bool:
         """Whether this tick's record of the cgroup at `path` equals its last one but for

@@ -141,7 +141,7 @@ def test_an_unchanged_cgroups_record_is_known_to_equal_its_last(tree):
             _rewrite(folder, "cpu.stat", "usage_usec ", "usage_usec 9")
         sample = reader.read(cg, 100.0 + t, 1000.0 + t)
         reader.end_tick()
-        seen.append(same.again(sample, rates, None, None))
+        seen.append(same.made(sample, rates, None, None, same.last_of(sample, None, None)))
         same.end_tick()
     assert seen == [False, True, False, False] and same.same == 1
 
@@ -184,6 +184,7 @@ def test_kernel_release_compared_as_numbers():
     assert not changes.kernel_at_least(5, 11, "4.19.0-26-amd64")
     assert changes.kernel_at_least(5, 11, "5.15.0-91-generic")
     assert not changes.kernel_at_least(5, 11, "garbage")
+    assert not changes.kernel_at_least(5, 11, "5.4-rc1")
 
 
 def test_a_cgroup_that_moved_is_read_again_soon_after_it_goes_quiet(tree):
