@@ -231,7 +231,10 @@ def test_runs_as_the_daemonset_and_is_scraped(daemon, image):
         named = {s.labels.get("name"): s for s in seen.samples} if seen else {}
         oom_family = families.get("container_oom_events")
         ooms = [s for s in (oom_family.samples if oom_family else ()) if s.labels.get("name") == oom_name]
-        if idle_name in named and oom_name in named and ooms and ooms[0].value >= 1:
+        # the kernel's count as the scrape came back: on a loaded host the container may
+        # count a second kill after a scrape that showed the first (seen in CI's run)
+        kills = _oom_kills(daemon, oom)
+        if idle_name in named and oom_name in named and ooms and ooms[0].value == kills >= 1:
             break
         assert time.monotonic() < deadline, (sorted(str(n) for n in named), ooms,
                                             daemon.docker("logs", agent, check=False).stderr.decode())
@@ -241,7 +244,7 @@ def test_runs_as_the_daemonset_and_is_scraped(daemon, image):
         labels = named[name].labels
         assert labels["id"].endswith("/" + cid), labels
         assert labels["image"] == realdocker.IMAGE
-    assert ooms[0].value == _oom_kills(daemon, oom) == 1
+    assert ooms[0].value == kills >= 1
     # the agent's own container is one of the host's containers too
     assert f"cgstat-test-agent-{tag}" in named
     logs = daemon.docker("logs", agent, check=False).stderr.decode()
